@@ -1,1 +1,27 @@
-fn main() {}
+//! The academy binary: read the CNI environment and stdin, run, print, exit.
+
+use std::io::{Read, Write};
+
+use academy::cni::env::Env;
+use academy::plugin;
+
+fn main() {
+    let env = Env::from_lookup(|name| std::env::var(name).ok());
+    let mut stdin = Vec::new();
+    // Read once, whole; a person running the binary by hand gets the about text instead.
+    if !matches!(env, Ok(None)) {
+        if let Err(e) = std::io::stdin().read_to_end(&mut stdin) {
+            eprintln!("academy: cannot read stdin: {e}");
+        }
+    }
+    let Some(outcome) = plugin::run(env, &stdin) else {
+        eprintln!("{}", plugin::about());
+        return;
+    };
+    if let Some(text) = outcome.stdout {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{text}");
+        let _ = out.flush();
+    }
+    std::process::exit(outcome.exit_code);
+}

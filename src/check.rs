@@ -1,0 +1,197 @@
+//! CHECK: compare the kernel with what ADD reported (prevResult) and name every
+//! difference. Read-only: it changes nothing.
+
+use crate::cni::env::Env;
+use crate::cni::result::{format_mac, CniResult, IpConfig, RouteEntry};
+use crate::cni::{code, Error, Result};
+use crate::config::Config;
+use crate::hostveth::{self, Ownership};
+use crate::ipam::{Holder, Store};
+use crate::netlink::{LinkKind, Netlink};
+use crate::netns::{Netns, OpenError};
+use crate::wire::{kernel, kind_name, Attachment};
+
+pub fn check(env: &Env, conf: &Config) -> Result<()> {
+    let prev = conf.prev_result.as_ref().ok_or_else(|| {
+        Error::config("CHECK needs prevResult (the result of ADD) in the network config")
+    })?;
+    let prev = CniResult::from_json(prev)?;
+    let netns = match Netns::open(&env.netns) {
+        Ok(ns) => ns,
+        Err(OpenError::Missing) => {
+            return Err(Error::new(
+                code::CHECK_MISMATCH,
+                format!("CNI_NETNS {} does not exist any more", env.netns),
+            ))
+        }
+        Err(OpenError::Unusable(e)) => return Err(e),
+    };
+    let (index, container) = prev
+        .interfaces
+        .iter()
+        .enumerate()
+        .find(|(_, i)| i.name == env.ifname && (i.sandbox.is_empty() || i.sandbox == env.netns))
+        .ok_or_else(|| {
+            Error::config(format!(
+                "prevResult has no interface {} in sandbox {}",
+                env.ifname, env.netns
+            ))
+        })?;
+    let ips: Vec<&IpConfig> = prev
+        .ips
+        .iter()
+        .filter(|ip| ip.interface.is_none_or(|i| i == index))
+        .collect();
+
+    let mut diffs = Vec::new();
+    check_host(conf, env, &ips, &mut diffs)?;
+    let inside = netns.run(|| look_inside(&env.ifname))?;
+    match inside {
+        None => diffs.push(format!("{} is missing from {}", env.ifname, env.netns)),
+        Some(found) => {
+            if !found.up {
+                diffs.push(format!("{} is down", env.ifname));
+            }
+            if !container.mac.is_empty() && !found.mac.eq_ignore_ascii_case(&container.mac) {
+                diffs.push(format!(
+                    "{} has MAC {} but ADD reported {}",
+                    env.ifname, found.mac, container.mac
+                ));
+            }
+            for ip in &ips {
+                if !found.addresses.contains(&ip.address) {
+                    diffs.push(format!(
+                        "address {} is missing from {} (it has {})",
+                        ip.address,
+                        env.ifname,
+                        list(&found.addresses)
+                    ));
+                }
+            }
+            for route in &prev.routes {
+                if !found.routes.iter().any(|r| r == route) {
+                    diffs.push(format!(
+                        "route {} via {} is missing from {}",
+                        route.dst,
+                        route.gw.map(|g| g.to_string()).unwrap_or("-".into()),
+                        env.netns
+                    ));
+                }
+            }
+        }
+    }
+    if diffs.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::new(
+            code::CHECK_MISMATCH,
+            format!(
+                "CHECK found {} difference(s): {}",
+                diffs.len(),
+                diffs.join("; ")
+            ),
+        )
+        .details("the attachment is not as ADD left it; DEL and ADD it again to repair it"))
+    }
+}
+
+/// The bridge, the host veth and the store, from the host.
+fn check_host(conf: &Config, env: &Env, ips: &[&IpConfig], diffs: &mut Vec<String>) -> Result<()> {
+    let mut nl = Netlink::open().map_err(kernel)?;
+    let bridge = nl.link(&conf.bridge).map_err(kernel)?;
+    match &bridge {
+        None => diffs.push(format!("bridge {} is missing", conf.bridge)),
+        Some(b) if b.kind != LinkKind::Bridge => diffs.push(format!(
+            "{} is {}, not a bridge",
+            conf.bridge,
+            kind_name(&b.kind)
+        )),
+        Some(_) => {}
+    }
+    let who = Attachment {
+        network: &conf.name,
+        container_id: &env.container_id,
+        ifname: &env.ifname,
+    };
+    let host_name = who.host_name();
+    match nl.link(&host_name).map_err(kernel)? {
+        None => diffs.push(format!("host veth {host_name} is missing")),
+        Some(veth) => {
+            if hostveth::ownership(&veth, &who.alias()) != Ownership::Ours {
+                diffs.push(format!(
+                    "host veth {host_name} is not labelled as this attachment's"
+                ));
+            }
+            if !veth.up {
+                diffs.push(format!("host veth {host_name} is down"));
+            }
+            let bridge_index = bridge.as_ref().map(|b| b.index);
+            if veth.controller.is_none() || veth.controller != bridge_index {
+                diffs.push(format!(
+                    "host veth {host_name} is not attached to bridge {}",
+                    conf.bridge
+                ));
+            }
+        }
+    }
+    let store = Store::open(&conf.data_dir, &conf.name)?;
+    let held = store.held_by(&Holder {
+        container_id: env.container_id.clone(),
+        ifname: env.ifname.clone(),
+    })?;
+    for ip in ips {
+        if ip.address.ip() != conf.gateway && !held.contains(&ip.address.ip()) {
+            diffs.push(format!(
+                "address {} is not reserved for this container in {}",
+                ip.address.ip(),
+                store.dir().display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+struct Inside {
+    up: bool,
+    mac: String,
+    addresses: Vec<ipnetwork::IpNetwork>,
+    routes: Vec<RouteEntry>,
+}
+
+fn look_inside(ifname: &str) -> Result<Option<Inside>> {
+    let mut nl = Netlink::open().map_err(kernel)?;
+    let Some(link) = nl.link(ifname).map_err(kernel)? else {
+        return Ok(None);
+    };
+    let addresses = nl.addresses(link.index).map_err(kernel)?;
+    let mut routes = Vec::new();
+    for ipv6 in [false, true] {
+        routes.extend(
+            nl.routes(ipv6)
+                .map_err(kernel)?
+                .into_iter()
+                .filter(|r| r.oif == Some(link.index))
+                .map(|r| RouteEntry {
+                    dst: r.dst,
+                    gw: r.gateway,
+                }),
+        );
+    }
+    Ok(Some(Inside {
+        up: link.up,
+        mac: link.mac.map(format_mac).unwrap_or_default(),
+        addresses,
+        routes,
+    }))
+}
+
+fn list(items: &[ipnetwork::IpNetwork]) -> String {
+    if items.is_empty() {
+        return "none".into();
+    }
+    items
+        .iter()
+        .map(|a| a.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,641 @@
+//! The only user of netlink-packet-route. Its API breaks in almost every minor release,
+//! so everything else in academy speaks in the plain types of this module (`Link`,
+//! `Route`, `IpNetwork`) and this file is the one to port when the crate moves.
+//!
+//! A `Netlink` is a blocking rtnetlink socket bound to the network namespace of the
+//! thread that opened it, with a request/ack loop and typed helpers for the handful of
+//! requests a bridge plugin makes.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use ipnetwork::IpNetwork;
+use netlink_packet_core::{
+    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_ACK_TLVS, NLM_F_CREATE,
+    NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST,
+};
+use netlink_packet_route::address::{AddressAttribute, AddressMessage};
+use netlink_packet_route::link::{
+    InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
+};
+use netlink_packet_route::route::{
+    RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
+};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+
+/// Large enough for a link dump datagram; recv passes MSG_TRUNC so a larger one is an
+/// error instead of silently lost messages.
+const RECV_BUFFER: usize = 64 * 1024;
+
+/// A failed netlink request: which request, the errno, and the kernel's own reason
+/// (extended ack) when it gave one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NlError {
+    pub request: String,
+    pub errno: i32,
+    pub reason: Option<String>,
+}
+
+impl NlError {
+    fn new(request: impl Into<String>, errno: i32) -> Self {
+        NlError {
+            request: request.into(),
+            errno,
+            reason: None,
+        }
+    }
+
+    pub fn is(&self, errno: i32) -> bool {
+        self.errno == errno
+    }
+}
+
+impl fmt::Display for NlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = std::io::Error::from_raw_os_error(self.errno);
+        write!(f, "{}: {text}", self.request)?;
+        if let Some(reason) = &self.reason {
+            write!(f, " ({reason})")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for NlError {}
+
+pub type NlResult<T> = Result<T, NlError>;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkKind {
+    Bridge,
+    Veth,
+    Other(String),
+    /// The link has no IFLA_INFO_KIND: a physical device or loopback.
+    None,
+}
+
+/// What academy needs to know about a link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Link {
+    pub index: u32,
+    pub name: String,
+    pub kind: LinkKind,
+    pub mac: Option<[u8; 6]>,
+    pub mtu: Option<u32>,
+    /// Administratively up (IFF_UP).
+    pub up: bool,
+    /// The bridge this link is a port of.
+    pub controller: Option<u32>,
+    pub alias: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    pub dst: IpNetwork,
+    pub gateway: Option<IpAddr>,
+    pub oif: Option<u32>,
+    pub table: u32,
+}
+
+/// A veth pair to create in one request: the host end in this socket's netns, the
+/// peer born directly inside another netns (no later move, no rename).
+pub struct VethPair<'a> {
+    pub host_name: &'a str,
+    pub host_mac: [u8; 6],
+    pub controller: u32,
+    pub peer_name: &'a str,
+    pub peer_mac: [u8; 6],
+    pub peer_netns: BorrowedFd<'a>,
+    pub mtu: Option<u32>,
+}
+
+/// A link named by index (stable while it lives) or by name (when the index is unknown).
+#[derive(Debug, Clone, Copy)]
+pub enum LinkRef<'a> {
+    Index(u32),
+    Name(&'a str),
+}
+
+impl fmt::Display for LinkRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LinkRef::Index(i) => write!(f, "#{i}"),
+            LinkRef::Name(n) => f.write_str(n),
+        }
+    }
+}
+
+pub struct Netlink {
+    socket: Socket,
+    sequence: u32,
+    buffer: Vec<u8>,
+}
+
+impl Netlink {
+    /// Opens a socket in the calling thread's network namespace.
+    pub fn open() -> NlResult<Netlink> {
+        let io = |what: &str, e: std::io::Error| NlError::new(what, e.raw_os_error().unwrap_or(0));
+        let mut socket = Socket::new(NETLINK_ROUTE).map_err(|e| io("open rtnetlink socket", e))?;
+        socket
+            .bind_auto()
+            .map_err(|e| io("bind rtnetlink socket", e))?;
+        socket
+            .connect(&SocketAddr::new(0, 0))
+            .map_err(|e| io("connect rtnetlink socket", e))?;
+        // Both are best-effort: they only make errors more precise and dumps smaller.
+        let _ = socket.set_ext_ack(true);
+        let _ = socket.set_cap_ack(true);
+        let _ = socket.set_netlink_get_strict_chk(true);
+        Ok(Netlink {
+            socket,
+            sequence: 0,
+            buffer: Vec::with_capacity(RECV_BUFFER),
+        })
+    }
+
+    // ----- links -----
+
+    /// The link called `name`, or None when there is none.
+    pub fn link(&mut self, name: &str) -> NlResult<Option<Link>> {
+        let mut msg = LinkMessage::default();
+        msg.attributes.push(LinkAttribute::IfName(name.to_string()));
+        self.get_link(msg, &format!("look up link {name}"))
+    }
+
+    pub fn link_by_index(&mut self, index: u32) -> NlResult<Option<Link>> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        self.get_link(msg, &format!("look up link #{index}"))
+    }
+
+    fn get_link(&mut self, msg: LinkMessage, what: &str) -> NlResult<Option<Link>> {
+        match self.request(RouteNetlinkMessage::GetLink(msg), Reply::One, what) {
+            Ok(replies) => Ok(replies.into_iter().find_map(|m| match m {
+                RouteNetlinkMessage::NewLink(link) => Some(to_link(&link)),
+                _ => None,
+            })),
+            Err(e) if e.is(libc::ENODEV) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn links(&mut self) -> NlResult<Vec<Link>> {
+        let replies = self.request(
+            RouteNetlinkMessage::GetLink(LinkMessage::default()),
+            Reply::Dump,
+            "list links",
+        )?;
+        Ok(replies
+            .iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewLink(link) => Some(to_link(link)),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Creates a bridge, up. EEXIST when any link of that name exists.
+    /// The MAC is pinned so that the bridge does not take a new one whenever its
+    /// lowest-numbered port comes or goes (which would make results go stale).
+    pub fn create_bridge(&mut self, name: &str, mac: [u8; 6], mtu: Option<u32>) -> NlResult<()> {
+        let mut msg = LinkMessage::default();
+        set_up_flag(&mut msg, true);
+        msg.attributes.push(LinkAttribute::IfName(name.to_string()));
+        msg.attributes.push(LinkAttribute::Address(mac.to_vec()));
+        if let Some(mtu) = mtu {
+            msg.attributes.push(LinkAttribute::Mtu(mtu));
+        }
+        msg.attributes
+            .push(LinkAttribute::LinkInfo(vec![LinkInfo::Kind(
+                InfoKind::Bridge,
+            )]));
+        self.create(
+            RouteNetlinkMessage::NewLink(msg),
+            &format!("create bridge {name}"),
+        )
+    }
+
+    /// Creates the pair in one request: the host end up and already a port of `controller`,
+    /// the peer down inside its netns.
+    pub fn create_veth(&mut self, pair: &VethPair) -> NlResult<()> {
+        // The peer cannot be created up: veth_open() answers ENOTCONN until both ends
+        // exist, and the kernel configures the peer first.
+        let mut peer = LinkMessage::default();
+        peer.attributes
+            .push(LinkAttribute::IfName(pair.peer_name.to_string()));
+        peer.attributes
+            .push(LinkAttribute::Address(pair.peer_mac.to_vec()));
+        peer.attributes
+            .push(LinkAttribute::NetNsFd(pair.peer_netns.as_raw_fd()));
+        let mut host = LinkMessage::default();
+        set_up_flag(&mut host, true);
+        host.attributes
+            .push(LinkAttribute::IfName(pair.host_name.to_string()));
+        host.attributes
+            .push(LinkAttribute::Address(pair.host_mac.to_vec()));
+        host.attributes
+            .push(LinkAttribute::Controller(pair.controller));
+        if let Some(mtu) = pair.mtu {
+            host.attributes.push(LinkAttribute::Mtu(mtu));
+            peer.attributes.push(LinkAttribute::Mtu(mtu));
+        }
+        host.attributes.push(LinkAttribute::LinkInfo(vec![
+            LinkInfo::Kind(InfoKind::Veth),
+            LinkInfo::Data(InfoData::Veth(InfoVeth::Peer(peer))),
+        ]));
+        self.create(
+            RouteNetlinkMessage::NewLink(host),
+            &format!("create veth pair {}/{}", pair.host_name, pair.peer_name),
+        )
+    }
+
+    /// The alias is where academy records which attachment owns a host veth; the kernel
+    /// ignores IFLA_IFALIAS on creation, so it takes its own request.
+    pub fn set_alias(&mut self, name: &str, alias: &str) -> NlResult<()> {
+        let mut msg = LinkMessage::default();
+        msg.attributes.push(LinkAttribute::IfName(name.to_string()));
+        msg.attributes
+            .push(LinkAttribute::IfAlias(alias.to_string()));
+        self.change_link(msg, &format!("set alias of link {name}"))
+    }
+
+    pub fn set_up(&mut self, index: u32) -> NlResult<()> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        set_up_flag(&mut msg, true);
+        self.change_link(msg, &format!("set link #{index} up"))
+    }
+
+    /// Deletes a link (a veth takes its peer with it). ENODEV when it is already gone.
+    pub fn delete_link(&mut self, link: LinkRef) -> NlResult<()> {
+        let mut msg = LinkMessage::default();
+        match link {
+            LinkRef::Index(i) => msg.header.index = i,
+            LinkRef::Name(n) => msg.attributes.push(LinkAttribute::IfName(n.to_string())),
+        }
+        self.request(
+            RouteNetlinkMessage::DelLink(msg),
+            Reply::Ack,
+            &format!("delete link {link}"),
+        )
+        .map(drop)
+    }
+
+    fn change_link(&mut self, msg: LinkMessage, what: &str) -> NlResult<()> {
+        self.request(RouteNetlinkMessage::NewLink(msg), Reply::Ack, what)
+            .map(drop)
+    }
+
+    // ----- addresses -----
+
+    /// Adds `addr` (address and prefix) to the link. EEXIST when it is already there.
+    pub fn add_address(&mut self, index: u32, addr: IpNetwork) -> NlResult<()> {
+        let mut msg = AddressMessage::default();
+        msg.header.family = family_of(addr.ip());
+        msg.header.prefix_len = addr.prefix();
+        msg.header.index = index;
+        msg.attributes.push(AddressAttribute::Local(addr.ip()));
+        msg.attributes.push(AddressAttribute::Address(addr.ip()));
+        if let IpNetwork::V4(v4) = addr {
+            if v4.prefix() < 31 {
+                msg.attributes
+                    .push(AddressAttribute::Broadcast(v4.broadcast()));
+            }
+        }
+        self.create(
+            RouteNetlinkMessage::NewAddress(msg),
+            &format!("add address {addr} to link #{index}"),
+        )
+    }
+
+    /// The addresses on one link, IPv4 and IPv6.
+    pub fn addresses(&mut self, index: u32) -> NlResult<Vec<IpNetwork>> {
+        let mut msg = AddressMessage::default();
+        msg.header.index = index;
+        let replies = self.request(
+            RouteNetlinkMessage::GetAddress(msg),
+            Reply::Dump,
+            &format!("list addresses of link #{index}"),
+        )?;
+        Ok(replies
+            .iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewAddress(a) if a.header.index == index => {
+                    let ip = a.attributes.iter().find_map(|attr| match attr {
+                        AddressAttribute::Local(ip) => Some(*ip),
+                        _ => None,
+                    });
+                    let ip = ip.or_else(|| {
+                        a.attributes.iter().find_map(|attr| match attr {
+                            AddressAttribute::Address(ip) => Some(*ip),
+                            _ => None,
+                        })
+                    })?;
+                    IpNetwork::new(ip, a.header.prefix_len).ok()
+                }
+                _ => None,
+            })
+            .collect())
+    }
+
+    // ----- routes -----
+
+    /// Adds a route in the main table. EEXIST when an equal route is there.
+    pub fn add_route(&mut self, dst: IpNetwork, gateway: IpAddr, oif: u32) -> NlResult<()> {
+        let mut msg = RouteMessage::default();
+        msg.header.address_family = family_of(dst.ip());
+        msg.header.destination_prefix_length = dst.prefix();
+        msg.header.table = RouteHeader::RT_TABLE_MAIN;
+        msg.header.protocol = RouteProtocol::Boot;
+        msg.header.scope = RouteScope::Universe;
+        msg.header.kind = RouteType::Unicast;
+        if dst.prefix() > 0 {
+            msg.attributes
+                .push(RouteAttribute::Destination(RouteAddress::from(
+                    dst.network(),
+                )));
+        }
+        msg.attributes
+            .push(RouteAttribute::Gateway(RouteAddress::from(gateway)));
+        msg.attributes.push(RouteAttribute::Oif(oif));
+        self.create(
+            RouteNetlinkMessage::NewRoute(msg),
+            &format!("add route {dst} via {gateway}"),
+        )
+    }
+
+    /// Every route of the main table of one family (4 or 6).
+    pub fn routes(&mut self, ipv6: bool) -> NlResult<Vec<Route>> {
+        let mut msg = RouteMessage::default();
+        msg.header.address_family = if ipv6 {
+            AddressFamily::Inet6
+        } else {
+            AddressFamily::Inet
+        };
+        let replies = self.request(
+            RouteNetlinkMessage::GetRoute(msg),
+            Reply::Dump,
+            "list routes",
+        )?;
+        Ok(replies
+            .iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewRoute(r) => to_route(r, ipv6),
+                _ => None,
+            })
+            .filter(|r| r.table == u32::from(RouteHeader::RT_TABLE_MAIN))
+            .collect())
+    }
+
+    // ----- the request/ack loop -----
+
+    fn create(&mut self, msg: RouteNetlinkMessage, what: &str) -> NlResult<()> {
+        self.request_flags(msg, NLM_F_CREATE | NLM_F_EXCL, Reply::Ack, what)
+            .map(drop)
+    }
+
+    fn request(
+        &mut self,
+        msg: RouteNetlinkMessage,
+        reply: Reply,
+        what: &str,
+    ) -> NlResult<Vec<RouteNetlinkMessage>> {
+        self.request_flags(msg, 0, reply, what)
+    }
+
+    fn request_flags(
+        &mut self,
+        msg: RouteNetlinkMessage,
+        extra_flags: u16,
+        reply: Reply,
+        what: &str,
+    ) -> NlResult<Vec<RouteNetlinkMessage>> {
+        self.sequence = self.sequence.wrapping_add(1);
+        let sequence = self.sequence;
+        let mut header = NetlinkHeader::default();
+        header.flags = NLM_F_REQUEST
+            | extra_flags
+            | match reply {
+                Reply::Ack => NLM_F_ACK,
+                Reply::Dump => NLM_F_DUMP,
+                Reply::One => 0,
+            };
+        header.sequence_number = sequence;
+        let mut packet = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(msg));
+        packet.finalize();
+        let mut bytes = vec![0u8; packet.buffer_len()];
+        packet.serialize(&mut bytes);
+        self.socket
+            .send(&bytes, 0)
+            .map_err(|e| NlError::new(what, e.raw_os_error().unwrap_or(libc::EIO)))?;
+
+        let mut replies = Vec::new();
+        loop {
+            self.buffer.clear();
+            let len = self
+                .socket
+                .recv(&mut self.buffer, libc::MSG_TRUNC)
+                .map_err(|e| NlError::new(what, e.raw_os_error().unwrap_or(libc::EIO)))?;
+            if len > self.buffer.len() {
+                return Err(NlError {
+                    reason: Some(format!("reply of {len} bytes truncated")),
+                    ..NlError::new(what, libc::EMSGSIZE)
+                });
+            }
+            let mut offset = 0;
+            while offset + 16 <= self.buffer.len() {
+                let datagram = &self.buffer[offset..];
+                let msg_len = u32::from_ne_bytes(datagram[0..4].try_into().unwrap()) as usize;
+                if msg_len < 16 || msg_len > datagram.len() {
+                    return Err(NlError {
+                        reason: Some("malformed reply".into()),
+                        ..NlError::new(what, libc::EBADMSG)
+                    });
+                }
+                offset += (msg_len + 3) & !3;
+                let parsed =
+                    NetlinkMessage::<RouteNetlinkMessage>::deserialize(&datagram[..msg_len]);
+                let parsed = match parsed {
+                    Ok(p) => p,
+                    // A dump may hold a link kind this crate cannot decode; that link is
+                    // none of academy's business, so skip it rather than fail the dump.
+                    Err(_) if reply == Reply::Dump => continue,
+                    Err(e) => {
+                        return Err(NlError {
+                            reason: Some(format!("undecodable reply: {e}")),
+                            ..NlError::new(what, libc::EBADMSG)
+                        })
+                    }
+                };
+                if parsed.header.sequence_number != sequence {
+                    continue;
+                }
+                let flags = parsed.header.flags;
+                match parsed.payload {
+                    NetlinkPayload::Done(_) => return Ok(replies),
+                    NetlinkPayload::Error(e) => match e.code {
+                        None => return Ok(replies),
+                        Some(code) => {
+                            let mut err = NlError::new(what, -code.get());
+                            if flags & NLM_F_ACK_TLVS != 0 {
+                                err.reason = ext_ack_message(&e.header);
+                            }
+                            return Err(err);
+                        }
+                    },
+                    NetlinkPayload::InnerMessage(m) => {
+                        replies.push(m);
+                        if reply == Reply::One {
+                            return Ok(replies);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reply {
+    /// A change: ends with an ACK (or an error).
+    Ack,
+    /// A single object: ends with it (or an error).
+    One,
+    /// Many objects: end with NLMSG_DONE.
+    Dump,
+}
+
+/// The kernel's human-readable reason (NLMSGERR_ATTR_MSG) from an error's payload: with
+/// cap_ack it is the original request's 16-byte header followed by TLVs.
+fn ext_ack_message(payload: &[u8]) -> Option<String> {
+    const NLMSGERR_ATTR_MSG: u16 = 1;
+    let mut rest = payload.get(16..)?;
+    while rest.len() >= 4 {
+        let len = u16::from_ne_bytes([rest[0], rest[1]]) as usize;
+        let kind = u16::from_ne_bytes([rest[2], rest[3]]);
+        if len < 4 || len > rest.len() {
+            return None;
+        }
+        if kind == NLMSGERR_ATTR_MSG {
+            let text = &rest[4..len];
+            let text = text.split(|b| *b == 0).next().unwrap_or(text);
+            return Some(String::from_utf8_lossy(text).into_owned());
+        }
+        rest = &rest[((len + 3) & !3).min(rest.len())..];
+    }
+    None
+}
+
+fn set_up_flag(msg: &mut LinkMessage, up: bool) {
+    msg.header.change_mask = LinkFlags::Up;
+    msg.header.flags = if up {
+        LinkFlags::Up
+    } else {
+        LinkFlags::empty()
+    };
+}
+
+fn family_of(ip: IpAddr) -> AddressFamily {
+    match ip {
+        IpAddr::V4(_) => AddressFamily::Inet,
+        IpAddr::V6(_) => AddressFamily::Inet6,
+    }
+}
+
+fn to_link(msg: &LinkMessage) -> Link {
+    let mut link = Link {
+        index: msg.header.index,
+        name: String::new(),
+        kind: LinkKind::None,
+        mac: None,
+        mtu: None,
+        up: msg.header.flags.contains(LinkFlags::Up),
+        controller: None,
+        alias: None,
+    };
+    for attr in &msg.attributes {
+        match attr {
+            LinkAttribute::IfName(n) => link.name = n.clone(),
+            LinkAttribute::Address(a) => link.mac = a.as_slice().try_into().ok(),
+            LinkAttribute::Mtu(m) => link.mtu = Some(*m),
+            LinkAttribute::Controller(c) => link.controller = Some(*c),
+            LinkAttribute::IfAlias(a) => link.alias = Some(a.clone()),
+            LinkAttribute::LinkInfo(infos) => {
+                for info in infos {
+                    if let LinkInfo::Kind(kind) = info {
+                        link.kind = match kind {
+                            InfoKind::Bridge => LinkKind::Bridge,
+                            InfoKind::Veth => LinkKind::Veth,
+                            other => LinkKind::Other(other.to_string()),
+                        };
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    link
+}
+
+fn to_route(msg: &RouteMessage, ipv6: bool) -> Option<Route> {
+    let mut dst: Option<IpAddr> = None;
+    let mut gateway = None;
+    let mut oif = None;
+    let mut table = u32::from(msg.header.table);
+    for attr in &msg.attributes {
+        match attr {
+            RouteAttribute::Destination(a) => dst = route_ip(a),
+            RouteAttribute::Gateway(a) => gateway = route_ip(a),
+            RouteAttribute::Oif(i) => oif = Some(*i),
+            RouteAttribute::Table(t) => table = *t,
+            _ => {}
+        }
+    }
+    let unspecified = if ipv6 {
+        IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+    } else {
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+    };
+    let dst = IpNetwork::new(
+        dst.unwrap_or(unspecified),
+        msg.header.destination_prefix_length,
+    )
+    .ok()?;
+    Some(Route {
+        dst,
+        gateway,
+        oif,
+        table,
+    })
+}
+
+fn route_ip(addr: &RouteAddress) -> Option<IpAddr> {
+    match addr {
+        RouteAddress::Inet(v4) => Some(IpAddr::V4(*v4)),
+        RouteAddress::Inet6(v6) => Some(IpAddr::V6(*v6)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ext_ack_reason_is_read_after_the_echoed_header() {
+        let mut payload = vec![0u8; 16];
+        let text = b"Address already assigned\0";
+        let len = (4 + text.len()) as u16;
+        payload.extend_from_slice(&len.to_ne_bytes());
+        payload.extend_from_slice(&1u16.to_ne_bytes());
+        payload.extend_from_slice(text);
+        assert_eq!(
+            ext_ack_message(&payload).as_deref(),
+            Some("Address already assigned")
+        );
+        assert_eq!(ext_ack_message(&payload[..10]), None);
+    }
+}

@@ -1,0 +1,100 @@
+//! Network namespaces: open one by path, and run work inside it on a scoped thread.
+//!
+//! setns(2) changes only the calling thread, so a short-lived thread enters the netns,
+//! does its work and ends; the main thread never changes namespace and nothing has to
+//! be switched back (an early return cannot strand the process in the container).
+
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use nix::sched::{setns, CloneFlags};
+
+use crate::cni::{code, Error, Result};
+
+/// statfs f_type of nsfs, where every /proc/<pid>/ns/* and bind-mounted netns lives.
+const NSFS_MAGIC: i64 = 0x6e73_6673;
+
+/// An open network namespace other than academy's own.
+pub struct Netns {
+    file: File,
+    path: String,
+}
+
+/// Why a netns path could not be used.
+pub enum OpenError {
+    /// Nothing at that path (a DEL after the runtime removed the netns).
+    Missing,
+    Unusable(Error),
+}
+
+impl Netns {
+    pub fn open(path: &str) -> std::result::Result<Netns, OpenError> {
+        let unusable = |msg: String| OpenError::Unusable(Error::new(code::NETNS_UNUSABLE, msg));
+        let file = match File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(OpenError::Missing),
+            Err(e) => return Err(unusable(format!("cannot open CNI_NETNS {path}: {e}"))),
+        };
+        let fs = nix::sys::statfs::fstatfs(&file)
+            .map_err(|e| unusable(format!("cannot stat CNI_NETNS {path}: {e}")))?;
+        if fs.filesystem_type().0 as i64 != NSFS_MAGIC {
+            return Err(unusable(format!(
+                "CNI_NETNS {path} is not a network namespace (expected a path like /var/run/netns/NAME or /proc/PID/ns/net)"
+            )));
+        }
+        let ours = std::fs::metadata("/proc/thread-self/ns/net");
+        let theirs = file.metadata();
+        if let (Ok(ours), Ok(theirs)) = (ours, theirs) {
+            if ours.ino() == theirs.ino() && ours.dev() == theirs.dev() {
+                return Err(unusable(format!(
+                    "CNI_NETNS {path} is the host's own network namespace; academy wires containers, not the host"
+                )));
+            }
+        }
+        Ok(Netns {
+            file,
+            path: path.to_string(),
+        })
+    }
+
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+
+    /// Runs `work` on a new thread that has entered this netns. The thread ends with the
+    /// work, so the namespace is never held past it.
+    pub fn run<T, F>(&self, work: F) -> Result<T>
+    where
+        T: Send,
+        F: FnOnce() -> Result<T> + Send,
+    {
+        std::thread::scope(|scope| {
+            let thread = scope.spawn(|| {
+                setns(self.file.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| {
+                    Error::new(
+                        code::NETNS_UNUSABLE,
+                        format!("cannot enter network namespace {}: {e}", self.path),
+                    )
+                })?;
+                work()
+            });
+            thread.join().unwrap_or_else(|_| {
+                Err(Error::new(
+                    code::NETNS_UNUSABLE,
+                    format!("work inside network namespace {} panicked", self.path),
+                ))
+            })
+        })
+    }
+}
+
+/// True when `path` exists; DEL uses it to tell "netns gone" from "netns unusable".
+pub fn exists(path: &str) -> bool {
+    Path::new(path).exists()
+}

@@ -1,0 +1,88 @@
+//! One invocation: from the validated environment and the stdin bytes to what is printed
+//! on stdout and the exit status. No I/O of its own besides what the verbs do.
+
+use serde_json::json;
+
+use crate::cni::env::{Command, Env};
+use crate::cni::{code, version, Error, Result};
+use crate::config::{self, Config};
+use crate::{add, check, del, gc, status};
+
+pub const NAME: &str = env!("CARGO_PKG_NAME");
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// What the process prints on stdout (if anything) and its exit status.
+pub struct Outcome {
+    pub stdout: Option<String>,
+    pub exit_code: i32,
+}
+
+/// Shown when a person runs the binary with no CNI_COMMAND.
+pub fn about() -> String {
+    format!(
+        "CNI {NAME} plugin v{VERSION}\nCNI protocol versions supported: {}",
+        version::SUPPORTED.join(", ")
+    )
+}
+
+pub fn run(env: Result<Option<Env>>, stdin: &[u8]) -> Option<Outcome> {
+    // Errors are printed in the runtime's own version when the config names one.
+    let err_version = config::peek_version(stdin)
+        .filter(|v| version::is_supported(v))
+        .unwrap_or_else(|| version::LATEST.to_string());
+    let fail = |e: Error| Outcome {
+        stdout: Some(e.to_json(&err_version)),
+        exit_code: 1,
+    };
+    let env = match env {
+        Ok(Some(env)) => env,
+        Ok(None) => return None,
+        Err(e) => return Some(fail(e)),
+    };
+    Some(match dispatch(&env, stdin) {
+        Ok(stdout) => Outcome {
+            stdout,
+            exit_code: 0,
+        },
+        Err(e) => fail(e),
+    })
+}
+
+fn dispatch(env: &Env, stdin: &[u8]) -> Result<Option<String>> {
+    if env.command == Command::Version {
+        return Ok(Some(version_reply(stdin)));
+    }
+    let conf = Config::parse(stdin)?;
+    let min = match env.command {
+        Command::Check => "0.4.0",
+        Command::Gc | Command::Status => "1.1.0",
+        _ => "0.0.0",
+    };
+    if !version::at_least(&conf.cni_version, min) {
+        return Err(Error::new(
+            code::INCOMPATIBLE_VERSION,
+            format!(
+                "{} needs cniVersion {min} or later, but the config says {}",
+                env.command.name(),
+                conf.cni_version
+            ),
+        ));
+    }
+    match env.command {
+        Command::Add => {
+            let result = add::add(env, &conf)?;
+            Ok(Some(result.to_json(&conf.cni_version).to_string()))
+        }
+        Command::Del => del::del(env, &conf).map(|()| None),
+        Command::Check => check::check(env, &conf).map(|()| None),
+        Command::Gc => gc::gc(&conf).map(|()| None),
+        Command::Status => status::status(&conf).map(|()| None),
+        Command::Version => unreachable!("answered above"),
+    }
+}
+
+/// VERSION succeeds whatever stdin holds: runtimes probe with dummy input.
+fn version_reply(stdin: &[u8]) -> String {
+    let asked = config::peek_version(stdin).unwrap_or_else(|| version::LATEST.to_string());
+    json!({ "cniVersion": asked, "supportedVersions": version::SUPPORTED }).to_string()
+}
