@@ -1,12 +1,114 @@
-//! GC (CNI 1.1): release everything of this network that the runtime's valid list does
-//! not name. Written with the IPAM store.
+//! GC (CNI 1.1): release everything of this network that the runtime's list of valid
+//! attachments does not name: reservations and host veths alike (an address freed while
+//! its veth lives on, or the reverse, is the half-cleanup seed 004 warns about).
+//!
+//! GC trusts only that list. It never guesses liveness from other sources (a netns that
+//! still exists, a recent file): Antrea freed in-use addresses by doing so. An empty list
+//! is meaningful and frees everything; a missing list is refused.
+
+use std::collections::HashSet;
 
 use crate::cni::{Error, Result};
 use crate::config::Config;
+use crate::hostveth;
+use crate::ipam::Store;
+use crate::netlink::{Link, LinkKind, LinkRef, Netlink};
+use crate::wire::{self, kernel};
 
-pub fn gc(_conf: &Config) -> Result<()> {
-    Err(Error::new(
-        crate::cni::code::TRY_AGAIN_LATER,
-        "GC is not implemented yet",
-    ))
+pub fn gc(conf: &Config) -> Result<()> {
+    let valid = conf.valid_attachments.as_ref().ok_or_else(|| {
+        Error::config("GC needs cni.dev/valid-attachments in the network config").details(
+            "an empty list frees everything; academy will not guess which attachments are live",
+        )
+    })?;
+    let mut errors = Vec::new();
+
+    match Netlink::open() {
+        Ok(mut nl) => sweep_links(&mut nl, conf, valid, &mut errors),
+        Err(e) => errors.push(kernel(e)),
+    }
+
+    match Store::open(&conf.data_dir, &conf.name) {
+        Ok(store) => {
+            let report = store.gc(valid);
+            for (addr, holder) in &report.released {
+                eprintln!("academy: GC released {addr} (held by {holder})");
+            }
+            errors.extend(report.errors);
+        }
+        Err(e) => errors.push(e),
+    }
+
+    match errors.len() {
+        0 => Ok(()),
+        1 => Err(errors.remove(0)),
+        n => {
+            let code = errors[0].code;
+            let all: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+            Err(Error::new(
+                code,
+                format!("GC finished with {n} errors: {}", all.join("; ")),
+            ))
+        }
+    }
+}
+
+/// Deletes this network's host veths whose attachment is not valid. An error on one link
+/// is recorded and the sweep goes on.
+fn sweep_links(
+    nl: &mut Netlink,
+    conf: &Config,
+    valid: &HashSet<(String, String)>,
+    errors: &mut Vec<Error>,
+) {
+    let links = match nl.links() {
+        Ok(l) => l,
+        Err(e) => return errors.push(kernel(e)),
+    };
+    let bridge = links
+        .iter()
+        .find(|l| l.name == conf.bridge && l.kind == LinkKind::Bridge)
+        .map(|l| l.index);
+    let valid_names: HashSet<String> = valid
+        .iter()
+        .map(|(cid, ifname)| hostveth::name(cid, ifname))
+        .collect();
+    for link in links.iter().filter(|l| l.kind == LinkKind::Veth) {
+        if !is_stale(link, conf, bridge, valid, &valid_names) {
+            continue;
+        }
+        match wire::delete_if_present(nl, LinkRef::Index(link.index)) {
+            Ok(_) => eprintln!(
+                "academy: GC deleted host veth {} ({})",
+                link.name,
+                link.alias.as_deref().unwrap_or("unlabelled")
+            ),
+            Err(e) => errors.push(e.context(format!("GC could not delete {}", link.name))),
+        }
+    }
+}
+
+fn is_stale(
+    link: &Link,
+    conf: &Config,
+    bridge: Option<u32>,
+    valid: &HashSet<(String, String)>,
+    valid_names: &HashSet<String>,
+) -> bool {
+    match link.alias.as_deref().map(hostveth::owner) {
+        Some(Some((network, cid, ifname))) => {
+            network == conf.name && !valid.contains(&(cid.to_string(), ifname.to_string()))
+        }
+        // Someone else's alias: not academy's.
+        Some(None) => false,
+        // No alias: an ADD was killed between creating the pair and labelling it. The
+        // pair was born attached to this network's bridge under a derived name, which is
+        // how it is recognised.
+        None => {
+            hostveth::is_derived_name(&link.name)
+                && bridge.is_some()
+                && link.controller == bridge
+                && !valid_names.contains(&link.name)
+        }
+    }
 }

@@ -26,6 +26,15 @@ pub fn name(container_id: &str, ifname: &str) -> String {
     format!("veth{:011x}", hash >> 20)
 }
 
+/// True for names of the form `name` produces ("veth" + 11 hex digits).
+pub fn is_derived_name(name: &str) -> bool {
+    name.len() == 15
+        && name.starts_with("veth")
+        && name[4..]
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 pub fn alias(network: &str, container_id: &str, ifname: &str) -> String {
     format!("academy:{network}:{container_id}:{ifname}")
 }
@@ -67,7 +76,9 @@ mod tests {
         let a = name("c1", "eth0");
         assert_eq!(a, name("c1", "eth0"));
         assert_eq!(a.len(), 15);
-        assert!(a.starts_with("veth") && a[4..].chars().all(|c| c.is_ascii_hexdigit()));
+        assert!(is_derived_name(&a));
+        assert!(!is_derived_name("veth1234abcd"));
+        assert!(!is_derived_name("vethXXXXXXXXXXX"));
         assert_ne!(a, name("c1", "eth1"));
         assert_ne!(a, name("c2", "eth0"));
         // The separator keeps ("ab", "c") and ("a", "bc") apart.

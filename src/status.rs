@@ -1,11 +1,33 @@
-//! STATUS (CNI 1.1): can ADD be served? Written with the IPAM store.
+//! STATUS (CNI 1.1): can ADD be served? The store must be writable with a free address
+//! in the range, and the bridge name must not be taken by something that is not a bridge.
 
-use crate::cni::{Error, Result};
+use crate::add::pool;
+use crate::cni::{code, Error, Result};
 use crate::config::Config;
+use crate::ipam;
+use crate::netlink::{LinkKind, Netlink};
+use crate::wire::kind_name;
 
-pub fn status(_conf: &Config) -> Result<()> {
-    Err(Error::new(
-        crate::cni::code::NOT_AVAILABLE,
-        "STATUS is not implemented yet",
-    ))
+pub fn status(conf: &Config) -> Result<()> {
+    let unavailable = |msg: String| Error::new(code::NOT_AVAILABLE, msg);
+    let mut nl = Netlink::open()
+        .map_err(|e| unavailable(format!("cannot talk to the kernel over rtnetlink: {e}")))?;
+    match nl.link(&conf.bridge) {
+        Ok(Some(link)) if link.kind != LinkKind::Bridge => {
+            return Err(unavailable(format!(
+                "bridge name {} is taken by {}",
+                conf.bridge,
+                kind_name(&link.kind)
+            ))
+            .details("remove that link or set another \"bridge\" in the network config"))
+        }
+        Ok(_) => {}
+        Err(e) => {
+            return Err(unavailable(format!(
+                "cannot look up bridge {}: {e}",
+                conf.bridge
+            )))
+        }
+    }
+    ipam::status(&conf.data_dir, &conf.name, &[pool(conf)?])
 }
