@@ -6,7 +6,7 @@ HARNESS         ?= ../shared/tools/install-harness
 CARGO           ?= cargo
 RELEASE_BIN     := target/release/academy
 
-.PHONY: all build release install uninstall test unit lint harness setup demo clean
+.PHONY: all build release install uninstall test unit lint harness setup demo bench clean
 
 all: build
 
@@ -49,6 +49,11 @@ lint:
 # Seed 002's gate with cnitool in a throwaway netns, step by step, then cleanup.
 demo: setup install
 	scripts/demo.sh
+
+# academy against the reference bridge + host-local, side by side in one run; writes
+# bench/results/ (raw JSON, ratio table, chart). Not a test: nothing here can fail on time.
+bench: setup build
+	python3 bench/bench.py --academy $(RELEASE_BIN) --reference-dir $(CNI_BIN_DIR)
 
 clean:
 	$(CARGO) clean
