@@ -1,1 +1,194 @@
-//! Built-in IPAM (being written).
+//! Built-in IPAM: a file-backed address allocator in the host-local tradition, where the
+//! file system is the lock (an exclusive create wins an address) and DEL frees by holder.
+//!
+//! # API
+//!
+//! ```text
+//! Holder { container_id, ifname }           Holder::new, key(), file_content(), validate()
+//! Pool::new(subnet, gateway, rangeStart, rangeEnd) -> Result<Pool>     (code 7 on bad config)
+//!     .with_range_set(n)  subnet()  gateway()  first()  last()  size()  contains(ip)  candidates(hint)
+//! Store::open(data_dir, network) -> Result<Store>                      (creates <data_dir>/<network>/)
+//!     dir()  network()
+//!     reserve(&holder, &pool) -> Result<IpAddr>                        (110 when full)
+//!     reserve_requested(&holder, &pool, ip) -> Result<IpAddr>          (111 when unavailable)
+//!     release(&holder) -> Result<Vec<IpAddr>>                          (idempotent, O(1) in store size)
+//!     held_by(&holder) -> Result<Vec<IpAddr>>
+//!     gc(&valid (containerID, ifname) set) -> GcReport { released, errors }
+//!     status(&[pool]) -> Result<()>                                    (50 when unusable or full)
+//! status(data_dir, network, &[pool]) -> Result<()>                     (open + status, open errors as 50)
+//! ```
+//!
+//! I/O failures are code 5 with the path and errno in the message.
+//!
+//! # On disk, under `<dataDir>/<network>/` (mode 0700)
+//!
+//! - `<address>` (e.g. `10.98.0.2`, `fd00::2`), mode 0600: one reservation, content
+//!   `containerID\r\nifname` (host-local's format; a bare `containerID` from older writers
+//!   is also understood). It appears atomically with its content (O_TMPFILE + linkat, or a
+//!   named temp + link), so a kill never leaves an empty or holderless reservation.
+//! - `holders/<containerID>:<ifname>`: the addresses this holder holds or is about to hold,
+//!   one per line. It is written (temp + rename) *before* the reservation is linked, so DEL
+//!   can always clean up by reading this one file, whatever instant a previous ADD died at.
+//!   It may name addresses someone else won; release checks the reservation's content.
+//! - `last_reserved_ip.<rangeSet>`: round-robin hint, the last address handed out (host-local).
+//! - `.tmp.*` (in either directory): leftovers of an interrupted write, swept by GC after 60 s.
+//!
+//! Two concurrent reserves for the *same* holder are not serialised (the runtime never issues
+//! them); the worst outcome is an address missing from the index, which GC recovers.
+
+mod allocator;
+mod store;
+
+pub use allocator::{Candidates, Pool};
+pub use store::{status, GcReport, Store};
+
+use crate::cni::{Error, Result};
+
+/// Who holds an address: the runtime's container ID and the interface inside it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Holder {
+    pub container_id: String,
+    pub ifname: String,
+}
+
+/// NAME_MAX: the index file is named by the key.
+const MAX_KEY_LEN: usize = 255;
+
+impl Holder {
+    pub fn new(container_id: impl Into<String>, ifname: impl Into<String>) -> Holder {
+        Holder {
+            container_id: container_id.into(),
+            ifname: ifname.into(),
+        }
+    }
+
+    /// Name of this holder's index file. ':' is refused in both parts, so it splits back
+    /// unambiguously.
+    pub fn key(&self) -> String {
+        format!("{}:{}", self.container_id, self.ifname)
+    }
+
+    /// What a reservation file held by this holder contains.
+    pub fn file_content(&self) -> String {
+        format!("{}\r\n{}", self.container_id, self.ifname)
+    }
+
+    /// Refuses what would make the key an unsafe file name or the file content ambiguous.
+    /// Code 4: both parts come from CNI_CONTAINERID and CNI_IFNAME.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |s: &str| {
+            s.is_empty()
+                || s.chars()
+                    .any(|c| matches!(c, '/' | ':' | '\0') || c.is_whitespace())
+        };
+        if bad(&self.container_id) || self.container_id.starts_with('.') {
+            return Err(Error::env(format!(
+                "container ID {:?} cannot name an address holder",
+                self.container_id
+            ))
+            .details("it must be non-empty, not start with '.', and contain no '/', ':', NUL or whitespace"));
+        }
+        if bad(&self.ifname) {
+            return Err(Error::env(format!(
+                "interface name {:?} cannot name an address holder",
+                self.ifname
+            ))
+            .details("it must be non-empty and contain no '/', ':', NUL or whitespace"));
+        }
+        if self.key().len() > MAX_KEY_LEN {
+            return Err(Error::env(format!(
+                "container ID and interface name are {} bytes together, too long for a file name (max {MAX_KEY_LEN})",
+                self.key().len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether a reservation file's content names this holder. Legacy content (the ID
+    /// alone) matches on the ID, as host-local's release does; whitespace around the whole
+    /// content is ignored, also as host-local does.
+    pub(crate) fn matches(&self, content: &[u8]) -> bool {
+        match FileHolder::parse(content) {
+            FileHolder::Full { id, ifname } => id == self.container_id && ifname == self.ifname,
+            FileHolder::Legacy(id) => id == self.container_id,
+        }
+    }
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "container {} (interface {})",
+            self.container_id, self.ifname
+        )
+    }
+}
+
+/// A reservation file's content, as found on disk.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum FileHolder {
+    Full { id: String, ifname: String },
+    Legacy(String),
+}
+
+impl FileHolder {
+    pub(crate) fn parse(content: &[u8]) -> FileHolder {
+        let text = String::from_utf8_lossy(content);
+        let text = text.trim();
+        match text.split_once("\r\n") {
+            Some((id, ifname)) => FileHolder::Full {
+                id: id.to_string(),
+                ifname: ifname.to_string(),
+            },
+            None => FileHolder::Legacy(text.to_string()),
+        }
+    }
+
+    /// `id:ifname`, or the bare id for legacy content.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            FileHolder::Full { id, ifname } => format!("{id}:{ifname}"),
+            FileHolder::Legacy(id) => id.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cni::code;
+
+    #[test]
+    fn holder_key_content_and_matching() {
+        let h = Holder::new("abc", "eth0");
+        assert_eq!(h.key(), "abc:eth0");
+        assert_eq!(h.file_content(), "abc\r\neth0");
+        assert!(h.matches(b"abc\r\neth0"));
+        assert!(h.matches(b"abc\r\neth0\n"));
+        assert!(h.matches(b"abc"));
+        assert!(!h.matches(b"abc\r\neth1"));
+        assert!(!h.matches(b"abcd"));
+        assert!(!h.matches(b""));
+    }
+
+    #[test]
+    fn holder_validation() {
+        assert!(Holder::new("abc-1.x_y", "eth0").validate().is_ok());
+        for (id, ifname) in [
+            ("", "eth0"),
+            ("a/b", "eth0"),
+            ("a:b", "eth0"),
+            ("..", "eth0"),
+            (".tmp.1", "eth0"),
+            ("a\r\nb", "eth0"),
+            ("abc", ""),
+            ("abc", "e:th0"),
+            ("abc", "e/th0"),
+        ] {
+            let e = Holder::new(id, ifname).validate().unwrap_err();
+            assert_eq!(e.code, code::INVALID_ENVIRONMENT, "{id:?} {ifname:?}");
+        }
+        assert!(Holder::new("a".repeat(300), "eth0").validate().is_err());
+    }
+}
