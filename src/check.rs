@@ -1,12 +1,12 @@
 //! CHECK: compare the kernel with what ADD reported (prevResult) and name every
 //! difference. Read-only: it changes nothing.
 
+use crate::addressing;
 use crate::cni::env::Env;
 use crate::cni::result::{format_mac, CniResult, IpConfig, RouteEntry};
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
 use crate::hostveth::{self, Ownership};
-use crate::ipam::{Holder, Store};
 use crate::netlink::{LinkKind, Netlink};
 use crate::netns::{Netns, OpenError};
 use crate::wire::{kernel, kind_name, Attachment};
@@ -68,7 +68,12 @@ pub fn check(env: &Env, conf: &Config) -> Result<()> {
                     ));
                 }
             }
-            for route in &prev.routes {
+            // Only routes through this interface's subnets are academy's to check: a
+            // later plugin in the chain may add others, which the spec allows.
+            let ours = prev.routes.iter().filter(|r| {
+                r.gw.is_none_or(|gw| ips.iter().any(|ip| ip.address.contains(gw)))
+            });
+            for route in ours {
                 if !found.routes.iter().any(|r| r == route) {
                     diffs.push(format!(
                         "route {} via {} is missing from {}",
@@ -134,21 +139,7 @@ fn check_host(conf: &Config, env: &Env, ips: &[&IpConfig], diffs: &mut Vec<Strin
             }
         }
     }
-    let store = Store::open(&conf.data_dir, &conf.name)?;
-    let held = store.held_by(&Holder {
-        container_id: env.container_id.clone(),
-        ifname: env.ifname.clone(),
-    })?;
-    for ip in ips {
-        if ip.address.ip() != conf.gateway && !held.contains(&ip.address.ip()) {
-            diffs.push(format!(
-                "address {} is not reserved for this container in {}",
-                ip.address.ip(),
-                store.dir().display()
-            ));
-        }
-    }
-    Ok(())
+    addressing::check(env, conf, ips, diffs)
 }
 
 struct Inside {

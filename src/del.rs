@@ -1,10 +1,10 @@
 //! DEL: remove the veth pair through its host end (no netns entry needed) and free the
 //! attachment's addresses by holder. Nothing left to remove is success.
 
+use crate::addressing;
 use crate::cni::env::Env;
 use crate::cni::{code, Result};
 use crate::config::Config;
-use crate::ipam::{Holder, Store};
 use crate::netlink::Netlink;
 use crate::wire::{self, kernel, Attachment};
 
@@ -24,10 +24,5 @@ pub fn del(env: &Env, conf: &Config) -> Result<()> {
             other?;
         }
     }
-    let store = Store::open(&conf.data_dir, &conf.name)?;
-    store.release(&Holder {
-        container_id: env.container_id.clone(),
-        ifname: env.ifname.clone(),
-    })?;
-    Ok(())
+    addressing::release(env, conf)
 }

@@ -8,14 +8,15 @@
 
 use std::collections::HashSet;
 
+use crate::addressing;
+use crate::cni::env::Env;
 use crate::cni::{Error, Result};
 use crate::config::Config;
 use crate::hostveth;
-use crate::ipam::Store;
 use crate::netlink::{Link, LinkKind, LinkRef, Netlink};
 use crate::wire::{self, kernel};
 
-pub fn gc(conf: &Config) -> Result<()> {
+pub fn gc(env: &Env, conf: &Config) -> Result<()> {
     let valid = conf.valid_attachments.as_ref().ok_or_else(|| {
         Error::config("GC needs cni.dev/valid-attachments in the network config").details(
             "an empty list frees everything; academy will not guess which attachments are live",
@@ -28,16 +29,7 @@ pub fn gc(conf: &Config) -> Result<()> {
         Err(e) => errors.push(kernel(e)),
     }
 
-    match Store::open(&conf.data_dir, &conf.name) {
-        Ok(store) => {
-            let report = store.gc(valid);
-            for (addr, holder) in &report.released {
-                eprintln!("academy: GC released {addr} (held by {holder})");
-            }
-            errors.extend(report.errors);
-        }
-        Err(e) => errors.push(e),
-    }
+    addressing::gc(env, conf, &mut errors);
 
     match errors.len() {
         0 => Ok(()),

@@ -6,10 +6,12 @@
 //! holds the addresses.
 
 pub mod add;
+pub mod addressing;
 pub mod check;
 pub mod cni;
 pub mod config;
 pub mod del;
+pub mod delegate;
 pub mod gc;
 pub mod hostveth;
 pub mod ipam;

@@ -86,6 +86,7 @@ pub struct Link {
     pub mtu: Option<u32>,
     /// Administratively up (IFF_UP).
     pub up: bool,
+    pub promisc: bool,
     /// The bridge this link is a port of.
     pub controller: Option<u32>,
     pub alias: Option<String>,
@@ -199,9 +200,18 @@ impl Netlink {
     /// Creates a bridge, up. EEXIST when any link of that name exists.
     /// The MAC is pinned so that the bridge does not take a new one whenever its
     /// lowest-numbered port comes or goes (which would make results go stale).
-    pub fn create_bridge(&mut self, name: &str, mac: [u8; 6], mtu: Option<u32>) -> NlResult<()> {
+    pub fn create_bridge(
+        &mut self,
+        name: &str,
+        mac: [u8; 6],
+        mtu: Option<u32>,
+        promisc: bool,
+    ) -> NlResult<()> {
         let mut msg = LinkMessage::default();
-        set_up_flag(&mut msg, true);
+        set_flags(&mut msg, LinkFlags::Up, true);
+        if promisc {
+            set_flags(&mut msg, LinkFlags::Promisc, true);
+        }
         msg.attributes.push(LinkAttribute::IfName(name.to_string()));
         msg.attributes.push(LinkAttribute::Address(mac.to_vec()));
         if let Some(mtu) = mtu {
@@ -230,7 +240,7 @@ impl Netlink {
         peer.attributes
             .push(LinkAttribute::NetNsFd(pair.peer_netns.as_raw_fd()));
         let mut host = LinkMessage::default();
-        set_up_flag(&mut host, true);
+        set_flags(&mut host, LinkFlags::Up, true);
         host.attributes
             .push(LinkAttribute::IfName(pair.host_name.to_string()));
         host.attributes
@@ -264,8 +274,15 @@ impl Netlink {
     pub fn set_up(&mut self, index: u32) -> NlResult<()> {
         let mut msg = LinkMessage::default();
         msg.header.index = index;
-        set_up_flag(&mut msg, true);
+        set_flags(&mut msg, LinkFlags::Up, true);
         self.change_link(msg, &format!("set link #{index} up"))
+    }
+
+    pub fn set_promisc(&mut self, index: u32) -> NlResult<()> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        set_flags(&mut msg, LinkFlags::Promisc, true);
+        self.change_link(msg, &format!("set link #{index} promiscuous"))
     }
 
     /// Deletes a link (a veth takes its peer with it). ENODEV when it is already gone.
@@ -308,6 +325,20 @@ impl Netlink {
             RouteNetlinkMessage::NewAddress(msg),
             &format!("add address {addr} to link #{index}"),
         )
+    }
+
+    pub fn delete_address(&mut self, index: u32, addr: IpNetwork) -> NlResult<()> {
+        let mut msg = AddressMessage::default();
+        msg.header.family = family_of(addr.ip());
+        msg.header.prefix_len = addr.prefix();
+        msg.header.index = index;
+        msg.attributes.push(AddressAttribute::Local(addr.ip()));
+        self.request(
+            RouteNetlinkMessage::DelAddress(msg),
+            Reply::Ack,
+            &format!("delete address {addr} from link #{index}"),
+        )
+        .map(drop)
     }
 
     /// The addresses on one link, IPv4 and IPv6.
@@ -529,13 +560,14 @@ fn ext_ack_message(payload: &[u8]) -> Option<String> {
     None
 }
 
-fn set_up_flag(msg: &mut LinkMessage, up: bool) {
-    msg.header.change_mask = LinkFlags::Up;
-    msg.header.flags = if up {
-        LinkFlags::Up
+/// Sets or clears one flag, leaving the others as the kernel has them.
+fn set_flags(msg: &mut LinkMessage, flag: LinkFlags, on: bool) {
+    msg.header.change_mask |= flag;
+    if on {
+        msg.header.flags |= flag;
     } else {
-        LinkFlags::empty()
-    };
+        msg.header.flags &= !flag;
+    }
 }
 
 fn family_of(ip: IpAddr) -> AddressFamily {
@@ -553,6 +585,7 @@ fn to_link(msg: &LinkMessage) -> Link {
         mac: None,
         mtu: None,
         up: msg.header.flags.contains(LinkFlags::Up),
+        promisc: msg.header.flags.contains(LinkFlags::Promisc),
         controller: None,
         alias: None,
     };

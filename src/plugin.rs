@@ -75,8 +75,8 @@ fn dispatch(env: &Env, stdin: &[u8]) -> Result<Option<String>> {
         }
         Command::Del => del::del(env, &conf).map(|()| None),
         Command::Check => check::check(env, &conf).map(|()| None),
-        Command::Gc => gc::gc(&conf).map(|()| None),
-        Command::Status => status::status(&conf).map(|()| None),
+        Command::Gc => gc::gc(env, &conf).map(|()| None),
+        Command::Status => status::status(env, &conf).map(|()| None),
         Command::Version => unreachable!("answered above"),
     }
 }

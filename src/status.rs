@@ -1,14 +1,14 @@
-//! STATUS (CNI 1.1): can ADD be served? The store must be writable with a free address
-//! in the range, and the bridge name must not be taken by something that is not a bridge.
+//! STATUS (CNI 1.1): can ADD be served? The IPAM must be able to give an address (for
+//! academy's store: writable, with a free address in every range set), and the bridge name must not be taken by something that is not a bridge.
 
-use crate::add::pool;
+use crate::addressing;
+use crate::cni::env::Env;
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
-use crate::ipam;
 use crate::netlink::{LinkKind, Netlink};
 use crate::wire::kind_name;
 
-pub fn status(conf: &Config) -> Result<()> {
+pub fn status(env: &Env, conf: &Config) -> Result<()> {
     let unavailable = |msg: String| Error::new(code::NOT_AVAILABLE, msg);
     let mut nl = Netlink::open()
         .map_err(|e| unavailable(format!("cannot talk to the kernel over rtnetlink: {e}")))?;
@@ -29,5 +29,5 @@ pub fn status(conf: &Config) -> Result<()> {
             )))
         }
     }
-    ipam::status(&conf.data_dir, &conf.name, &[pool(conf)?])
+    addressing::status(env, conf)
 }

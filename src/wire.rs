@@ -21,18 +21,25 @@ pub fn kernel(e: NlError) -> Error {
     Error::new(code::KERNEL_REFUSED, format!("kernel refused to {e}")).details(hint)
 }
 
+/// What the node bridge must look like.
+pub struct BridgeSpec<'a> {
+    pub name: &'a str,
+    pub mtu: Option<u32>,
+    pub promisc: bool,
+    /// Gateway addresses (with the subnet's prefix) to put on it.
+    pub gateways: &'a [IpNetwork],
+    /// Replace a different address of the same family instead of failing.
+    pub force_address: bool,
+}
+
 /// Step 1 (`ip link add NAME type bridge; ip link set NAME up; ip addr add GW dev NAME`):
-/// the node bridge exists, is a bridge, is up, and holds the gateway address.
-pub fn ensure_bridge(
-    nl: &mut Netlink,
-    name: &str,
-    mtu: Option<u32>,
-    gateway: Option<IpNetwork>,
-) -> Result<Link> {
+/// the node bridge exists, is a bridge, is up, and holds the gateway addresses.
+pub fn ensure_bridge(nl: &mut Netlink, spec: &BridgeSpec) -> Result<Link> {
+    let name = spec.name;
     let bridge = match nl.link(name).map_err(kernel)? {
         Some(link) => link,
         None => {
-            match nl.create_bridge(name, random_mac(), mtu) {
+            match nl.create_bridge(name, random_mac(), spec.mtu, spec.promisc) {
                 // Another ADD created it first: fine, it is shared.
                 Err(e) if !e.is(libc::EEXIST) => return Err(kernel(e)),
                 _ => {}
@@ -59,13 +66,50 @@ pub fn ensure_bridge(
     if !bridge.up {
         nl.set_up(bridge.index).map_err(kernel)?;
     }
-    if let Some(gw) = gateway {
-        match nl.add_address(bridge.index, gw) {
-            Err(e) if !e.is(libc::EEXIST) => return Err(kernel(e)),
-            _ => {}
+    if spec.promisc && !bridge.promisc {
+        nl.set_promisc(bridge.index).map_err(kernel)?;
+    }
+    for gw in spec.gateways {
+        match nl.add_address(bridge.index, *gw) {
+            // Already there: the common case for every ADD but the first.
+            Err(e) if e.is(libc::EEXIST) => {}
+            Err(e) => return Err(kernel(e)),
+            // New on this bridge: only now can it clash with an older address.
+            Ok(()) => resolve_address_clash(nl, &bridge, *gw, spec.force_address)?,
         }
     }
     Ok(bridge)
+}
+
+/// The reference plugin's rule: one IPv4 address on the bridge, and IPv6 addresses only
+/// in subnets that do not overlap. An older address that breaks it is replaced with
+/// forceAddress, else the new one is taken back and ADD fails.
+fn resolve_address_clash(
+    nl: &mut Netlink,
+    bridge: &Link,
+    new: IpNetwork,
+    force: bool,
+) -> Result<()> {
+    let clashing: Vec<IpNetwork> = nl
+        .addresses(bridge.index)
+        .map_err(kernel)?
+        .into_iter()
+        .filter(|a| *a != new && a.is_ipv4() == new.is_ipv4())
+        .filter(|a| a.is_ipv4() || a.contains(new.ip()) || new.contains(a.ip()))
+        .collect();
+    for old in clashing {
+        if force {
+            nl.delete_address(bridge.index, old).map_err(kernel)?;
+        } else {
+            let _ = nl.delete_address(bridge.index, new);
+            return Err(Error::config(format!(
+                "bridge {} already has address {old}, different from the gateway {new}",
+                bridge.name
+            ))
+            .details("set \"forceAddress\": true to replace it, or use another bridge"));
+        }
+    }
+    Ok(())
 }
 
 pub struct Attachment<'a> {
@@ -101,11 +145,12 @@ pub fn create_pair(
     who: &Attachment,
     bridge: &Link,
     mtu: Option<u32>,
+    container_mac: Option<[u8; 6]>,
 ) -> Result<HostVeth> {
     let host = HostVeth {
         name: who.host_name(),
         mac: random_mac(),
-        container_mac: random_mac(),
+        container_mac: container_mac.unwrap_or_else(random_mac),
     };
     let pair = VethPair {
         host_name: &host.name,
@@ -163,14 +208,27 @@ fn foreign_host_link(name: &str, why: &str) -> Error {
     .details("academy will not delete a link it did not make; remove it by hand if it is stale")
 }
 
+/// Hairpin mode: the bridge may send a frame back out of the port it came in on.
+pub fn set_hairpin(host_name: &str) -> Result<()> {
+    let path = format!("/sys/class/net/{host_name}/brport/hairpin_mode");
+    std::fs::write(&path, "1")
+        .map_err(|e| Error::io(format!("cannot turn on hairpin mode in {path}"), &e))
+}
+
+/// A route for the container, its gateway known.
+pub struct ContainerRoute {
+    pub dst: IpNetwork,
+    pub gw: IpAddr,
+}
+
 /// Step 3, inside the netns (`ip -n NS link set IFNAME up; ip -n NS addr add ADDR dev
 /// IFNAME; ip -n NS route add default via GW`). Runs on one scoped thread, the only
 /// time ADD enters the netns.
 pub fn configure_container(
     netns: &Netns,
     ifname: &str,
-    address: IpNetwork,
-    gateway: IpAddr,
+    addresses: &[IpNetwork],
+    routes: &[ContainerRoute],
 ) -> Result<()> {
     netns.run(|| {
         let mut nl = Netlink::open().map_err(kernel)?;
@@ -183,24 +241,44 @@ pub fn configure_container(
                 ),
             )
         })?;
+        tune_sysctls(ifname, addresses);
         nl.set_up(link.index).map_err(kernel)?;
-        nl.add_address(link.index, address).map_err(kernel)?;
-        let default = IpNetwork::new(unspecified(gateway), 0).expect("prefix 0 is valid");
-        nl.add_route(default, gateway, link.index).map_err(|e| {
-            if e.is(libc::EEXIST) {
-                Error::new(
-                    code::NAME_IN_USE,
-                    format!(
-                        "the container in {} already has a default route",
-                        netns.path()
-                    ),
-                )
-                .details("another network already routes this container by default")
-            } else {
-                kernel(e)
+        for address in addresses {
+            nl.add_address(link.index, *address).map_err(kernel)?;
+        }
+        for route in routes {
+            match nl.add_route(route.dst, route.gw, link.index) {
+                Ok(()) => {}
+                Err(e) if e.is(libc::EEXIST) && route.dst.prefix() == 0 => {
+                    return Err(Error::new(
+                        code::NAME_IN_USE,
+                        format!(
+                            "the container in {} already has a default route",
+                            netns.path()
+                        ),
+                    )
+                    .details("another network already routes this container by default"))
+                }
+                // As the reference plugin does: a route the container already has is kept.
+                Err(e) if e.is(libc::EEXIST) => {}
+                Err(e) => return Err(kernel(e)),
             }
-        })
+        }
+        Ok(())
     })
+}
+
+/// The reference plugin's per-interface settings, for the same behaviour: no duplicate
+/// address detection (the address is ours; DAD would hold it tentative for a second), and
+/// a gratuitous ARP when the interface comes up. Best effort, like the reference: a
+/// kernel without IPv6 has no such file. /proc/sys/net is the calling thread's netns.
+fn tune_sysctls(ifname: &str, addresses: &[IpNetwork]) {
+    if addresses.iter().any(|a| a.is_ipv6()) {
+        let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{ifname}/accept_dad"), "0");
+    }
+    if addresses.iter().any(|a| a.is_ipv4()) {
+        let _ = std::fs::write(format!("/proc/sys/net/ipv4/conf/{ifname}/arp_notify"), "1");
+    }
 }
 
 /// Deletes the host end of an attachment if it is academy's for that attachment.
@@ -224,13 +302,6 @@ pub fn delete_if_present(nl: &mut Netlink, link: LinkRef) -> Result<bool> {
         Ok(()) => Ok(true),
         Err(e) if e.is(libc::ENODEV) => Ok(false),
         Err(e) => Err(kernel(e)),
-    }
-}
-
-fn unspecified(like: IpAddr) -> IpAddr {
-    match like {
-        IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
-        IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
     }
 }
 

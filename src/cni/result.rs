@@ -36,6 +36,8 @@ pub struct CniResult {
     pub interfaces: Vec<Interface>,
     pub ips: Vec<IpConfig>,
     pub routes: Vec<RouteEntry>,
+    /// Passed through as given (network config `dns` or the IPAM plugin's).
+    pub dns: Option<Value>,
 }
 
 impl CniResult {
@@ -96,7 +98,7 @@ impl CniResult {
             "interfaces": interfaces,
             "ips": ips,
             "routes": routes,
-            "dns": {},
+            "dns": self.dns.clone().unwrap_or_else(|| json!({})),
         })
     }
 
@@ -160,6 +162,10 @@ impl CniResult {
             };
             result.routes.push(RouteEntry { dst, gw });
         }
+        result.dns = value
+            .get("dns")
+            .filter(|d| d.as_object().is_some_and(|o| !o.is_empty()))
+            .cloned();
         Ok(result)
     }
 }
@@ -206,6 +212,7 @@ mod tests {
                 dst: "0.0.0.0/0".parse().unwrap(),
                 gw: Some("10.0.0.1".parse().unwrap()),
             }],
+            dns: None,
         }
     }
 

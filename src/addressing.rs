@@ -1,0 +1,279 @@
+//! Where a container's addresses and routes come from: academy's own allocator (the flat
+//! form or `ipam.type` host-local) or a delegated IPAM plugin. The verbs call these and
+//! never look at which one it is.
+
+use std::net::IpAddr;
+
+use ipnetwork::IpNetwork;
+use serde_json::Value;
+
+use crate::cni::env::{Command, Env};
+use crate::cni::result::{CniResult, IpConfig, RouteEntry};
+use crate::cni::{code, Error, Result};
+use crate::config::{unspecified, Builtin, Config, Ipam};
+use crate::delegate;
+use crate::ipam::{Holder, Pool, Store};
+
+/// What the container is given.
+#[derive(Debug, Clone, Default)]
+pub struct Assigned {
+    /// Each with its gateway; `interface` is left for the caller.
+    pub ips: Vec<IpConfig>,
+    /// Every route with its gateway filled in.
+    pub routes: Vec<RouteEntry>,
+    pub dns: Option<Value>,
+}
+
+pub fn holder(env: &Env) -> Holder {
+    Holder::new(env.container_id.clone(), env.ifname.clone())
+}
+
+/// ADD's first step. On error nothing is left reserved.
+pub fn acquire(env: &Env, conf: &Config, requested: &[IpAddr]) -> Result<Assigned> {
+    let mut assigned = match &conf.ipam {
+        Ipam::Builtin(b) => reserve(env, conf, b, requested)?,
+        Ipam::Delegated(plugin) => {
+            let result = delegate::exec(plugin, Command::Add, env, &conf.raw)?
+                .ok_or_else(|| {
+                    Error::new(
+                        code::DECODE_FAILURE,
+                        format!("IPAM plugin {plugin} printed no result"),
+                    )
+                })
+                .and_then(|v| CniResult::from_json(&v).map(|r| (r, v)));
+            match result {
+                Ok((r, raw)) if !r.ips.is_empty() => Assigned {
+                    ips: r.ips,
+                    routes: r.routes,
+                    dns: raw.get("dns").cloned(),
+                },
+                Ok(_) => {
+                    let _ = delegate::exec(plugin, Command::Del, env, &conf.raw);
+                    return Err(Error::new(
+                        code::DECODE_FAILURE,
+                        format!("IPAM plugin {plugin} returned no addresses"),
+                    ));
+                }
+                Err(e) => {
+                    let _ = delegate::exec(plugin, Command::Del, env, &conf.raw);
+                    return Err(e);
+                }
+            }
+        }
+    };
+    if let Err(e) = complete_routes(conf, &mut assigned) {
+        let _ = release(env, conf);
+        return Err(e);
+    }
+    Ok(assigned)
+}
+
+/// One address from every range set: a requested one where a request falls in the set,
+/// else the next free one of its ranges in order.
+fn reserve(env: &Env, conf: &Config, b: &Builtin, requested: &[IpAddr]) -> Result<Assigned> {
+    let store = Store::open(&b.data_dir, &conf.name)?;
+    let holder = holder(env);
+    let mut wanted: Vec<Option<(IpAddr, &Pool)>> = vec![None; b.range_sets.len()];
+    for ip in requested {
+        let found = b
+            .range_sets
+            .iter()
+            .enumerate()
+            .find_map(|(i, set)| set.iter().find(|p| p.contains(*ip)).map(|p| (i, p)));
+        let Some((set, pool)) = found else {
+            return Err(Error::new(
+                code::ADDRESS_UNAVAILABLE,
+                format!(
+                    "requested address {ip} is in no range of network {}",
+                    conf.name
+                ),
+            )
+            .details(format!("the ranges are {}", ranges_text(b))));
+        };
+        if let Some((other, _)) = wanted[set] {
+            return Err(Error::new(
+                code::ADDRESS_UNAVAILABLE,
+                format!("requested addresses {other} and {ip} fall in the same range set; one address is given per range set"),
+            ));
+        }
+        wanted[set] = Some((*ip, pool));
+    }
+    let mut assigned = Assigned::default();
+    for (set, want) in b.range_sets.iter().zip(wanted) {
+        let got = match want {
+            Some((ip, pool)) => store
+                .reserve_requested(&holder, pool, ip)
+                .map(|ip| (ip, pool)),
+            None => reserve_in_set(&store, &holder, set),
+        };
+        match got {
+            Ok((ip, pool)) => assigned.ips.push(IpConfig {
+                address: IpNetwork::new(ip, pool.subnet().prefix()).expect("ip is in the pool"),
+                gateway: pool.gateway(),
+                interface: None,
+            }),
+            Err(e) => {
+                if let Err(undo) = store.release(&holder) {
+                    eprintln!("academy: while undoing a failed reservation: {undo}");
+                }
+                return Err(e);
+            }
+        }
+    }
+    assigned.routes = b
+        .routes
+        .iter()
+        .map(|r| RouteEntry {
+            dst: r.dst,
+            gw: r.gw,
+        })
+        .collect();
+    Ok(assigned)
+}
+
+fn reserve_in_set<'p>(
+    store: &Store,
+    holder: &Holder,
+    set: &'p [Pool],
+) -> Result<(IpAddr, &'p Pool)> {
+    let mut last_err = None;
+    for pool in set {
+        match store.reserve(holder, pool) {
+            Ok(ip) => return Ok((ip, pool)),
+            Err(e) if e.code == code::ADDRESS_EXHAUSTED => last_err = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last_err.expect("a range set is never empty"))
+}
+
+/// Fills every route's gateway (a route without one goes through its family's gateway)
+/// and adds the default routes isDefaultGateway asks for.
+fn complete_routes(conf: &Config, a: &mut Assigned) -> Result<()> {
+    let gateway_of = |v4: bool| {
+        a.ips
+            .iter()
+            .filter(|ip| ip.address.is_ipv4() == v4)
+            .find_map(|ip| ip.gateway)
+    };
+    for route in &mut a.routes {
+        if route.gw.is_none() {
+            route.gw = gateway_of(route.dst.is_ipv4());
+        }
+    }
+    if conf.is_default_gateway {
+        for v4 in [true, false] {
+            let Some(gw) = gateway_of(v4) else { continue };
+            let default = IpNetwork::new(unspecified(gw), 0).expect("prefix 0");
+            match a.routes.iter().find(|r| r.dst == default) {
+                Some(r) if r.gw != Some(gw) => {
+                    return Err(Error::config(format!(
+                    "isDefaultGateway is ineffective because the IPAM routes send {default} via {}",
+                    r.gw.map(|g| g.to_string()).unwrap_or_default()
+                )))
+                }
+                Some(_) => {}
+                None => a.routes.push(RouteEntry {
+                    dst: default,
+                    gw: Some(gw),
+                }),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// DEL's IPAM half: frees whatever the attachment holds. Nothing held is success.
+pub fn release(env: &Env, conf: &Config) -> Result<()> {
+    match &conf.ipam {
+        Ipam::Builtin(b) => Store::open(&b.data_dir, &conf.name)?
+            .release(&holder(env))
+            .map(drop),
+        Ipam::Delegated(plugin) => delegate::exec(plugin, Command::Del, env, &conf.raw).map(drop),
+    }
+}
+
+/// CHECK's IPAM half: every address the result claims is still held for this attachment.
+pub fn check(env: &Env, conf: &Config, ips: &[&IpConfig], diffs: &mut Vec<String>) -> Result<()> {
+    match &conf.ipam {
+        Ipam::Builtin(b) => {
+            let store = Store::open(&b.data_dir, &conf.name)?;
+            let held = store.held_by(&holder(env))?;
+            for ip in ips {
+                if !held.contains(&ip.address.ip()) {
+                    diffs.push(format!(
+                        "address {} is not reserved for this container in {}",
+                        ip.address.ip(),
+                        store.dir().display()
+                    ));
+                }
+            }
+            Ok(())
+        }
+        Ipam::Delegated(plugin) => {
+            if let Err(e) = delegate::exec(plugin, Command::Check, env, &conf.raw) {
+                diffs.push(e.to_string());
+            }
+            Ok(())
+        }
+    }
+}
+
+/// GC's IPAM half. Errors are collected, never stop the sweep.
+pub fn gc(env: &Env, conf: &Config, errors: &mut Vec<Error>) {
+    let valid = conf.valid_attachments.as_ref().expect("checked by gc");
+    match &conf.ipam {
+        Ipam::Builtin(b) => match Store::open(&b.data_dir, &conf.name) {
+            Ok(store) => {
+                let report = store.gc(valid);
+                for (addr, holder) in &report.released {
+                    eprintln!("academy: GC released {addr} (held by {holder})");
+                }
+                errors.extend(report.errors);
+            }
+            Err(e) => errors.push(e),
+        },
+        Ipam::Delegated(plugin) => {
+            if let Err(e) = delegate::exec(plugin, Command::Gc, env, &conf.raw) {
+                errors.push(e);
+            }
+        }
+    }
+}
+
+/// STATUS's IPAM half.
+pub fn status(env: &Env, conf: &Config) -> Result<()> {
+    match &conf.ipam {
+        Ipam::Builtin(b) => {
+            let pools: Vec<Pool> = b.range_sets.iter().flatten().cloned().collect();
+            crate::ipam::status(&b.data_dir, &conf.name, &pools)
+        }
+        Ipam::Delegated(plugin) => {
+            delegate::exec(plugin, Command::Status, env, &conf.raw).map(drop)
+        }
+    }
+}
+
+fn ranges_text(b: &Builtin) -> String {
+    b.range_sets
+        .iter()
+        .flatten()
+        .map(|p| p.range_text())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The result for the container: `base` (a prevResult when academy is not first in a
+/// chain) with academy's three interfaces appended.
+pub fn into_result(base: CniResult, assigned: Assigned, container_index: usize) -> CniResult {
+    let mut result = base;
+    result.ips.extend(assigned.ips.into_iter().map(|mut ip| {
+        ip.interface = Some(container_index);
+        ip
+    }));
+    result.routes.extend(assigned.routes);
+    if assigned.dns.is_some() {
+        result.dns = assigned.dns;
+    }
+    result
+}

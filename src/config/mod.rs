@@ -1,0 +1,511 @@
+//! The network configuration from stdin: decoded once, defaults applied, and every
+//! field validated before the kernel or the store is touched.
+//!
+//! Two forms are accepted. The seed's flat form (`subnet`, `gateway`, `testAddress`,
+//! `rangeStart`, `rangeEnd`, `dataDir` beside `bridge`) and the reference bridge plugin's
+//! form with an `ipam` block, so that a bridge + host-local conflist works with only its
+//! `type` changed.
+
+mod ranges;
+mod requests;
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use ipnetwork::IpNetwork;
+use serde_json::{Map, Value};
+
+use crate::cni::env::interface_name_problem;
+use crate::cni::{code, version, Error, Result};
+use crate::ipam::Pool;
+
+pub use requests::{parse_mac, Requests};
+
+pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/academy";
+pub const DEFAULT_BRIDGE: &str = "cni0";
+
+/// Keys of the reference bridge plugin that academy does not implement. Silently ignoring
+/// one that is switched on would give a network other than the one asked for, so each is
+/// refused unless it holds its "off" value (false, 0, empty).
+const UNSUPPORTED_KEYS: &[&str] = &[
+    "ipMasq",
+    "ipMasqBackend",
+    "vlan",
+    "vlanTrunk",
+    "preserveDefaultVlan",
+    "macspoofchk",
+    "enabledad",
+    "disableContainerInterface",
+    "portIsolation",
+];
+
+/// host-local keys academy's allocator does not implement.
+const UNSUPPORTED_IPAM_KEYS: &[&str] = &["resolvConf"];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub cni_version: String,
+    pub name: String,
+    pub bridge: String,
+    pub mtu: Option<u32>,
+    /// Put each range's gateway address on the bridge.
+    pub is_gateway: bool,
+    /// Route the container by default through the gateway (implies is_gateway).
+    pub is_default_gateway: bool,
+    /// Replace another address of the same subnet already on the bridge.
+    pub force_address: bool,
+    pub hairpin_mode: bool,
+    pub promisc_mode: bool,
+    pub ipam: Ipam,
+    /// `dns` of the network config, copied into the result as the reference plugin does.
+    pub dns: Option<Value>,
+    /// Addresses and MAC asked for through runtimeConfig and args (CNI_ARGS is added by
+    /// the verbs, which have the environment).
+    pub requests: Requests,
+    pub prev_result: Option<Value>,
+    /// GC's list of live attachments, (container id, ifname); None when absent.
+    pub valid_attachments: Option<HashSet<(String, String)>>,
+    /// The config exactly as received: a delegated IPAM plugin gets the same bytes.
+    pub raw: Vec<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ipam {
+    /// academy's own allocator (the flat form, or `ipam.type` "host-local").
+    Builtin(Builtin),
+    /// Another IPAM plugin, run from CNI_PATH.
+    Delegated(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Builtin {
+    /// One address is taken from each set; each set is one or more ranges of one family.
+    pub range_sets: Vec<Vec<Pool>>,
+    /// Routes for the container; a missing gw means the gateway of the route's family.
+    pub routes: Vec<RouteSpec>,
+    pub data_dir: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteSpec {
+    pub dst: IpNetwork,
+    pub gw: Option<IpAddr>,
+}
+
+/// The cniVersion of a config, if it has a readable one: used to print errors in the
+/// version the runtime speaks even when the rest of the config is bad.
+pub fn peek_version(stdin: &[u8]) -> Option<String> {
+    let v: Value = serde_json::from_slice(stdin).ok()?;
+    v.get("cniVersion")?.as_str().map(str::to_string)
+}
+
+impl Config {
+    pub fn parse(stdin: &[u8]) -> Result<Config> {
+        let value: Value = serde_json::from_slice(stdin).map_err(|e| {
+            Error::new(
+                code::DECODE_FAILURE,
+                format!("the network config on stdin is not valid JSON: {e}"),
+            )
+        })?;
+        let Value::Object(map) = value else {
+            return Err(Error::new(
+                code::DECODE_FAILURE,
+                "the network config on stdin must be a JSON object",
+            ));
+        };
+        let f = Fields(&map);
+
+        let cni_version = f
+            .string("cniVersion")?
+            .ok_or_else(|| Error::config("cniVersion is missing"))?;
+        if !version::is_supported(&cni_version) {
+            return Err(Error::new(
+                code::INCOMPATIBLE_VERSION,
+                format!("cniVersion {cni_version:?} is not supported"),
+            )
+            .details(format!(
+                "academy supports {}",
+                version::SUPPORTED.join(", ")
+            )));
+        }
+        refuse_unsupported(&map, UNSUPPORTED_KEYS, "")?;
+
+        let name = f
+            .string("name")?
+            .ok_or_else(|| Error::config("name is missing"))?;
+        validate_network_name(&name)?;
+
+        let bridge = f
+            .string("bridge")?
+            .unwrap_or_else(|| DEFAULT_BRIDGE.to_string());
+        if let Some(why) = interface_name_problem(&bridge) {
+            return Err(Error::config(format!("bridge {bridge:?} {why}")));
+        }
+        let mtu = match f.number("mtu")? {
+            None => None,
+            Some(m) if (68..=65535).contains(&m) => Some(m as u32),
+            Some(m) => {
+                return Err(Error::config(format!(
+                    "mtu {m} is out of range (68 to 65535)"
+                )))
+            }
+        };
+        let hairpin_mode = f.boolean("hairpinMode")?.unwrap_or(false);
+        let promisc_mode = f.boolean("promiscMode")?.unwrap_or(false);
+        if hairpin_mode && promisc_mode {
+            return Err(Error::config(
+                "hairpinMode and promiscMode cannot both be true",
+            )
+            .details("hairpin sends a port's frames back to it; promiscuous mode on the bridge already does, and both together duplicate every frame"));
+        }
+        let is_default_gateway = f.boolean("isDefaultGateway")?.unwrap_or(false);
+        let flat = map.contains_key("subnet");
+        let mut requests = Requests::from_config(&map)?;
+        let ipam = if flat {
+            if map.contains_key("ipam") {
+                return Err(
+                    Error::config("the config has both subnet and an ipam block").details(
+                        "use the flat form (subnet, gateway, ...) or an ipam block, not both",
+                    ),
+                );
+            }
+            let (builtin, test_address) = flat_form(&f)?;
+            requests.ips.extend(test_address);
+            Ipam::Builtin(builtin)
+        } else {
+            ipam_block(&map, &requests)?
+        };
+        // The flat form is the seed's plugin: its gateway is on the bridge unless told not.
+        let is_gateway = is_default_gateway || f.boolean("isGateway")?.unwrap_or(flat);
+
+        Ok(Config {
+            cni_version,
+            name,
+            bridge,
+            mtu,
+            is_gateway,
+            is_default_gateway,
+            force_address: f.boolean("forceAddress")?.unwrap_or(false),
+            hairpin_mode,
+            promisc_mode,
+            ipam,
+            dns: f.get("dns").cloned(),
+            requests,
+            prev_result: f.get("prevResult").cloned(),
+            valid_attachments: valid_attachments(&map)?,
+            raw: stdin.to_vec(),
+        })
+    }
+
+    /// The built-in allocator's settings, when the network uses it.
+    pub fn builtin(&self) -> Option<&Builtin> {
+        match &self.ipam {
+            Ipam::Builtin(b) => Some(b),
+            Ipam::Delegated(_) => None,
+        }
+    }
+}
+
+/// The seed's form: one range from the top-level keys, always a default route.
+fn flat_form(f: &Fields) -> Result<(Builtin, Option<IpAddr>)> {
+    let subnet_text = f.string("subnet")?.ok_or_else(|| {
+        Error::config("subnet is missing").details("e.g. \"subnet\": \"10.98.0.0/24\"")
+    })?;
+    let subnet = ranges::parse_subnet(&subnet_text, "subnet")?;
+    let gateway = f
+        .ip("gateway")?
+        .unwrap_or_else(|| ranges::first_host(subnet));
+    let pool = Pool::new(
+        subnet,
+        Some(gateway),
+        f.ip("rangeStart")?,
+        f.ip("rangeEnd")?,
+    )?;
+    check_host_address(subnet, gateway, "gateway")?;
+
+    let test_address = match f.string("testAddress")? {
+        None => None,
+        Some(t) => {
+            let parsed: IpNetwork = t.parse().map_err(|_| {
+                Error::config(format!("testAddress {t:?} is not an address/prefix"))
+            })?;
+            if t.contains('/') && parsed.prefix() != subnet.prefix() {
+                return Err(Error::config(format!(
+                    "testAddress {t} has prefix /{} but subnet {subnet} is /{}",
+                    parsed.prefix(),
+                    subnet.prefix()
+                )));
+            }
+            check_host_address(subnet, parsed.ip(), "testAddress")?;
+            if parsed.ip() == gateway {
+                return Err(Error::config(format!(
+                    "testAddress {t} is the gateway address"
+                )));
+            }
+            Some(parsed.ip())
+        }
+    };
+    let default = IpNetwork::new(unspecified(subnet.ip()), 0).expect("prefix 0");
+    Ok((
+        Builtin {
+            range_sets: vec![vec![pool]],
+            routes: vec![RouteSpec {
+                dst: default,
+                gw: None,
+            }],
+            data_dir: data_dir(f.string("dataDir")?, "dataDir")?,
+        },
+        test_address,
+    ))
+}
+
+/// The reference form: `ipam` of type host-local (served by academy's allocator) or any
+/// other IPAM plugin (delegated).
+fn ipam_block(map: &Map<String, Value>, requests: &Requests) -> Result<Ipam> {
+    let Some(ipam) = map.get("ipam").filter(|v| !v.is_null()) else {
+        return Err(
+            Error::config("the config has neither subnet nor an ipam block").details(
+                "add \"subnet\": \"10.98.0.0/24\" (flat form) or an ipam block of type host-local",
+            ),
+        );
+    };
+    let Value::Object(ipam) = ipam else {
+        return Err(Error::config(format!("ipam must be an object, got {ipam}")));
+    };
+    let f = Fields(ipam);
+    let kind = f
+        .string("type")?
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| Error::config("ipam.type is missing"))?;
+    if kind != "host-local" {
+        if kind.contains('/') || kind == "." || kind == ".." {
+            return Err(Error::config(format!(
+                "ipam.type {kind:?} is not a plugin name"
+            )));
+        }
+        return Ok(Ipam::Delegated(kind));
+    }
+    refuse_unsupported(ipam, UNSUPPORTED_IPAM_KEYS, "ipam.")?;
+
+    // host-local's order: runtimeConfig.ipRanges first, then the single top-level range,
+    // then `ranges`.
+    let mut sets = Vec::new();
+    if let Some(r) = &requests.ip_ranges {
+        sets.extend(ranges::parse_range_sets(r, "runtimeConfig.ipRanges", 0)?);
+    }
+    if f.get("subnet").is_some() {
+        sets.push(vec![ranges::parse_range(
+            &Value::Object(ipam.clone()),
+            "ipam",
+            sets.len(),
+        )?]);
+    }
+    if let Some(r) = f.get("ranges") {
+        let first = sets.len();
+        sets.extend(ranges::parse_range_sets(r, "ipam.ranges", first)?);
+    }
+    if sets.is_empty() {
+        return Err(Error::config("ipam has no subnet and no ranges")
+            .details("add \"ranges\": [[{\"subnet\": \"10.98.0.0/24\"}]]"));
+    }
+    ranges::check_overlaps(&sets)?;
+
+    let mut routes = Vec::new();
+    if let Some(list) = f.get("routes") {
+        let list = list
+            .as_array()
+            .ok_or_else(|| Error::config(format!("ipam.routes must be a list, got {list}")))?;
+        for (i, r) in list.iter().enumerate() {
+            routes.push(route_spec(r, &format!("ipam.routes[{i}]"))?);
+        }
+    }
+    Ok(Ipam::Builtin(Builtin {
+        range_sets: sets,
+        routes,
+        data_dir: data_dir(f.string("dataDir")?, "ipam.dataDir")?,
+    }))
+}
+
+fn route_spec(value: &Value, field: &str) -> Result<RouteSpec> {
+    let dst = value
+        .get("dst")
+        .and_then(Value::as_str)
+        .ok_or_else(|| Error::config(format!("{field}.dst is missing")))?;
+    let dst: IpNetwork = dst
+        .parse()
+        .map_err(|_| Error::config(format!("{field}.dst {dst:?} is not an address/prefix")))?;
+    let dst = IpNetwork::new(dst.network(), dst.prefix()).expect("same prefix");
+    let gw = match value.get("gw").and_then(Value::as_str) {
+        None | Some("") => None,
+        Some(g) => Some(
+            g.parse::<IpAddr>()
+                .map_err(|_| Error::config(format!("{field}.gw {g:?} is not an IP address")))?,
+        ),
+    };
+    if gw.is_some_and(|g| g.is_ipv4() != dst.is_ipv4()) {
+        return Err(Error::config(format!(
+            "{field}: gw and dst are of different address families"
+        )));
+    }
+    Ok(RouteSpec { dst, gw })
+}
+
+fn data_dir(value: Option<String>, field: &str) -> Result<PathBuf> {
+    match value {
+        None => Ok(PathBuf::from(DEFAULT_DATA_DIR)),
+        Some(d) if d.starts_with('/') => Ok(PathBuf::from(d)),
+        Some(d) => Err(Error::config(format!(
+            "{field} {d:?} must be an absolute path"
+        ))),
+    }
+}
+
+/// Refuses a key from `keys` whose value asks for something ("off" values pass).
+fn refuse_unsupported(map: &Map<String, Value>, keys: &[&str], prefix: &str) -> Result<()> {
+    for key in keys {
+        let on = match map.get(*key) {
+            None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+            Some(Value::Number(n)) => n.as_f64() != Some(0.0),
+            Some(Value::String(s)) => !s.is_empty(),
+            Some(Value::Array(a)) => !a.is_empty(),
+            Some(_) => true,
+        };
+        if on {
+            return Err(Error::new(
+                code::UNSUPPORTED_FIELD,
+                format!(
+                    "field {prefix}{key} ({}) is not supported by academy",
+                    map[*key]
+                ),
+            )
+            .details("remove it from the network config, or use the reference bridge plugin for this network"));
+        }
+    }
+    Ok(())
+}
+
+/// The spec's network name charset; it also becomes a folder name under dataDir, so it
+/// must be one safe path component.
+pub fn validate_network_name(name: &str) -> Result<()> {
+    let mut chars = name.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
+    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    if !first_ok || !rest_ok || name.len() > 128 {
+        return Err(Error::config(format!("network name {name:?} is not valid")).details(
+            "it must start with a letter or digit, contain only letters, digits, '_', '.' and '-', and be at most 128 characters",
+        ));
+    }
+    Ok(())
+}
+
+pub fn unspecified(like: IpAddr) -> IpAddr {
+    match like {
+        IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+    }
+}
+
+/// `addr` must be a host address of `subnet`: inside it, and neither its network nor its
+/// broadcast address.
+fn check_host_address(subnet: IpNetwork, addr: IpAddr, field: &str) -> Result<()> {
+    if !subnet.contains(addr) {
+        return Err(Error::config(format!(
+            "{field} {addr} is not inside subnet {subnet}"
+        )));
+    }
+    if addr == subnet.network() {
+        return Err(Error::config(format!(
+            "{field} {addr} is the network address of {subnet}"
+        )));
+    }
+    if let IpNetwork::V4(n) = subnet {
+        if addr == IpAddr::V4(n.broadcast()) {
+            return Err(Error::config(format!(
+                "{field} {addr} is the broadcast address of {subnet}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// GC's list, under the spec's key or the pre-rename one libcni still sends.
+fn valid_attachments(map: &Map<String, Value>) -> Result<Option<HashSet<(String, String)>>> {
+    let Some(list) = map
+        .get("cni.dev/valid-attachments")
+        .or_else(|| map.get("cni.dev/attachments"))
+    else {
+        return Ok(None);
+    };
+    let Value::Array(items) = list else {
+        return Err(Error::config(
+            "cni.dev/valid-attachments must be a list of {containerID, ifname}",
+        ));
+    };
+    let mut set = HashSet::new();
+    for item in items {
+        let cid = item.get("containerID").and_then(Value::as_str);
+        let ifname = item.get("ifname").and_then(Value::as_str);
+        match (cid, ifname) {
+            (Some(c), Some(i)) => set.insert((c.to_string(), i.to_string())),
+            _ => {
+                return Err(Error::config(format!(
+                    "cni.dev/valid-attachments entry {item} needs containerID and ifname strings"
+                )))
+            }
+        };
+    }
+    Ok(Some(set))
+}
+
+/// Typed access to the config's fields, with errors that name the field and its value.
+struct Fields<'a>(&'a Map<String, Value>);
+
+impl Fields<'_> {
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.0.get(key).filter(|v| !v.is_null())
+    }
+
+    fn string(&self, key: &str) -> Result<Option<String>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(Error::config(format!(
+                "{key} must be a string, got {other}"
+            ))),
+        }
+    }
+
+    fn number(&self, key: &str) -> Result<Option<u64>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .map(Some)
+                .ok_or_else(|| Error::config(format!("{key} must be a whole number, got {v}"))),
+        }
+    }
+
+    fn boolean(&self, key: &str) -> Result<Option<bool>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(other) => Err(Error::config(format!(
+                "{key} must be true or false, got {other}"
+            ))),
+        }
+    }
+
+    fn ip(&self, key: &str) -> Result<Option<IpAddr>> {
+        match self.string(key)? {
+            None => Ok(None),
+            Some(s) => s
+                .parse()
+                .map(Some)
+                .map_err(|_| Error::config(format!("{key} {s:?} is not an IP address"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,219 @@
+use super::*;
+
+fn parse(json: &str) -> Result<Config> {
+    Config::parse(json.as_bytes())
+}
+
+const GOOD: &str = r#"{"cniVersion":"1.0.0","name":"harness","type":"academy","bridge":"br-academy","subnet":"10.98.0.0/24","gateway":"10.98.0.1","testAddress":"10.98.0.20/24"}"#;
+
+fn with(base: &str, key: &str, value: &str) -> String {
+    let mut v: Value = serde_json::from_str(base).unwrap();
+    v[key] = serde_json::from_str(value).unwrap();
+    v.to_string()
+}
+
+fn builtin(c: &Config) -> &Builtin {
+    c.builtin().expect("built-in IPAM")
+}
+
+#[test]
+fn the_seed_config_parses() {
+    let c = parse(GOOD).unwrap();
+    assert_eq!(c.bridge, "br-academy");
+    let b = builtin(&c);
+    assert_eq!(b.range_sets.len(), 1);
+    assert_eq!(
+        b.range_sets[0][0].gateway().unwrap().to_string(),
+        "10.98.0.1"
+    );
+    assert_eq!(
+        c.requests.ips,
+        vec!["10.98.0.20".parse::<IpAddr>().unwrap()]
+    );
+    assert_eq!(b.routes.len(), 1, "the flat form always routes by default");
+    assert!(c.is_gateway);
+    assert_eq!(b.data_dir, PathBuf::from(DEFAULT_DATA_DIR));
+}
+
+#[test]
+fn bad_fields_name_the_field_and_value() {
+    let cases = [
+        ("subnet", r#""10.98.0.0/33""#, 7, "subnet"),
+        ("subnet", r#""10.98.0.5/24""#, 7, "host bits"),
+        ("subnet", r#""10.98.0.0/31""#, 7, "too small"),
+        ("gateway", r#""10.97.0.1""#, 7, "not inside"),
+        ("gateway", r#""10.98.0.0""#, 7, "network address"),
+        ("gateway", r#""10.98.0.255""#, 7, "broadcast"),
+        ("gateway", r#""nope""#, 7, "gateway"),
+        ("testAddress", r#""10.99.0.5/24""#, 7, "not inside"),
+        ("testAddress", r#""10.98.0.1/24""#, 7, "gateway"),
+        ("testAddress", r#""10.98.0.5/16""#, 7, "prefix"),
+        ("bridge", r#""this-name-is-too-long""#, 7, "15 bytes"),
+        ("bridge", r#""a/b""#, 7, "bridge"),
+        ("mtu", r#""1500""#, 7, "mtu"),
+        ("mtu", "20", 7, "out of range"),
+        ("isGateway", r#""yes""#, 7, "isGateway"),
+        ("name", r#""../etc""#, 7, "network name"),
+        ("name", r#""""#, 7, "network name"),
+        ("cniVersion", r#""0.2.0""#, 1, "0.2.0"),
+        ("ipMasq", "true", 2, "ipMasq"),
+        ("vlan", "5", 2, "vlan"),
+        ("macspoofchk", "true", 2, "macspoofchk"),
+        ("dataDir", r#""relative""#, 7, "absolute"),
+        ("ipam", r#"{"type":"host-local"}"#, 7, "both"),
+        ("hairpinMode", "true", 0, ""),
+        ("rangeStart", r#""10.98.0.200""#, 0, ""),
+    ];
+    for (key, value, code, needle) in cases {
+        let mut conf = with(GOOD, key, value);
+        if key == "hairpinMode" {
+            conf = with(&conf, "promiscMode", "true");
+            let err = parse(&conf).unwrap_err();
+            assert!(err.msg.contains("hairpinMode and promiscMode"), "{err}");
+            continue;
+        }
+        if key == "rangeStart" {
+            conf = with(&conf, "rangeEnd", r#""10.98.0.100""#);
+            let err = parse(&conf).unwrap_err();
+            assert_eq!(err.code, 7, "{err}");
+            continue;
+        }
+        let err = parse(&conf).unwrap_err();
+        assert_eq!(err.code, code, "{key}={value}: {err}");
+        assert!(err.msg.contains(needle), "{key}={value}: {}", err.msg);
+    }
+}
+
+#[test]
+fn off_values_of_unsupported_keys_pass() {
+    for (key, value) in [
+        ("ipMasq", "false"),
+        ("vlan", "0"),
+        ("enabledad", "false"),
+        ("vlanTrunk", "[]"),
+    ] {
+        assert!(parse(&with(GOOD, key, value)).is_ok(), "{key}={value}");
+    }
+}
+
+#[test]
+fn not_json_is_a_decode_failure() {
+    assert_eq!(parse("{").unwrap_err().code, 6);
+    assert_eq!(parse("[]").unwrap_err().code, 6);
+}
+
+#[test]
+fn gateway_defaults_to_first_host() {
+    let mut v: Value = serde_json::from_str(GOOD).unwrap();
+    v.as_object_mut().unwrap().remove("gateway");
+    let c = parse(&v.to_string()).unwrap();
+    assert_eq!(
+        builtin(&c).range_sets[0][0].gateway().unwrap().to_string(),
+        "10.98.0.1"
+    );
+}
+
+#[test]
+fn valid_attachments_under_either_key() {
+    let c = parse(&with(
+        GOOD,
+        "cni.dev/attachments",
+        r#"[{"containerID":"a","ifname":"eth0"}]"#,
+    ))
+    .unwrap();
+    assert!(c
+        .valid_attachments
+        .unwrap()
+        .contains(&("a".into(), "eth0".into())));
+    let c = parse(&with(GOOD, "cni.dev/valid-attachments", "[]")).unwrap();
+    assert!(c.valid_attachments.unwrap().is_empty());
+    assert!(parse(&with(GOOD, "cni.dev/valid-attachments", r#"[{"id":"a"}]"#)).is_err());
+}
+
+const REFERENCE: &str = r#"{"cniVersion":"1.0.0","name":"ref","type":"academy","bridge":"br-ref","isGateway":true,"isDefaultGateway":true,
+  "ipam":{"type":"host-local","ranges":[[{"subnet":"10.90.0.0/24","rangeStart":"10.90.0.10","rangeEnd":"10.90.0.20"}],[{"subnet":"fd90::/64"}]],
+  "routes":[{"dst":"192.168.0.0/16"}],"dataDir":"/run/academy-test"}}"#;
+
+#[test]
+fn the_reference_form_with_dual_stack_ranges() {
+    let c = parse(REFERENCE).unwrap();
+    let b = builtin(&c);
+    assert_eq!(b.range_sets.len(), 2);
+    assert_eq!(b.range_sets[0][0].first().to_string(), "10.90.0.10");
+    assert_eq!(b.range_sets[1][0].gateway().unwrap().to_string(), "fd90::1");
+    assert_eq!(b.range_sets[1][0].range_set(), 1);
+    assert_eq!(b.routes[0].dst.to_string(), "192.168.0.0/16");
+    assert_eq!(b.data_dir, PathBuf::from("/run/academy-test"));
+    assert!(c.is_gateway && c.is_default_gateway);
+}
+
+#[test]
+fn reference_defaults_differ_from_the_flat_form() {
+    let c = parse(r#"{"cniVersion":"1.0.0","name":"n","type":"academy","ipam":{"type":"host-local","subnet":"10.91.0.0/24"}}"#).unwrap();
+    assert!(
+        !c.is_gateway,
+        "the reference plugin's isGateway defaults to false"
+    );
+    assert!(builtin(&c).routes.is_empty());
+    let c = parse(r#"{"cniVersion":"1.0.0","name":"n","type":"academy","isDefaultGateway":true,"ipam":{"type":"host-local","subnet":"10.91.0.0/24"}}"#).unwrap();
+    assert!(c.is_gateway, "isDefaultGateway implies isGateway");
+}
+
+#[test]
+fn ipam_block_errors() {
+    let base = r#"{"cniVersion":"1.0.0","name":"n","type":"academy"}"#;
+    let cases = [
+        (r#"{"type":"host-local"}"#, 7, "no subnet"),
+        (r#"{"subnet":"10.0.0.0/24"}"#, 7, "ipam.type"),
+        (
+            r#"{"type":"host-local","ranges":[[]]}"#,
+            7,
+            "empty range set",
+        ),
+        (
+            r#"{"type":"host-local","ranges":[[{"subnet":"10.0.0.0/24"},{"subnet":"fd00::/64"}]]}"#,
+            7,
+            "mixes",
+        ),
+        (
+            r#"{"type":"host-local","ranges":[[{"subnet":"10.0.0.0/24"}],[{"subnet":"10.0.0.0/25"}]]}"#,
+            7,
+            "overlap",
+        ),
+        (
+            r#"{"type":"host-local","subnet":"10.0.0.0/24","routes":[{"dst":"x"}]}"#,
+            7,
+            "routes[0].dst",
+        ),
+        (
+            r#"{"type":"host-local","subnet":"10.0.0.0/24","resolvConf":"/etc/resolv.conf"}"#,
+            2,
+            "resolvConf",
+        ),
+        (r#"{"type":"../evil"}"#, 7, "plugin name"),
+    ];
+    for (ipam, code, needle) in cases {
+        let err = parse(&with(base, "ipam", ipam)).unwrap_err();
+        assert_eq!(err.code, code, "{ipam}: {err}");
+        assert!(err.msg.contains(needle), "{ipam}: {}", err.msg);
+    }
+    assert!(parse(base)
+        .unwrap_err()
+        .msg
+        .contains("neither subnet nor an ipam block"));
+    let c = parse(&with(base, "ipam", r#"{"type":"static"}"#)).unwrap();
+    assert_eq!(c.ipam, Ipam::Delegated("static".into()));
+}
+
+#[test]
+fn runtime_ip_ranges_come_first() {
+    let conf = with(
+        r#"{"cniVersion":"1.0.0","name":"n","type":"academy","ipam":{"type":"host-local","subnet":"10.92.0.0/24"}}"#,
+        "runtimeConfig",
+        r#"{"ipRanges":[[{"subnet":"10.93.0.0/24"}]]}"#,
+    );
+    let c = parse(&conf).unwrap();
+    let b = builtin(&c);
+    assert_eq!(b.range_sets[0][0].subnet().to_string(), "10.93.0.0/24");
+    assert_eq!(b.range_sets[1][0].subnet().to_string(), "10.92.0.0/24");
+}
