@@ -47,7 +47,11 @@ pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
         container_id: &env.container_id,
         ifname: &env.ifname,
     };
-    let wired = wire_up(&mut nl, &netns, &who, conf, &assigned, requests.mac);
+    let wired =
+        wire_up(&mut nl, &netns, &who, conf, &assigned, requests.mac).and_then(|interfaces| {
+            addressing::verify_still_held(env, conf, &assigned)?;
+            Ok(interfaces)
+        });
     let interfaces = wired.map_err(|e| {
         // The pair may or may not exist; deleting it is the whole of undoing the wiring.
         if let Err(cleanup) = wire::delete_if_present(&mut nl, LinkRef::Name(&who.host_name())) {

@@ -183,6 +183,28 @@ fn complete_routes(conf: &Config, a: &mut Assigned) -> Result<()> {
     Ok(())
 }
 
+/// ADD's last step: the addresses are still reserved for this attachment. A GC of another
+/// runtime sharing the network may have freed them while ADD ran (its list cannot name an
+/// attachment that did not exist yet); succeeding anyway would hand the container an
+/// address the store considers free.
+pub fn verify_still_held(env: &Env, conf: &Config, assigned: &Assigned) -> Result<()> {
+    let Ipam::Builtin(b) = &conf.ipam else {
+        return Ok(());
+    };
+    let held = Store::open(&b.data_dir, &conf.name)?.held_by(&holder(env))?;
+    match assigned.ips.iter().find(|ip| !held.contains(&ip.address.ip())) {
+        None => Ok(()),
+        Some(lost) => Err(Error::new(
+            code::TRY_AGAIN_LATER,
+            format!(
+                "address {} was released while ADD ran, most likely by a concurrent GC that did not list this container",
+                lost.address.ip()
+            ),
+        )
+        .details("ADD was undone; retry it")),
+    }
+}
+
 /// DEL's IPAM half: frees whatever the attachment holds. Nothing held is success.
 pub fn release(env: &Env, conf: &Config) -> Result<()> {
     match &conf.ipam {
