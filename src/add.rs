@@ -12,7 +12,7 @@ use crate::cni::env::Env;
 use crate::cni::result::{format_mac, CniResult, Interface};
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
-use crate::netlink::{LinkRef, Netlink};
+use crate::netlink::Netlink;
 use crate::netns::{Netns, OpenError};
 use crate::wire::{self, kernel, Attachment, BridgeSpec, ContainerRoute};
 
@@ -54,7 +54,8 @@ pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
         });
     let interfaces = wired.map_err(|e| {
         // The pair may or may not exist; deleting it is the whole of undoing the wiring.
-        if let Err(cleanup) = wire::delete_if_present(&mut nl, LinkRef::Name(&who.host_name())) {
+        // Only if it is this attachment's: the failure may be a foreign link in the way.
+        if let Err(cleanup) = wire::remove_pair(&mut nl, &who) {
             eprintln!("academy: while undoing a failed ADD: {cleanup}");
         }
         undo_addresses(e)
