@@ -5,7 +5,7 @@
 //! be switched back (an early return cannot strand the process in the container).
 
 use std::fs::File;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -15,6 +15,8 @@ use crate::cni::{code, Error, Result};
 
 /// statfs f_type of nsfs, where every /proc/<pid>/ns/* and bind-mounted netns lives.
 const NSFS_MAGIC: i64 = 0x6e73_6673;
+/// ioctl(2) on an nsfs file: which kind of namespace it is (linux/nsfs.h, _IO(0xb7, 0x3)).
+const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
 
 /// An open network namespace other than academy's own.
 pub struct Netns {
@@ -42,6 +44,14 @@ impl Netns {
         if fs.filesystem_type().0 as i64 != NSFS_MAGIC {
             return Err(unusable(format!(
                 "CNI_NETNS {path} is not a network namespace (expected a path like /var/run/netns/NAME or /proc/PID/ns/net)"
+            )));
+        }
+        // Every /proc/PID/ns/* file lives on nsfs; only a network one will do.
+        // SAFETY: NS_GET_NSTYPE takes no argument and only reads the fd.
+        let kind = unsafe { libc::ioctl(file.as_raw_fd(), NS_GET_NSTYPE) };
+        if kind >= 0 && kind != libc::CLONE_NEWNET {
+            return Err(unusable(format!(
+                "CNI_NETNS {path} is a namespace, but not a network namespace"
             )));
         }
         let ours = std::fs::metadata("/proc/thread-self/ns/net");
