@@ -14,7 +14,14 @@ fn main() {
             eprintln!("academy: cannot read stdin: {e}");
         }
     }
-    let Some(outcome) = plugin::run(env, &stdin) else {
+    // A bug must still reach the runtime as CNI JSON, not as a bare exit status 101.
+    let outcome = std::panic::catch_unwind(|| plugin::run(env, &stdin)).unwrap_or_else(|_| {
+        Some(plugin::Outcome {
+            stdout: Some(plugin::internal_error(&stdin)),
+            exit_code: 1,
+        })
+    });
+    let Some(outcome) = outcome else {
         eprintln!("{}", plugin::about());
         return;
     };

@@ -81,6 +81,16 @@ fn dispatch(env: &Env, stdin: &[u8]) -> Result<Option<String>> {
     }
 }
 
+/// The error printed when academy itself failed (a panic): libcni's ErrInternal code.
+pub fn internal_error(stdin: &[u8]) -> String {
+    let version = config::peek_version(stdin)
+        .filter(|v| version::is_supported(v))
+        .unwrap_or_else(|| version::LATEST.to_string());
+    Error::new(code::INTERNAL, "academy hit an internal error (a bug)")
+        .details("its message is on stderr; please report it. A DEL for this attachment cleans up whatever was made")
+        .to_json(&version)
+}
+
 /// VERSION succeeds whatever stdin holds: runtimes probe with dummy input.
 fn version_reply(stdin: &[u8]) -> String {
     let asked = config::peek_version(stdin).unwrap_or_else(|| version::LATEST.to_string());

@@ -28,6 +28,8 @@ pub mod code {
     pub const ADDRESS_UNAVAILABLE: u32 = 111;
     /// CHECK found the kernel state differs from what ADD reported.
     pub const CHECK_MISMATCH: u32 = 120;
+    /// academy itself failed (a bug); libcni's ErrInternal.
+    pub const INTERNAL: u32 = 999;
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
