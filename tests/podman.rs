@@ -653,6 +653,38 @@ fn academy_under_podman() {
         );
     }
 
+    // podman's --ip and --mac-address arrive as CNI_ARGS IP= and MAC=: academy must
+    // give exactly that address and MAC, through the same store.
+    let fixed_ip = format!("{}", Ipv4Addr::from(u32::from(SUBNET.0) + 5));
+    let out = p.must(&[
+        "run",
+        "--rm",
+        "--network",
+        NET,
+        "--ip",
+        &fixed_ip,
+        "--mac-address",
+        "02:00:00:00:ac:05",
+        "--cap-add",
+        "NET_RAW",
+        IMAGE,
+        "sh",
+        "-c",
+        &format!("ip -o link show dev eth0 && {probe}"),
+    ]);
+    let (addr, _) = parse_inet(&out);
+    assert_eq!(addr.to_string(), fixed_ip, "--ip was not honoured:\n{out}");
+    assert!(
+        out.contains("02:00:00:00:ac:05"),
+        "--mac-address was not honoured:\n{out}"
+    );
+    assert_pinged(&out, GATEWAY);
+    assert_clean(&guard, NET, BRIDGE, "after the --ip/--mac-address round");
+    step(
+        t0,
+        &format!("--ip {fixed_ip} --mac-address round: honoured, all undone"),
+    );
+
     // `podman run -d`, then `podman stop`, then `podman rm`.
     let cid = p.must(&[
         "run",
