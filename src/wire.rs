@@ -42,7 +42,13 @@ pub fn ensure_bridge(nl: &mut Netlink, spec: &BridgeSpec) -> Result<Link> {
             match nl.create_bridge(name, random_mac(), spec.mtu, spec.promisc) {
                 // Another ADD created it first: fine, it is shared.
                 Err(e) if !e.is(libc::EEXIST) => return Err(kernel(e)),
-                _ => {}
+                Err(_) => {}
+                // As the reference plugin: a bridge does not learn routes from what
+                // containers advertise on it. Best effort: no IPv6, no such file.
+                Ok(()) => {
+                    let _ =
+                        std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/accept_ra"), "0");
+                }
             }
             nl.link(name).map_err(kernel)?.ok_or_else(|| {
                 Error::new(
@@ -78,7 +84,28 @@ pub fn ensure_bridge(nl: &mut Netlink, spec: &BridgeSpec) -> Result<Link> {
             Ok(()) => resolve_address_clash(nl, &bridge, *gw, spec.force_address)?,
         }
     }
+    if !spec.gateways.is_empty() {
+        enable_forwarding(spec.gateways);
+    }
     Ok(bridge)
+}
+
+/// As the reference plugin does on a gateway bridge: the host forwards for the families
+/// it is a gateway of. Written only when off, since a write to IPv6's `all/forwarding`
+/// walks every interface.
+fn enable_forwarding(gateways: &[IpNetwork]) {
+    for (v4, path) in [
+        (true, "/proc/sys/net/ipv4/ip_forward"),
+        (false, "/proc/sys/net/ipv6/conf/all/forwarding"),
+    ] {
+        if gateways.iter().any(|g| g.is_ipv4() == v4)
+            && std::fs::read_to_string(path).is_ok_and(|v| v.trim() == "0")
+        {
+            if let Err(e) = std::fs::write(path, "1") {
+                eprintln!("academy: cannot turn on forwarding in {path}: {e}");
+            }
+        }
+    }
 }
 
 /// The reference plugin's rule: one IPv4 address on the bridge, and IPv6 addresses only
@@ -97,6 +124,7 @@ fn resolve_address_clash(
         .filter(|a| *a != new && a.is_ipv4() == new.is_ipv4())
         .filter(|a| a.is_ipv4() || a.contains(new.ip()) || new.contains(a.ip()))
         .collect();
+    let replaced = force && !clashing.is_empty();
     for old in clashing {
         if force {
             nl.delete_address(bridge.index, old).map_err(kernel)?;
@@ -107,6 +135,14 @@ fn resolve_address_clash(
                 bridge.name
             ))
             .details("set \"forceAddress\": true to replace it, or use another bridge"));
+        }
+    }
+    // The kernel deletes an address's secondaries with it, and the new gateway was a
+    // secondary of an old address in the same subnet: put it back.
+    if replaced {
+        match nl.add_address(bridge.index, new) {
+            Err(e) if !e.is(libc::EEXIST) => return Err(kernel(e)),
+            _ => {}
         }
     }
     Ok(())

@@ -206,7 +206,6 @@ fn stdin_and_config_errors_name_the_field() {
         ("ipMasqBackend", json!("nftables")),
         ("vlan", json!(5)),
         ("vlanTrunk", json!([{ "id": 5 }])),
-        ("preserveDefaultVlan", json!(true)),
         ("macspoofchk", json!(true)),
         ("enabledad", json!(true)),
         ("disableContainerInterface", json!(true)),

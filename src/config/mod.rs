@@ -33,7 +33,6 @@ const UNSUPPORTED_KEYS: &[&str] = &[
     "ipMasqBackend",
     "vlan",
     "vlanTrunk",
-    "preserveDefaultVlan",
     "macspoofchk",
     "enabledad",
     "disableContainerInterface",
@@ -143,7 +142,8 @@ impl Config {
             return Err(Error::config(format!("bridge {bridge:?} {why}")));
         }
         let mtu = match f.number("mtu")? {
-            None => None,
+            // The reference plugin reads 0 as "the kernel's default".
+            None | Some(0) => None,
             Some(m) if (68..=65535).contains(&m) => Some(m as u32),
             Some(m) => {
                 return Err(Error::config(format!(
