@@ -6,7 +6,7 @@ HARNESS         ?= ../shared/tools/install-harness
 CARGO           ?= cargo
 RELEASE_BIN     := target/release/academy
 
-.PHONY: all build release install uninstall test unit lint harness setup demo bench clean
+.PHONY: all build release install uninstall test unit lint harness setup demo bench clean lab check-refs
 
 all: build
 
@@ -42,9 +42,18 @@ test: setup
 unit:
 	$(CARGO) test --lib
 
-lint:
+lint: check-refs
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
+
+# The seed labs run for real (root): refreshes docs/lab/*.txt, the docs that embed them,
+# and their file:line references.
+lab: setup install
+	scripts/lab.sh
+
+# The docs' file:line references still point at the code they describe.
+check-refs:
+	scripts/check-refs.sh
 
 # Seed 002's gate with cnitool in a throwaway netns, step by step, then cleanup.
 demo: setup install
