@@ -545,8 +545,12 @@ impl Store {
             ),
         )
         .details(format!(
-            "every address of range {} is reserved; free addresses of containers that are gone with DEL or GC, or widen the subnet or rangeStart/rangeEnd",
-            pool.range_text()
+            "every allocatable address of {}{} is reserved; free the addresses of containers that are gone (DEL, or GC with the live list), or widen the subnet or rangeStart/rangeEnd",
+            pool.range_text(),
+            pool.gateway()
+                .filter(|g| (pool.first()..=pool.last()).contains(g))
+                .map(|g| format!(" except the gateway {g}"))
+                .unwrap_or_default()
         ))
     }
 
