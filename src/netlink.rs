@@ -165,12 +165,6 @@ impl Netlink {
         self.get_link(msg, &format!("look up link {name}"))
     }
 
-    pub fn link_by_index(&mut self, index: u32) -> NlResult<Option<Link>> {
-        let mut msg = LinkMessage::default();
-        msg.header.index = index;
-        self.get_link(msg, &format!("look up link #{index}"))
-    }
-
     fn get_link(&mut self, msg: LinkMessage, what: &str) -> NlResult<Option<Link>> {
         match self.request(RouteNetlinkMessage::GetLink(msg), Reply::One, what) {
             Ok(replies) => Ok(replies.into_iter().find_map(|m| match m {

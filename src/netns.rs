@@ -7,7 +7,6 @@
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 
 use nix::sched::{setns, CloneFlags};
 
@@ -102,9 +101,4 @@ impl Netns {
             })
         })
     }
-}
-
-/// True when `path` exists; DEL uses it to tell "netns gone" from "netns unusable".
-pub fn exists(path: &str) -> bool {
-    Path::new(path).exists()
 }
