@@ -30,7 +30,7 @@ for arg in "$@"; do
 done
 cd "$ROOT"
 if ((${#files[@]} == 0)); then
-  mapfile -t files < <(find docs -name '*.md' | sort)
+  mapfile -t files < <({ echo README.md; find docs -name '*.md'; } | sort)
 fi
 
 REF='<!-- ref: ([^ ]+):([0-9]+) contains "([^"]*)" -->'

@@ -47,8 +47,12 @@ pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
         container_id: &env.container_id,
         ifname: &env.ifname,
     };
+    // Last, after everything is made: a concurrent GC that does not list this attachment
+    // (another runtime sharing the network) may have removed part of it. Checking both
+    // halves here catches any such removal that happened before this point.
     let wired =
         wire_up(&mut nl, &netns, &who, conf, &assigned, requests.mac).and_then(|interfaces| {
+            wire::verify_pair(&mut nl, &who)?;
             addressing::verify_still_held(env, conf, &assigned)?;
             Ok(interfaces)
         });

@@ -317,6 +317,19 @@ fn tune_sysctls(ifname: &str, addresses: &[IpNetwork]) {
     }
 }
 
+/// The pair ADD made is still there and still this attachment's.
+pub fn verify_pair(nl: &mut Netlink, who: &Attachment) -> Result<()> {
+    let name = who.host_name();
+    match nl.link(&name).map_err(kernel)? {
+        Some(link) if hostveth::ownership(&link, &who.alias()) == Ownership::Ours => Ok(()),
+        _ => Err(Error::new(
+            code::TRY_AGAIN_LATER,
+            format!("host veth {name} was deleted while ADD ran, most likely by a concurrent GC that did not list this container"),
+        )
+        .details("ADD was undone; retry it")),
+    }
+}
+
 /// Deletes the host end of an attachment if it is academy's for that attachment.
 /// Returns false when there was nothing to delete.
 pub fn remove_pair(nl: &mut Netlink, who: &Attachment) -> Result<bool> {

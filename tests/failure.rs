@@ -38,34 +38,26 @@
 //!    its file names their attachment, a link only if its alias does (or it is an
 //!    unlabelled veth of their derived name); another owner's link is never deleted.
 //! 4. **An ADD that a concurrent GC does not list loses everything to that GC**, as it
-//!    would a moment after succeeding. Detection: GC freeing its reservation before ADD's
-//!    last step makes ADD fail with code 11 and undo itself (test 78); GC deleting its pair
-//!    while ADD is still wiring makes a netlink request fail (code 100) and ADD undo
-//!    itself; GC running after ADD's last step is indistinguishable from GC after ADD.
+//!    would a moment after succeeding, but never reports success for what GC removed
+//!    before ADD's last step: that step checks both the host veth (still there, still
+//!    this attachment's) and the reservation, so any removal before it makes ADD fail
+//!    with code 11 and undo itself (tests 78, 79); GC deleting the pair while ADD is
+//!    still wiring makes a netlink request fail (code 100) and ADD undo itself; GC
+//!    entirely after ADD's last step is indistinguishable from GC after ADD.
+//! 5. **Removal never takes a re-reserved address**: GC and DEL lock the reservation
+//!    file they read (flock on that inode) and unlink only while the name still points
+//!    at it, so a reservation freed by one remover and re-reserved by another attachment
+//!    is never removed by a second remover that read the old one (tests 76, 77).
 //!
-//! Not guaranteed (tests 76, 77 and 79 fail until fixed):
+//! Not guaranteed:
 //!
-//! - **Removal by name after reading the holder** (src/ipam/store.rs, `Store::gc` and
-//!   `Store::release`): both read a reservation's content, decide, then `unlinkat(2)` the
-//!   *name*. If meanwhile the file is removed by someone else and the address re-reserved
-//!   by another attachment, they delete the new holder's reservation. GC (listing V) held
-//!   between its read and its unlink while O's DEL frees the address and V's ADD takes it:
-//!   GC deletes listed V's reservation (test 76). O's DEL held likewise while a GC frees
-//!   the address and V takes it: O's DEL deletes V's reservation (test 77). Either way the
-//!   address is free in the store while V uses it, and the next ADD gets it too, so
-//!   guarantees 1 and 2 fail. It takes two removers of one reservation (GC and that
-//!   attachment's DEL): impossible for one runtime that runs GC alone, possible for two
-//!   runtimes sharing a network name.
-//! - **An unlisted ADD losing only its veth** (test 79): GC sweeps links before the store,
-//!   and ADD's last step (`addressing::verify_still_held`) checks only the reservation.
-//!   An ADD that runs that check between GC's two sweeps reports success for a host veth
-//!   and container interface that GC has just deleted; GC then frees its address too.
 //! - An unlabelled pair is recognised by name and bridge only, so the GC of *another*
 //!   network on the same bridge can delete an ADD's pair in the instant between creating
 //!   and labelling it (that ADD then fails with code 100 and undoes itself).
 //!
-//! So: each runtime on a node needs its own network name (hence its own store), and
-//! networks should not share a bridge; within one runtime, guarantees 1 to 4 hold.
+//! Two runtimes that share a network name must each list the other's attachments in GC
+//! (they cannot), so give each runtime its own network name (hence its own store); and
+//! networks should not share a bridge. Within one runtime, guarantees 1 to 5 hold.
 
 mod common;
 mod faults;
@@ -904,9 +896,10 @@ fn trace_has(file: &PathBuf, needle: &str) -> bool {
     std::fs::read_to_string(file).is_ok_and(|t| t.contains(needle))
 }
 
-/// Bug (see the module comment): GC reads a reservation's holder, then unlinks the name.
-/// Held between the two, with the address freed by its holder's DEL and re-reserved by a
-/// listed attachment meanwhile, GC deletes the listed attachment's reservation.
+/// Guarantee 5: GC reads a reservation's holder, then unlinks the name. Held between the
+/// two, with the address freed by its holder's DEL and re-reserved by a listed attachment
+/// meanwhile, GC must not delete the listed attachment's reservation (it did before the
+/// removal locked the inode it read).
 #[test]
 fn gc_never_frees_a_listed_attachment_re_reserving_an_address() {
     let lab = Lab::new("gcrace", 76);
@@ -974,9 +967,9 @@ fn gc_never_frees_a_listed_attachment_re_reserving_an_address() {
     assert_cni_error(&w_out, 110, &["no free address"]);
 }
 
-/// Bug (see the module comment): DEL reads a reservation's holder, then unlinks the name.
-/// Held between the two while GC frees the address and another attachment re-reserves it,
-/// DEL deletes that attachment's reservation, and the address is handed out twice.
+/// Guarantee 5: DEL reads a reservation's holder, then unlinks the name. Held between the
+/// two while GC frees the address and another attachment re-reserves it, DEL must not
+/// delete that attachment's reservation (it did, and the address was handed out twice).
 #[test]
 fn del_never_frees_another_attachment_s_reservation() {
     let lab = Lab::new("delrace", 77);
@@ -1087,15 +1080,16 @@ fn unlisted_add_losing_its_reservation_to_gc_fails_with_11() {
         "ADD finished before GC did: the delay was too short"
     );
     let out = add.finish();
-    assert_cni_error(&out, 11, &["released while ADD ran"]);
+    // GC removed both halves; ADD names the first it found missing.
+    assert_cni_error(&out, 11, &["while ADD ran"]);
     let mut p = Vec::new();
     expect_clean(&lab, &base, "after the failed ADD", false, &mut p);
     assert!(p.is_empty(), "{}", p.join("\n"));
 }
 
-/// Bug (see the module comment): GC deletes the host veth of an unlisted ADD held after
-/// wiring, and is itself held before its store sweep; ADD's reservation check passes and
-/// it reports success for an interface that no longer exists.
+/// Guarantee 4: GC deletes the host veth of an unlisted ADD held after wiring, and is
+/// itself held before its store sweep; ADD must not report success for an interface that
+/// no longer exists (it did when its last step checked only the reservation).
 #[test]
 fn unlisted_add_losing_its_veth_to_gc_does_not_succeed() {
     let lab = Lab::new("gcveth", 79);

@@ -372,17 +372,13 @@ impl Store {
         for addr in parse_index(&content) {
             let name = addr.to_string();
             // The index may list a candidate another container won; only our own files go.
-            let res = match self.read(&name, MAX_RESERVATION) {
-                Ok(Some(c)) if holder.matches(&c) => match self.unlink(&name) {
-                    Ok(()) => {
-                        freed.push(addr);
-                        Ok(())
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-                    Err(e) => Err(self.io_err("remove reservation", &name, &e)),
-                },
-                Ok(_) => Ok(()),
-                Err(e) => Err(self.io_err("read reservation", &name, &e)),
+            let res = match self.remove_reservation(&name, |c| holder.matches(c)) {
+                Ok(Some(_)) => {
+                    freed.push(addr);
+                    Ok(())
+                }
+                Ok(None) => Ok(()),
+                Err(e) => Err(self.io_err("remove reservation", &name, &e)),
             };
             if let Err(e) = res {
                 first_err.get_or_insert(e);
@@ -439,27 +435,15 @@ impl Store {
             if !is_file {
                 continue;
             }
-            let content = match self.read(&name, MAX_RESERVATION) {
-                Ok(Some(c)) => c,
-                Ok(None) => continue,
-                Err(e) => {
-                    report
-                        .errors
-                        .push(self.io_err("read reservation", &name, &e));
-                    continue;
-                }
+            let stale = |content: &[u8]| match FileHolder::parse(content) {
+                FileHolder::Full { id, ifname } => !valid.contains(&(id, ifname)),
+                FileHolder::Legacy(id) => !valid_ids.contains(id.as_str()),
             };
-            let holder = FileHolder::parse(&content);
-            let keep = match &holder {
-                FileHolder::Full { id, ifname } => valid.contains(&(id.clone(), ifname.clone())),
-                FileHolder::Legacy(id) => valid_ids.contains(id.as_str()),
-            };
-            if keep {
-                continue;
-            }
-            match self.unlink(&name) {
-                Ok(()) => report.released.push((addr, holder.describe())),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            match self.remove_reservation(&name, stale) {
+                Ok(Some(content)) => report
+                    .released
+                    .push((addr, FileHolder::parse(&content).describe())),
+                Ok(None) => {}
                 Err(e) => report
                     .errors
                     .push(self.io_err("remove reservation", &name, &e)),
@@ -676,6 +660,61 @@ impl Store {
     fn unlink(&self, name: &str) -> io::Result<()> {
         let c = cname(name)?;
         cvt(unsafe { libc::unlinkat(self.fd(), c.as_ptr(), 0) }).map(drop)
+    }
+
+    /// Removes the reservation `name` if `release_it` says so of its content, and returns
+    /// that content; None when it is gone or kept.
+    ///
+    /// Deciding and unlinking cannot be one syscall, and the name may meanwhile have been
+    /// freed by another remover and re-reserved by another attachment (two runtimes
+    /// sharing a network: one's GC, the other's DEL). Every remover therefore locks the
+    /// file it read (flock on that inode) and unlinks only while the name still points
+    /// at it: a second remover of the same inode waits, then finds the name moved on.
+    /// Creators never need the lock: linkat cannot replace a name.
+    fn remove_reservation(
+        &self,
+        name: &str,
+        release_it: impl FnOnce(&[u8]) -> bool,
+    ) -> io::Result<Option<Vec<u8>>> {
+        let mut f = match self.openat(name, libc::O_RDONLY, 0) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        // SAFETY: flock on an fd this function owns; released when `f` is closed.
+        cvt(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) })?;
+        let mut content = Vec::new();
+        (&mut f)
+            .take(MAX_RESERVATION as u64 + 1)
+            .read_to_end(&mut content)?;
+        if content.len() > MAX_RESERVATION || !release_it(&content) {
+            return Ok(None);
+        }
+        let read = f.metadata()?;
+        let c = cname(name)?;
+        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: fstatat fills `st` on success, which is the only case it is read in.
+        match cvt(unsafe {
+            libc::fstatat(
+                self.fd(),
+                c.as_ptr(),
+                st.as_mut_ptr(),
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        }) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        let now = unsafe { st.assume_init() };
+        if now.st_ino != read.ino() || now.st_dev != read.dev() {
+            return Ok(None);
+        }
+        match self.unlink(name) {
+            Ok(()) => Ok(Some(content)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Atomically replaces `name` (temp file in the same directory, then rename), so readers
