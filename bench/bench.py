@@ -1,0 +1,604 @@
+#!/usr/bin/env python3
+"""academy against the reference bridge + host-local, side by side in one run.
+
+    python3 bench/bench.py --academy target/release/academy --reference-dir /opt/cni/lab-bin
+
+Both plugins are invoked directly, as a runtime does (CNI_* in the environment, config
+on stdin), never through cnitool, and interleaved cycle by cycle (the order rotates) so
+that the noise of this shared machine falls on both alike. In the same run it measures
+the kernel floors the plugins are judged against, counts setns calls and netlink round
+trips, runs a parallel burst and the IPAM scaling series, then prints a table of
+ratios with the performance targets as PASS/MISS (informational: this is a benchmark,
+not a test, nothing here fails on time) and writes bench/results/: latest.json (raw
+samples, machine), latest.md (the table, ready for the README) and scaling.svg.
+
+Needs root, iproute2 and strace; a C compiler for the two small native helpers
+(spawnstat for clean RSS figures, nlfloor for the tight ADD floor); perf is optional.
+"""
+
+import argparse
+import atexit
+import gc
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import chart  # noqa: E402
+import cni  # noqa: E402
+import report  # noqa: E402
+import trace  # noqa: E402
+from cni import Attachment, Plugin  # noqa: E402
+from lab import Lab, ports, sh  # noqa: E402
+from proc import Run, Spawner  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# One /16 per use, inside the 10.240.0.0/13 this bench may use.
+NET_ACADEMY, NET_REFERENCE, NET_FLOOR = "10.240", "10.241", "10.242"
+NET_SCALE_ACADEMY, NET_SCALE_HOSTLOCAL = "10.243", "10.244"
+
+FULL = dict(cycles=100, warmup=3, burst=50, burst_rounds=2,
+            points=[0, 1000, 8000, 32000], scale_cycles=11)
+QUICK = dict(cycles=6, warmup=1, burst=20, burst_rounds=1,
+             points=[0, 1000, 8000], scale_cycles=3)
+HOSTLOCAL_BUDGET_S = 60.0  # per scaling point: beyond it host-local's series stops
+# Bringing a bridged veth up leaves the kernel busy for a few ms after the request has
+# been answered (addrconf, bridge port set-up): a /bin/true spawned then takes 1-4 ms
+# instead of 0.6. Each timed operation waits this long first, so that it pays for its
+# own work and not for the tail of the previous one.
+SETTLE_S = 0.02
+
+
+def ip_at(net: str, offset: int) -> str:
+    """The address `offset` places into the /16 `net`."""
+    return f"{net}.{offset >> 8}.{offset & 255}"
+
+
+def rotate(items: list, i: int) -> list:
+    """Cycle i's order: each item goes first in turn, so none is always warmest."""
+    k = i % len(items)
+    return items[k:] + items[:k]
+
+
+# ---- set-up ----------------------------------------------------------------------
+
+
+class Bench:
+    """What every phase needs: the lab, the spawner, the plugins and the floors."""
+
+    def __init__(self, args, lab: Lab):
+        self.args = args
+        self.lab = lab
+        launcher = lab.build_native("spawnstat")
+        self.sp = Spawner(launcher)
+        self.nlfloor = lab.build_native("nlfloor")
+        academy_bin = lab.snapshot(args.academy, "academy")
+        self.academy_sha = _sha256(academy_bin)
+        ref_dir = os.path.abspath(args.reference_dir)
+
+        self.ns = {
+            "academy": lab.add_netns("acb-a"),
+            "reference": lab.add_netns("acb-r"),
+        }
+        self.plugins = {
+            "academy": self.academy(academy_bin, "acbbr-a", NET_ACADEMY, "acb-academy"),
+            "reference": self.reference(ref_dir, "acbbr-r", NET_REFERENCE, "acb-reference"),
+        }
+        self.floors = Floors(self, lab)
+
+    def academy(self, binary, bridge, net, name, data_dir=None) -> Plugin:
+        data_dir = data_dir or self.lab.scratch("store-academy")
+        self.lab.track_bridge(bridge)
+        conf = {
+            "cniVersion": "1.0.0", "name": name, "type": "academy", "bridge": bridge,
+            "subnet": f"{net}.0.0/16", "gateway": f"{net}.0.1", "dataDir": data_dir,
+        }
+        return Plugin("academy", binary, conf, os.path.dirname(binary), bridge,
+                      os.path.join(data_dir, name))
+
+    def reference(self, ref_dir, bridge, net, name, data_dir=None) -> Plugin:
+        data_dir = data_dir or self.lab.scratch("store-hostlocal")
+        self.lab.track_bridge(bridge)
+        conf = {
+            "cniVersion": "1.0.0", "name": name, "type": "bridge", "bridge": bridge,
+            "isGateway": True,
+            "ipam": {"type": "host-local", "subnet": f"{net}.0.0/16", "dataDir": data_dir},
+        }
+        return Plugin("reference", os.path.join(ref_dir, "bridge"), conf, ref_dir, bridge,
+                      os.path.join(data_dir, name))
+
+
+def _sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+class Floors:
+    """The kernel's own cost of what the plugins ask for, measured the same way.
+
+    ADD, two ways: `ip -batch` on the host then `ip -n NS -batch` in the netns (the two
+    processes' times added), and nlfloor, one small C process making academy's exact
+    netlink requests. DEL: `ip link del` of a veth whose peer is in a netns, bare (made
+    by `ip link add ... peer name eth0 netns NS`, the issue's floor) and wired (the
+    ip-batch floor's veth: up, on the bridge, addressed and routed inside, like a
+    plugin's). Spawn: /bin/true, the cost of any process at all."""
+
+    BRIDGE = "acbbr-f"
+
+    def __init__(self, bench: Bench, lab: Lab):
+        self.sp = bench.sp
+        self.nlfloor = bench.nlfloor
+        self.ns_ip = lab.add_netns("acb-fip")
+        self.ns_c = lab.add_netns("acb-fc")
+        self.ns_bare = lab.add_netns("acb-fd")
+        lab.add_bridge(self.BRIDGE, f"{NET_FLOOR}.0.1/16")
+        self.env = dict(cni.BASE_ENV)
+
+    def _ip(self, *argv, stdin: str = "") -> Run:
+        return self.sp.run(["/usr/sbin/ip", *argv], self.env, stdin.encode())
+
+    def add_ip(self, i: int) -> Run:
+        host, ns = f"acbfi{i:06x}", os.path.basename(self.ns_ip)
+        host_side = self._ip("-batch", "-", stdin=(
+            f"link add {host} up master {self.BRIDGE} type veth peer name eth0 netns {ns}\n"
+            f"link set dev {host} alias academy:floor:c{i}:eth0\n"))
+        inside = self._ip("-n", ns, "-batch", "-", stdin=(
+            "link set dev eth0 up\n"
+            f"addr add {ip_at(NET_FLOOR, i + 2)}/16 dev eth0\n"
+            f"route add default via {NET_FLOOR}.0.1 dev eth0\n"))
+        return _sum_runs(host_side, inside)
+
+    def add_c(self, i: int) -> Run | None:
+        if not self.nlfloor:
+            return None
+        return self.sp.run(
+            [self.nlfloor, self.BRIDGE, f"acbfc{i:06x}", f"academy:floor:c{i}:eth0",
+             self.ns_c, "eth0", ip_at(NET_FLOOR, i + 2), "16", f"{NET_FLOOR}.0.1"],
+            self.env)
+
+    def spawn(self) -> Run:
+        return self.sp.run(["/bin/true"], self.env)
+
+    def prepare_bare(self, i: int):
+        ns = os.path.basename(self.ns_bare)
+        sh("ip", "link", "add", f"acbd{i:06x}", "type", "veth", "peer", "name", "eth0",
+           "netns", ns)
+
+    def del_bare(self, i: int) -> Run:
+        return self._ip("link", "del", f"acbd{i:06x}")
+
+    def del_wired(self, i: int) -> Run:
+        return self._ip("link", "del", f"acbfi{i:06x}")
+
+    def del_c(self, i: int):
+        if self.nlfloor:
+            sh("ip", "link", "del", f"acbfc{i:06x}", check=False)
+
+
+def _sum_runs(a: Run, b: Run) -> Run:
+    """Two processes run back to back, as one measurement."""
+    return Run(
+        rc=a.rc or b.rc,
+        wall_ms=a.wall_ms + b.wall_ms,
+        maxrss_kib=max(a.maxrss_kib, b.maxrss_kib),
+        user_ms=a.user_ms + b.user_ms,
+        sys_ms=a.sys_ms + b.sys_ms,
+        stdout=a.stdout + b.stdout,
+        stderr=a.stderr + b.stderr,
+        faults=a.faults + b.faults,
+    )
+
+
+# ---- phase 1: ADD, CHECK, DEL cycles ------------------------------------------------
+
+
+def cycles(b: Bench, n: int, warmup: int) -> dict:
+    """n recorded cycles (after `warmup` unrecorded ones, which also create the
+    plugins' bridges). Each cycle: every ADD (plugins and floors), both CHECKs, every
+    DEL, each group in a rotating order."""
+    series: dict[str, list] = {}
+    errors: list[str] = []
+    total = n + warmup
+    for i in range(total):
+        keep = i >= warmup
+
+        def record(name, run):
+            if run is None:
+                return
+            if keep:
+                series.setdefault(name, []).append(run.sample())
+            if not run.ok:
+                errors.append(f"cycle {i} {name}: rc={run.rc} "
+                              f"{run.stdout.decode(errors='replace')[:200]}"
+                              f"{run.stderr.decode(errors='replace')[:200]}")
+
+        for k in rotate(list(b.plugins), i):
+            if keep and os.path.isdir(b.plugins[k].store):
+                series.setdefault(f"fs.create.{k}", []).append(
+                    settled(lambda: fs_create(b.plugins[k].store, i)))
+
+        atts = {k: Attachment(cid=f"acb-{k[:3]}-{i:04d}", netns=b.ns[k]) for k in b.plugins}
+        adds = {
+            "academy.ADD": lambda: cni.invoke(b.sp, b.plugins["academy"], "ADD", atts["academy"]),
+            "reference.ADD": lambda: cni.invoke(b.sp, b.plugins["reference"], "ADD", atts["reference"]),
+            "floor.add_ip": lambda: b.floors.add_ip(i),
+            "floor.add_c": lambda: b.floors.add_c(i),
+            "floor.spawn": b.floors.spawn,
+        }
+        for name in rotate(list(adds), i):
+            record(name, settled(adds[name]))
+
+        for k in rotate(list(b.plugins), i):
+            if atts[k].result is not None:
+                record(f"{k}.CHECK",
+                       settled(lambda: cni.invoke(b.sp, b.plugins[k], "CHECK", atts[k])))
+
+        b.floors.prepare_bare(i)
+        dels = {
+            "academy.DEL": lambda: cni.invoke(b.sp, b.plugins["academy"], "DEL", atts["academy"]),
+            "reference.DEL": lambda: cni.invoke(b.sp, b.plugins["reference"], "DEL", atts["reference"]),
+            "floor.del_bare": lambda: b.floors.del_bare(i),
+            "floor.del_wired": lambda: b.floors.del_wired(i),
+        }
+        for name in rotate(list(dels), i):
+            record(name, settled(dels[name]))
+        b.floors.del_c(i)
+        _progress(f"cycles {i + 1}/{total}")
+    _progress_done()
+    return {"series": series, "errors": errors, "leftovers": leftovers(b)}
+
+
+def fs_create(directory: str, i: int) -> dict:
+    """What one new file costs in a store's directory (create, write, close: the
+    plugins' own sequence), in-process. On this machine's ext4 it ranges from tens of
+    microseconds to a millisecond depending on where and when, so it is measured here,
+    in the same run, to tell the store's share of an ADD."""
+    path = os.path.join(directory, f".acb-probe-{i}")
+    t0 = time.perf_counter_ns()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    os.write(fd, b"probe\r\neth0")
+    os.close(fd)
+    wall = (time.perf_counter_ns() - t0) / 1e6
+    os.unlink(path)
+    return {"rc": 0, "wall_ms": round(wall, 4)}
+
+
+def settled(op):
+    time.sleep(SETTLE_S)
+    return op()
+
+
+def leftovers(b: Bench) -> dict:
+    """What the DELs left behind: ports on the bridges, reservations in the stores."""
+    return {k: {"ports": ports(p.bridge), "reservations": reservations(p.store)}
+            for k, p in b.plugins.items()}
+
+
+def reservations(store: str) -> list:
+    """Address files in a store (not the index, hint or lock)."""
+    try:
+        names = os.listdir(store)
+    except FileNotFoundError:
+        return []
+    return [n for n in names if n[:1].isdigit() or ":" in n]
+
+
+# ---- phase 2: syscalls -------------------------------------------------------------
+
+
+def syscalls(b: Bench) -> dict:
+    """Counts, not times: one ADD and one DEL of each plugin under strace (filtered
+    with fds decoded, for netlink requests, setns and new files; then -c for the whole
+    summary) and under perf stat when perf works; the same for the floors."""
+    tools = {"requests": trace.requests, "summary": trace.summary}
+    if trace.perf_works():
+        tools["perf"] = trace.perf_stat
+    out = {k: {} for k in b.plugins}
+    for k, plugin in b.plugins.items():
+        for tool, fn in tools.items():
+            att = Attachment(cid=f"acb-trace-{k[:3]}-{tool}", netns=b.ns[k])
+            for command in ("ADD", "DEL"):
+                prev = att.result if command == "DEL" else None
+                t = fn(trace.Invocation(plugin.argv(),
+                                        plugin.env(command, att.cid, att.netns, att.ifname),
+                                        plugin.stdin(prev)))
+                run = Run(t.rc, 0.0, 0, 0.0, 0.0, t.stdout, t.stderr)
+                cni.judge(run, command, att)
+                out[k].setdefault(tool, {})[command] = dict(t.figures, ok=run.ok)
+    if b.nlfloor:
+        out["nlfloor"] = {}
+        for tool, fn in tools.items():
+            t = fn(trace.Invocation(
+                [b.nlfloor, Floors.BRIDGE, "acbfctrace", "academy:floor:trace:eth0",
+                 b.floors.ns_c, "eth0", ip_at(NET_FLOOR, 9), "16", f"{NET_FLOOR}.0.1"],
+                dict(cni.BASE_ENV)))
+            out["nlfloor"][tool] = {"ADD": dict(t.figures, ok=t.rc == 0)}
+            sh("ip", "link", "del", "acbfctrace", check=False)
+    out["true"] = {tool: {"ADD": dict(fn(trace.Invocation(["/bin/true"], {})).figures, ok=True)}
+                   for tool, fn in tools.items()}
+    return out
+
+
+# ---- phase 3: a parallel burst -------------------------------------------------------
+
+
+def burst(b: Bench, n: int, rounds: int) -> dict:
+    """n ADDs started at once (one netns each, like n pods scheduled together), then
+    their n DELs at once; rounds alternate which plugin goes first."""
+    names = [f"acb-b{j:02d}" for j in range(n)]
+    paths = b.lab.add_netns_many(names)
+    out: dict[str, list] = {k: [] for k in b.plugins}
+    try:
+        for r in range(rounds):
+            for k in rotate(list(b.plugins), r):
+                out[k].append(burst_round(b, b.plugins[k], paths, r))
+                _progress(f"burst round {r + 1}/{rounds} {k}")
+    finally:
+        # Not needed any more; the scaling phase runs in the same conditions as the cycles.
+        b.lab.del_netns_many(names)
+    _progress_done()
+    return {"parallel": n, "rounds": out}
+
+
+def burst_round(b: Bench, plugin: Plugin, paths: list, r: int) -> dict:
+    atts = [Attachment(cid=f"acb-burst-{r}-{j:02d}", netns=p) for j, p in enumerate(paths)]
+    res = {}
+    for command in ("ADD", "DEL"):
+        t0 = time.perf_counter_ns()
+        started = [cni.start(b.sp, plugin, command, a) for a in atts]
+        runs = [b.sp.finish(s) for s in started]
+        wall = (time.perf_counter_ns() - t0) / 1e6
+        for run, a in zip(runs, atts):
+            cni.judge(run, command, a)
+        res[command] = {
+            "wall_ms": round(wall, 3),
+            "failures": sum(not run.ok for run in runs),
+            "per_process_ms": sorted(round(run.wall_ms, 3) for run in runs),
+            "errors": [e for a in atts for e in a.errors][:5],
+        }
+        if command == "ADD":
+            addrs = [cni.address(a.result) for a in atts if a.result]
+            res["distinct_addresses"] = len(set(addrs))
+    res["leftover_ports"] = len(ports(plugin.bridge))
+    res["leftover_reservations"] = len(reservations(plugin.store))
+    if res["leftover_ports"]:
+        # Do not let one round's debris fail the next plugin's ADDs.
+        for p in paths:
+            sh("ip", "-n", os.path.basename(p), "link", "del", "eth0", check=False)
+    return res
+
+
+# ---- phase 4: IPAM scaling -----------------------------------------------------------
+
+
+def scaling(b: Bench, points: list, n_cycles: int, seed: int) -> dict:
+    """ADD+DEL cycles with 0, 1k, 8k, 32k addresses of the /16 already held, scattered
+    (a seeded random sample, as years of churn leave a store), each held by its own
+    long-gone container. host-local reads its whole store on every ADD and DEL, so its
+    series stops once a point would take more than HOSTLOCAL_BUDGET_S."""
+    ref_dir = os.path.abspath(b.args.reference_dir)
+    plugins = {
+        "academy": b.academy(b.plugins["academy"].binary, "acbbr-sa", NET_SCALE_ACADEMY,
+                             "acb-scale", b.lab.scratch("scale-academy")),
+        "reference": b.reference(ref_dir, "acbbr-sr", NET_SCALE_HOSTLOCAL, "acb-scale",
+                                 b.lab.scratch("scale-hostlocal")),
+    }
+    # Scattered: every address but the network, the gateway (.0.1) and the broadcast.
+    offsets = random.Random(seed).sample(range(2, 65535), max(points))
+    result = {"seed": seed, "points": []}
+    written, stopped = 0, {}
+    # Unrecorded: the first ADD creates the bridge, which is no part of the IPAM's cost.
+    for k, plugin in plugins.items():
+        att = Attachment(cid="acb-s-warmup", netns=b.ns[k])
+        cni.invoke(b.sp, plugin, "ADD", att)
+        cni.invoke(b.sp, plugin, "DEL", att)
+    for n in points:
+        t0 = time.monotonic()
+        populate(plugins["academy"].store, NET_SCALE_ACADEMY, offsets, written, n, index=True)
+        populate(plugins["reference"].store, NET_SCALE_HOSTLOCAL, offsets, written, n, index=False)
+        written = n
+        point = {"held": n, "populate_s": round(time.monotonic() - t0, 2), "runs": {}}
+        projected = project_hostlocal(result["points"], n) * n_cycles
+        if projected > HOSTLOCAL_BUDGET_S * 1000:
+            stopped["reference"] = (f"skipped from {n} held: projected {projected / 1000:.0f} s "
+                                    f"for {n_cycles} cycles > {HOSTLOCAL_BUDGET_S:.0f} s")
+        spent = {k: 0.0 for k in plugins}
+        for c in range(n_cycles):
+            for k in rotate(list(plugins), c):
+                if k in stopped:
+                    continue
+                att = Attachment(cid=f"acb-s{n}-{c}", netns=b.ns[k])
+                add = settled(lambda: cni.invoke(b.sp, plugins[k], "ADD", att))
+                dele = settled(lambda: cni.invoke(b.sp, plugins[k], "DEL", att))
+                spent[k] += add.wall_ms + dele.wall_ms
+                point["runs"].setdefault(k, []).append({
+                    "add_ms": round(add.wall_ms, 3), "del_ms": round(dele.wall_ms, 3),
+                    "cycle_ms": round(add.wall_ms + dele.wall_ms, 3),
+                    "ok": add.ok and dele.ok, "errors": att.errors[:2],
+                })
+                if spent[k] > HOSTLOCAL_BUDGET_S * 1000 and k == "reference":
+                    stopped[k] = f"stopped at {n} held: a point took over {HOSTLOCAL_BUDGET_S:.0f} s"
+            _progress(f"scaling {n} held, cycle {c + 1}/{n_cycles}")
+        point["stopped"] = dict(stopped)
+        result["points"].append(point)
+    _progress_done()
+    return result
+
+
+def populate(store: str, net: str, offsets: list, start: int, end: int, index: bool):
+    """Writes reservations start..end of the sample straight into a store, in the
+    plugin's own format: `<store>/<address>` holding "containerID\\r\\nifname" and, for
+    academy, the holder index `<store>/holders/<containerID>:<ifname>` naming it."""
+    os.makedirs(os.path.join(store, "holders") if index else store, mode=0o700, exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    for k in range(start, end):
+        addr, cid = ip_at(net, offsets[k]), f"churn{k:05d}"
+        _write(os.path.join(store, addr), f"{cid}\r\neth0", flags)
+        if index:
+            _write(os.path.join(store, "holders", f"{cid}:eth0"), f"{addr}\n", flags)
+
+
+def _write(path: str, text: str, flags: int):
+    fd = os.open(path, flags, 0o600)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def project_hostlocal(points: list, n: int) -> float:
+    """host-local's cycle at n held, extrapolated linearly from the points so far (ms)."""
+    done = [(p["held"], report.median([r["cycle_ms"] for r in p["runs"].get("reference", [])]))
+            for p in points if p["runs"].get("reference")]
+    if len(done) < 2:
+        return 0.0
+    (n0, c0), (n1, c1) = done[0], done[-1]
+    slope = (c1 - c0) / (n1 - n0) if n1 > n0 else 0.0
+    return c0 + slope * (n - n0)
+
+
+# ---- the run ----------------------------------------------------------------------------
+
+
+def machine() -> dict:
+    def first(path, key):
+        try:
+            with open(path) as f:
+                for line in f:
+                    if line.startswith(key):
+                        return line.split(":", 1)[1].strip()
+        except OSError:
+            pass
+        return "unknown"
+
+    try:
+        debian = open("/etc/debian_version").read().strip()
+    except OSError:
+        debian = "unknown"
+    return {
+        "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "kernel": os.uname().release,
+        "nproc": os.cpu_count(),
+        "cpu": first("/proc/cpuinfo", "model name"),
+        "memory": first("/proc/meminfo", "MemTotal"),
+        "debian": debian,
+        "loadavg_start": os.getloadavg(),
+    }
+
+
+def provenance(b: Bench) -> dict:
+    repo = os.path.dirname(HERE)
+    git = lambda *a: subprocess.run(["git", "-C", repo, *a], capture_output=True, text=True).stdout.strip()
+    pkg = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "containernetworking-plugins"],
+                         capture_output=True, text=True)
+    return {
+        "academy_binary": os.path.abspath(b.args.academy),
+        "academy_sha256": b.academy_sha,
+        "academy_size": os.path.getsize(b.plugins["academy"].binary),
+        "git_commit": git("rev-parse", "--short", "HEAD"),
+        "git_dirty_src": bool(git("status", "--porcelain", "--", "src", "Cargo.toml", "Cargo.lock")),
+        "reference_dir": os.path.abspath(b.args.reference_dir),
+        "reference_version": f"containernetworking-plugins {pkg.stdout}" if pkg.returncode == 0 else "unknown",
+        "reference_sha256": _sha256(b.plugins["reference"].binary),
+        "clean_rss": b.sp.clean_rss,
+        "nlfloor": bool(b.nlfloor),
+    }
+
+
+def _progress(msg: str):
+    if sys.stderr.isatty():
+        sys.stderr.write(f"\r\033[K{msg}")
+        sys.stderr.flush()
+
+
+def _progress_done():
+    if sys.stderr.isatty():
+        sys.stderr.write("\r\033[K")
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--academy", required=True, help="academy binary")
+    p.add_argument("--reference-dir", required=True, help="dir with bridge and host-local")
+    p.add_argument("--quick", action="store_true", help="a fast smoke run (few cycles)")
+    p.add_argument("--cycles", type=int, help="recorded ADD/CHECK/DEL cycles")
+    p.add_argument("--out", help="results dir (default bench/results, quick: bench/results/quick)")
+    p.add_argument("--seed", type=int, default=2024, help="seed of the scattered held addresses")
+    args = p.parse_args()
+    preset = QUICK if args.quick else FULL
+    for k, v in preset.items():
+        if getattr(args, k, None) is None:
+            setattr(args, k, v)
+    args.out = args.out or os.path.join(HERE, "results", *(["quick"] if args.quick else []))
+    if os.geteuid() != 0:
+        raise SystemExit("bench: needs root (namespaces, bridges, veths)")
+    return args
+
+
+def main():
+    args = parse_args()
+    lab = Lab()
+    lab.lock()
+
+    def on_signal(signum, _frame):
+        raise SystemExit(128 + signum)  # unwinds through the finally below
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+    atexit.register(lab.cleanup)
+    started = time.monotonic()
+    try:
+        lab.preclean()
+        b = Bench(args, lab)
+        results = {"machine": machine(), "settings": {
+            k: getattr(args, k) for k in ("cycles", "warmup", "burst", "burst_rounds",
+                                          "points", "scale_cycles", "seed", "quick")}}
+        results["provenance"] = provenance(b)
+        load = results["machine"]["loadavg_phases"] = {}
+        gc.disable()  # no collector pauses inside a timed spawn-to-reap
+        load["cycles"] = os.getloadavg()
+        print(f"bench: {args.cycles} cycles (+{args.warmup} warm-up) ...", file=sys.stderr)
+        results["cycles"] = cycles(b, args.cycles, args.warmup)
+        print("bench: syscalls (strace, perf) ...", file=sys.stderr)
+        results["syscalls"] = syscalls(b)
+        load["burst"] = os.getloadavg()
+        print(f"bench: burst of {args.burst} x {args.burst_rounds} ...", file=sys.stderr)
+        results["burst"] = burst(b, args.burst, args.burst_rounds)
+        load["scaling"] = os.getloadavg()
+        print(f"bench: IPAM scaling {args.points} ...", file=sys.stderr)
+        results["scaling"] = scaling(b, args.points, args.scale_cycles, args.seed)
+        gc.enable()
+        results["machine"]["loadavg_end"] = os.getloadavg()
+        results["machine"]["runtime_s"] = round(time.monotonic() - started, 1)
+        summary = report.summarize(results)
+        results["summary"] = summary
+        os.makedirs(args.out, exist_ok=True)
+        md = report.markdown(results, summary, chart_path="bench/results/scaling.svg"
+                             if not args.quick else None)
+        with open(os.path.join(args.out, "latest.json"), "w") as f:
+            json.dump(results, f, indent=1)
+        with open(os.path.join(args.out, "latest.md"), "w") as f:
+            f.write(md)
+        svg = os.path.join(args.out, "scaling.svg")
+        with open(svg, "w") as f:
+            f.write(chart.scaling_svg(results, summary))
+        chart.png_if_possible(svg)
+        print(md)
+        print(f"bench: wrote {args.out}/latest.json, latest.md, scaling.svg "
+              f"in {results['machine']['runtime_s']} s", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("\nbench: interrupted; cleaning up", file=sys.stderr)
+        raise SystemExit(130)
+    finally:
+        lab.cleanup()
+
+
+if __name__ == "__main__":
+    main()

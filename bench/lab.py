@@ -1,0 +1,180 @@
+"""The bench's own corner of the machine: network namespaces, bridges, stores, tools.
+
+Everything made here is named with the prefix "acb" (netns "acb-*", links "acb*"), lives
+in 10.240.0.0/16 .. 10.247.0.0/16 and under one scratch directory, so that cleanup (at
+the end, on Ctrl-C, or at the start of the next run after a kill) can find it all by
+name without touching anything else on the node. No packet is ever sent.
+"""
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+PREFIX = "acb"
+# The stores live where real ones do (/var/lib/cni/...), on the same file system.
+SCRATCH = "/var/lib/cni/academy-bench"
+LOCK = "/run/academy-bench.lock"
+NETNS_DIR = "/var/run/netns"
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def sh(*argv, check=True, input=None) -> subprocess.CompletedProcess:
+    """Runs a set-up or clean-up command (never timed)."""
+    return subprocess.run(
+        argv, input=input, capture_output=True, text=True, check=check
+    )
+
+
+class Lab:
+    def __init__(self):
+        self.netns: list[str] = []
+        self.bridges: list[str] = []
+        self._lock_fd = None
+
+    # -- lifetime ------------------------------------------------------------------
+
+    def lock(self):
+        """Two runs at once would share names: the second one refuses to start."""
+        self._lock_fd = os.open(LOCK, os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SystemExit(f"another benchmark run holds {LOCK}; not starting")
+
+    def preclean(self):
+        """Removes what a killed earlier run left behind (found by prefix only)."""
+        for ns in _our_netns():
+            sh("ip", "netns", "del", ns, check=False)
+        for link in _our_links():
+            sh("ip", "link", "del", link, check=False)
+        shutil.rmtree(SCRATCH, ignore_errors=True)
+        os.makedirs(SCRATCH, mode=0o700)
+
+    def cleanup(self):
+        """Everything, best effort and idempotent: called from finally and atexit.
+        A second Ctrl-C must not cut it short, so interrupts wait until it is done."""
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            self._cleanup()
+        finally:
+            signal.signal(signal.SIGINT, old)
+
+    def _cleanup(self):
+        # Deleting a netns destroys the container ends, and with them both veth ends.
+        for ns in set(self.netns) | set(_our_netns()):
+            sh("ip", "netns", "del", ns, check=False)
+        for br in self.bridges:
+            for port in _ports(br):
+                sh("ip", "link", "del", port, check=False)
+        for link in _our_links():
+            sh("ip", "link", "del", link, check=False)
+        self.netns.clear()
+        self.bridges.clear()
+        shutil.rmtree(SCRATCH, ignore_errors=True)
+
+    # -- objects ---------------------------------------------------------------------
+
+    def add_netns(self, name: str) -> str:
+        assert name.startswith(PREFIX + "-")
+        sh("ip", "netns", "add", name)
+        self.netns.append(name)
+        return f"{NETNS_DIR}/{name}"
+
+    def add_netns_many(self, names: list) -> list:
+        """`ip -batch` makes many namespaces in one process."""
+        for n in names:
+            assert n.startswith(PREFIX + "-")
+        self.netns.extend(names)
+        sh("ip", "-batch", "-", input="".join(f"netns add {n}\n" for n in names))
+        return [f"{NETNS_DIR}/{n}" for n in names]
+
+    def del_netns_many(self, names: list):
+        sh("ip", "-batch", "-", input="".join(f"netns del {n}\n" for n in names), check=False)
+        self.netns = [n for n in self.netns if n not in names]
+
+    def track_bridge(self, name: str):
+        """A bridge a plugin creates on its first ADD; ours to remove at the end."""
+        assert name.startswith(PREFIX) and len(name) <= 15
+        self.bridges.append(name)
+
+    def add_bridge(self, name: str, gateway_cidr: str):
+        self.track_bridge(name)
+        sh("ip", "link", "add", name, "type", "bridge")
+        sh("ip", "link", "set", name, "up")
+        sh("ip", "addr", "add", gateway_cidr, "dev", name)
+
+    def scratch(self, *parts) -> str:
+        path = os.path.join(SCRATCH, *parts)
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        return path
+
+    # -- tools ------------------------------------------------------------------------
+
+    def build_native(self, name: str) -> str | None:
+        """Compiles native/<name>.c (static if possible: smaller and faster to exec)."""
+        src = os.path.join(HERE, "native", name + ".c")
+        out = os.path.join(self.scratch("bin"), name)
+        for extra in (["-static"], []):
+            r = sh("cc", "-O2", "-Wall", *extra, "-o", out, src, check=False)
+            if r.returncode == 0:
+                return out
+        print(f"bench: cannot compile {src} (no C compiler?): {r.stderr.strip()[:300]}")
+        return None
+
+    def snapshot(self, binary: str, name: str, attempts: int = 30) -> str:
+        """A private copy of the binary under test: another engineer may rebuild the
+        original mid-run. A missing or half-written binary is waited for (it must
+        answer VERSION), for up to about a minute."""
+        dest = os.path.join(self.scratch("bin"), name)
+        last = ""
+        for _ in range(attempts):
+            try:
+                shutil.copyfile(binary, dest + ".new")
+                os.chmod(dest + ".new", 0o755)
+                os.replace(dest + ".new", dest)
+                r = subprocess.run(
+                    [dest],
+                    env={"CNI_COMMAND": "VERSION"},
+                    input=b"{}",
+                    capture_output=True,
+                )
+                if r.returncode == 0 and "supportedVersions" in json.loads(r.stdout):
+                    return dest
+                last = r.stdout.decode() + r.stderr.decode()
+            except (OSError, ValueError) as e:
+                last = str(e)
+            time.sleep(2)
+        raise SystemExit(f"bench: {binary} is not a working CNI plugin: {last[:300]}")
+
+
+def _our_netns() -> list:
+    r = sh("ip", "-j", "netns", "list", check=False)
+    try:
+        return [n["name"] for n in json.loads(r.stdout or "[]") if n["name"].startswith(PREFIX + "-")]
+    except ValueError:
+        return []
+
+
+def _links(*filters) -> list:
+    r = sh("ip", "-j", "link", "show", *filters, check=False)
+    try:
+        return [l["ifname"] for l in json.loads(r.stdout or "[]")]
+    except ValueError:
+        return []
+
+
+def _our_links() -> list:
+    return [l for l in _links() if l.startswith(PREFIX)]
+
+
+def _ports(bridge: str) -> list:
+    return _links("master", bridge)
+
+
+def ports(bridge: str) -> list:
+    """Links enslaved to a bridge (to check that DELs left nothing behind)."""
+    return _ports(bridge)
