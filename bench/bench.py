@@ -84,12 +84,12 @@ class Bench:
         ref_dir = os.path.abspath(args.reference_dir)
 
         self.ns = {
-            "academy": lab.add_netns("acb-a"),
-            "reference": lab.add_netns("acb-r"),
+            "academy": lab.add_netns("bnch-a"),
+            "reference": lab.add_netns("bnch-r"),
         }
         self.plugins = {
-            "academy": self.academy(academy_bin, "acbbr-a", NET_ACADEMY, "acb-academy"),
-            "reference": self.reference(ref_dir, "acbbr-r", NET_REFERENCE, "acb-reference"),
+            "academy": self.academy(academy_bin, "bnchbr-a", NET_ACADEMY, "bnch-academy"),
+            "reference": self.reference(ref_dir, "bnchbr-r", NET_REFERENCE, "bnch-reference"),
         }
         self.floors = Floors(self, lab)
 
@@ -130,14 +130,14 @@ class Floors:
     ip-batch floor's veth: up, on the bridge, addressed and routed inside, like a
     plugin's). Spawn: /bin/true, the cost of any process at all."""
 
-    BRIDGE = "acbbr-f"
+    BRIDGE = "bnchbr-f"
 
     def __init__(self, bench: Bench, lab: Lab):
         self.sp = bench.sp
         self.nlfloor = bench.nlfloor
-        self.ns_ip = lab.add_netns("acb-fip")
-        self.ns_c = lab.add_netns("acb-fc")
-        self.ns_bare = lab.add_netns("acb-fd")
+        self.ns_ip = lab.add_netns("bnch-fip")
+        self.ns_c = lab.add_netns("bnch-fc")
+        self.ns_bare = lab.add_netns("bnch-fd")
         lab.add_bridge(self.BRIDGE, f"{NET_FLOOR}.0.1/16")
         self.env = dict(cni.BASE_ENV)
 
@@ -145,7 +145,7 @@ class Floors:
         return self.sp.run(["/usr/sbin/ip", *argv], self.env, stdin.encode())
 
     def add_ip(self, i: int) -> Run:
-        host, ns = f"acbfi{i:06x}", os.path.basename(self.ns_ip)
+        host, ns = f"bnchfi{i:06x}", os.path.basename(self.ns_ip)
         host_side = self._ip("-batch", "-", stdin=(
             f"link add {host} up master {self.BRIDGE} type veth peer name eth0 netns {ns}\n"
             f"link set dev {host} alias academy:floor:c{i}:eth0\n"))
@@ -159,7 +159,7 @@ class Floors:
         if not self.nlfloor:
             return None
         return self.sp.run(
-            [self.nlfloor, self.BRIDGE, f"acbfc{i:06x}", f"academy:floor:c{i}:eth0",
+            [self.nlfloor, self.BRIDGE, f"bnchfc{i:06x}", f"academy:floor:c{i}:eth0",
              self.ns_c, "eth0", ip_at(NET_FLOOR, i + 2), "16", f"{NET_FLOOR}.0.1"],
             self.env)
 
@@ -168,18 +168,18 @@ class Floors:
 
     def prepare_bare(self, i: int):
         ns = os.path.basename(self.ns_bare)
-        sh("ip", "link", "add", f"acbd{i:06x}", "type", "veth", "peer", "name", "eth0",
+        sh("ip", "link", "add", f"bnchd{i:06x}", "type", "veth", "peer", "name", "eth0",
            "netns", ns)
 
     def del_bare(self, i: int) -> Run:
-        return self._ip("link", "del", f"acbd{i:06x}")
+        return self._ip("link", "del", f"bnchd{i:06x}")
 
     def del_wired(self, i: int) -> Run:
-        return self._ip("link", "del", f"acbfi{i:06x}")
+        return self._ip("link", "del", f"bnchfi{i:06x}")
 
     def del_c(self, i: int):
         if self.nlfloor:
-            sh("ip", "link", "del", f"acbfc{i:06x}", check=False)
+            sh("ip", "link", "del", f"bnchfc{i:06x}", check=False)
 
 
 def _sum_runs(a: Run, b: Run) -> Run:
@@ -224,7 +224,7 @@ def cycles(b: Bench, n: int, warmup: int) -> dict:
                 series.setdefault(f"fs.create.{k}", []).append(
                     settled(lambda: fs_create(b.plugins[k].store, i)))
 
-        atts = {k: Attachment(cid=f"acb-{k[:3]}-{i:04d}", netns=b.ns[k]) for k in b.plugins}
+        atts = {k: Attachment(cid=f"bnch-{k[:3]}-{i:04d}", netns=b.ns[k]) for k in b.plugins}
         adds = {
             "academy.ADD": lambda: cni.invoke(b.sp, b.plugins["academy"], "ADD", atts["academy"]),
             "reference.ADD": lambda: cni.invoke(b.sp, b.plugins["reference"], "ADD", atts["reference"]),
@@ -260,7 +260,7 @@ def fs_create(directory: str, i: int) -> dict:
     plugins' own sequence), in-process. On this machine's ext4 it ranges from tens of
     microseconds to a millisecond depending on where and when, so it is measured here,
     in the same run, to tell the store's share of an ADD."""
-    path = os.path.join(directory, f".acb-probe-{i}")
+    path = os.path.join(directory, f".bnch-probe-{i}")
     t0 = time.perf_counter_ns()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     os.write(fd, b"probe\r\neth0")
@@ -303,7 +303,7 @@ def syscalls(b: Bench) -> dict:
     out = {k: {} for k in b.plugins}
     for k, plugin in b.plugins.items():
         for tool, fn in tools.items():
-            att = Attachment(cid=f"acb-trace-{k[:3]}-{tool}", netns=b.ns[k])
+            att = Attachment(cid=f"bnch-trace-{k[:3]}-{tool}", netns=b.ns[k])
             for command in ("ADD", "DEL"):
                 prev = att.result if command == "DEL" else None
                 t = fn(trace.Invocation(plugin.argv(),
@@ -316,11 +316,11 @@ def syscalls(b: Bench) -> dict:
         out["nlfloor"] = {}
         for tool, fn in tools.items():
             t = fn(trace.Invocation(
-                [b.nlfloor, Floors.BRIDGE, "acbfctrace", "academy:floor:trace:eth0",
+                [b.nlfloor, Floors.BRIDGE, "bnchfctrace", "academy:floor:trace:eth0",
                  b.floors.ns_c, "eth0", ip_at(NET_FLOOR, 9), "16", f"{NET_FLOOR}.0.1"],
                 dict(cni.BASE_ENV)))
             out["nlfloor"][tool] = {"ADD": dict(t.figures, ok=t.rc == 0)}
-            sh("ip", "link", "del", "acbfctrace", check=False)
+            sh("ip", "link", "del", "bnchfctrace", check=False)
     out["true"] = {tool: {"ADD": dict(fn(trace.Invocation(["/bin/true"], {})).figures, ok=True)}
                    for tool, fn in tools.items()}
     return out
@@ -332,7 +332,7 @@ def syscalls(b: Bench) -> dict:
 def burst(b: Bench, n: int, rounds: int) -> dict:
     """n ADDs started at once (one netns each, like n pods scheduled together), then
     their n DELs at once; rounds alternate which plugin goes first."""
-    names = [f"acb-b{j:02d}" for j in range(n)]
+    names = [f"bnch-b{j:02d}" for j in range(n)]
     paths = b.lab.add_netns_many(names)
     out: dict[str, list] = {k: [] for k in b.plugins}
     try:
@@ -348,7 +348,7 @@ def burst(b: Bench, n: int, rounds: int) -> dict:
 
 
 def burst_round(b: Bench, plugin: Plugin, paths: list, r: int) -> dict:
-    atts = [Attachment(cid=f"acb-burst-{r}-{j:02d}", netns=p) for j, p in enumerate(paths)]
+    atts = [Attachment(cid=f"bnch-burst-{r}-{j:02d}", netns=p) for j, p in enumerate(paths)]
     res = {}
     for command in ("ADD", "DEL"):
         t0 = time.perf_counter_ns()
@@ -385,9 +385,9 @@ def scaling(b: Bench, points: list, n_cycles: int, seed: int) -> dict:
     series stops once a point would take more than HOSTLOCAL_BUDGET_S."""
     ref_dir = os.path.abspath(b.args.reference_dir)
     plugins = {
-        "academy": b.academy(b.plugins["academy"].binary, "acbbr-sa", NET_SCALE_ACADEMY,
-                             "acb-scale", b.lab.scratch("scale-academy")),
-        "reference": b.reference(ref_dir, "acbbr-sr", NET_SCALE_HOSTLOCAL, "acb-scale",
+        "academy": b.academy(b.plugins["academy"].binary, "bnchbr-sa", NET_SCALE_ACADEMY,
+                             "bnch-scale", b.lab.scratch("scale-academy")),
+        "reference": b.reference(ref_dir, "bnchbr-sr", NET_SCALE_HOSTLOCAL, "bnch-scale",
                                  b.lab.scratch("scale-hostlocal")),
     }
     # Scattered: every address but the network, the gateway (.0.1) and the broadcast.
@@ -396,7 +396,7 @@ def scaling(b: Bench, points: list, n_cycles: int, seed: int) -> dict:
     written, stopped = 0, {}
     # Unrecorded: the first ADD creates the bridge, which is no part of the IPAM's cost.
     for k, plugin in plugins.items():
-        att = Attachment(cid="acb-s-warmup", netns=b.ns[k])
+        att = Attachment(cid="bnch-s-warmup", netns=b.ns[k])
         cni.invoke(b.sp, plugin, "ADD", att)
         cni.invoke(b.sp, plugin, "DEL", att)
     for n in points:
@@ -414,7 +414,7 @@ def scaling(b: Bench, points: list, n_cycles: int, seed: int) -> dict:
             for k in rotate(list(plugins), c):
                 if k in stopped:
                     continue
-                att = Attachment(cid=f"acb-s{n}-{c}", netns=b.ns[k])
+                att = Attachment(cid=f"bnch-s{n}-{c}", netns=b.ns[k])
                 add = settled(lambda: cni.invoke(b.sp, plugins[k], "ADD", att))
                 dele = settled(lambda: cni.invoke(b.sp, plugins[k], "DEL", att))
                 spent[k] += add.wall_ms + dele.wall_ms

@@ -1,6 +1,6 @@
 """The bench's own corner of the machine: network namespaces, bridges, stores, tools.
 
-Everything made here is named with the prefix "acb" (netns "acb-*", links "acb*"), lives
+Everything made here is named with the prefix "bnch" (netns "bnch-*", links "bnch*"), lives
 in 10.240.0.0/16 .. 10.247.0.0/16 and under one scratch directory, so that cleanup (at
 the end, on Ctrl-C, or at the start of the next run after a kill) can find it all by
 name without touching anything else on the node. No packet is ever sent.
@@ -14,7 +14,7 @@ import signal
 import subprocess
 import time
 
-PREFIX = "acb"
+PREFIX = "bnch"
 # The stores live where real ones do (/var/lib/cni/...), on the same file system.
 SCRATCH = "/var/lib/cni/academy-bench"
 LOCK = "/run/academy-bench.lock"

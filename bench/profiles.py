@@ -110,18 +110,18 @@ def error_is_json(binary: str) -> bool:
 
 def measure(lab: Lab, sp: Spawner, binaries: dict, n: int) -> dict:
     store = lab.scratch("profiles-store")
-    lab.track_bridge("acbbr-p")
-    ns = {name: lab.add_netns(f"acb-p{k}") for k, name in enumerate(binaries)}
-    conf = {"cniVersion": "1.0.0", "name": "acb-profiles", "type": "academy",
-            "bridge": "acbbr-p", "subnet": f"{NET}.0.0/16", "gateway": f"{NET}.0.1",
+    lab.track_bridge("bnchbr-p")
+    ns = {name: lab.add_netns(f"bnch-p{k}") for k, name in enumerate(binaries)}
+    conf = {"cniVersion": "1.0.0", "name": "bnch-profiles", "type": "academy",
+            "bridge": "bnchbr-p", "subnet": f"{NET}.0.0/16", "gateway": f"{NET}.0.1",
             "dataDir": store}
-    plugins = {name: cni.Plugin("academy", path, conf, os.path.dirname(path), "acbbr-p", "")
+    plugins = {name: cni.Plugin("academy", path, conf, os.path.dirname(path), "bnchbr-p", "")
                for name, path in binaries.items()}
     samples = {name: {"ADD": [], "DEL": []} for name in binaries}
     warmup = 2
     for i in range(n + warmup):
         for name in rotate(list(plugins), i):
-            att = cni.Attachment(cid=f"acb-prof-{i}", netns=ns[name])
+            att = cni.Attachment(cid=f"bnch-prof-{i}", netns=ns[name])
             for command in ("ADD", "DEL"):
                 time.sleep(SETTLE_S)
                 run = cni.invoke(sp, plugins[name], command, att)
