@@ -127,31 +127,25 @@ impl Store {
     pub fn open(data_dir: &Path, network: &str) -> Result<Store> {
         validate_network(network)?;
         let dir = data_dir.join(network);
-        fs::create_dir_all(data_dir).map_err(|e| {
-            Error::io(
-                format!("cannot create IPAM data directory {}", data_dir.display()),
-                &e,
-            )
-            .details("check dataDir in the network config and that the plugin runs as root")
-        })?;
-        match DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => {
-                return Err(Error::io(
-                    format!("cannot create IPAM store {}", dir.display()),
-                    &e,
-                ))
+        let open = || {
+            OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+                .open(&dir)
+        };
+        // The store exists on every ADD but the network's first: open it first, and only
+        // create what is missing (a mkdir that fails with EEXIST still costs a syscall).
+        let file = match open() {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                Self::create(data_dir, &dir)?;
+                open()
             }
+            other => other,
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
-            .open(&dir)
-            .map_err(|e| {
-                Error::io(format!("cannot open IPAM store {}", dir.display()), &e)
-                    .details("it must be a real directory, not a symlink")
-            })?;
+        .map_err(|e| {
+            Error::io(format!("cannot open IPAM store {}", dir.display()), &e)
+                .details("it must be a real directory, not a symlink")
+        })?;
         let meta = file
             .metadata()
             .map_err(|e| Error::io(format!("cannot stat IPAM store {}", dir.display()), &e))?;
@@ -182,6 +176,24 @@ impl Store {
             }
         }
         Ok(store)
+    }
+
+    fn create(data_dir: &Path, dir: &Path) -> Result<()> {
+        fs::create_dir_all(data_dir).map_err(|e| {
+            Error::io(
+                format!("cannot create IPAM data directory {}", data_dir.display()),
+                &e,
+            )
+            .details("check dataDir in the network config and that the plugin runs as root")
+        })?;
+        match DirBuilder::new().mode(0o700).create(dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+            Err(e) => Err(Error::io(
+                format!("cannot create IPAM store {}", dir.display()),
+                &e,
+            )),
+        }
     }
 
     pub fn dir(&self) -> &Path {
