@@ -7,8 +7,9 @@ CARGO           ?= cargo
 # The release binary links glibc statically (measured by bench/profiles.py: ADD 0.89x,
 # peak RSS 3.4 -> 1.9 MiB with opt-level "s", no ld.so or libgcc_s at start). An
 # explicit --target keeps RUSTFLAGS off the proc-macros, which cannot be static.
+# It is copied to target/release/academy, where every doc and script looks for it.
 HOST            := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
-RELEASE_BIN     := target/$(HOST)/release/academy
+RELEASE_BIN     := target/release/academy
 
 .PHONY: all build release install uninstall test unit lint harness setup demo bench clean lab check-refs
 
@@ -16,6 +17,7 @@ all: build
 
 build:
 	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release --target $(HOST)
+	install -D -m 0755 target/$(HOST)/release/academy $(RELEASE_BIN)
 
 release: build
 
