@@ -69,6 +69,7 @@ demo: setup install
 # bench/results/ (raw JSON, ratio table, chart). Not a test: nothing here can fail on time.
 bench: setup build
 	python3 bench/bench.py --academy $(RELEASE_BIN) --reference-dir $(CNI_BIN_DIR)
+	python3 bench/embed_readme.py
 
 clean:
 	$(CARGO) clean
