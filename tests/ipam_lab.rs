@@ -9,6 +9,7 @@
 //! | 83 | killed_after_reserving_then_gc_frees_everything         |
 //! | 84 | parallel_adds_never_share_an_address                    |
 //! | 85 | oversubscribed_parallel_adds_fill_the_range_exactly     |
+//! | 86 | status_tells_whether_add_can_be_served                  |
 //!
 //! Seed 000 counts six usable addresses in a /29; academy keeps .1 for the gateway and
 //! never hands out the network or broadcast address, so a /29 has five (.2 to .6).
@@ -354,4 +355,42 @@ fn oversubscribed_parallel_adds_fill_the_range_exactly() {
     assert_eq!(address_files(&lab).len(), 24);
     assert_eq!(lab.lab_veths().len(), 24);
     parallel_dels(&lab, &attached, &config);
+}
+
+/// STATUS (CNI 1.1) says whether ADD can be served, and why not: success with a free
+/// address; code 50 naming the cause when the range is full or the bridge name is taken
+/// by a link that is not a bridge; success again once the cause is gone.
+#[test]
+fn status_tells_whether_add_can_be_served() {
+    let lab = Lab::new("status", 86);
+    let only = lab.ip(2);
+    let config = config_with(
+        &lab,
+        &[("rangeStart", json!(only)), ("rangeEnd", json!(only))],
+    );
+    let status = || {
+        Call::bare()
+            .env("CNI_COMMAND", "STATUS")
+            .env("CNI_PATH", lab.bin_dir.to_str().unwrap())
+            .config(&config)
+            .run()
+    };
+    status().expect_silent_success("STATUS with the one address free");
+
+    let add = lab.call("ADD").config(&config).run();
+    assert_eq!(add.code, 0, "ADD of the one address failed:\n{add}");
+    assert_cni_error(&status(), 50, &["no free address", "1 of 1 held"]);
+
+    lab.call("DEL")
+        .config(&config)
+        .run()
+        .expect_silent_success("DEL");
+    status().expect_silent_success("STATUS after DEL freed the address");
+
+    // The bridge name taken by a link that is not a bridge: ADD could not be served.
+    ip(&["link", "del", &lab.bridge]);
+    add_plain_link(None, &lab.bridge, "acs86peer");
+    assert_cni_error(&status(), 50, &[&lab.bridge, "taken"]);
+    let _ = run("ip", &["link", "del", &lab.bridge], &[]);
+    status().expect_silent_success("STATUS once the name is free again");
 }
