@@ -1105,21 +1105,21 @@ fn unlisted_add_losing_its_veth_to_gc_does_not_succeed() {
     );
     let veth = lab.lab_veths();
     assert_eq!(veth.len(), 1, "ADD has not made its pair yet");
-    // GC's first mkdir is the store's open, after its link sweep.
+    // GC's first mkdirat (of holders/, EEXIST) is in the store's open, after its link sweep.
     let gc_file = lab.root.join("gc.trace");
     let gc_inject = Inject {
-        syscall: "mkdir".into(),
+        syscall: "mkdirat".into(),
         when: 1,
         action: Action::Delay(2_500_000),
     };
     let mut gc_run = start_strace(
         &gc_call(&lab, lab.config("1.1.0"), &[]),
         &gc_file,
-        "mkdir",
+        "mkdirat",
         Some(&gc_inject),
     );
     assert!(
-        wait_until(Duration::from_secs(5), || trace_has(&gc_file, "mkdir(")),
+        wait_until(Duration::from_secs(5), || trace_has(&gc_file, "mkdirat(")),
         "GC never reached the store"
     );
     assert!(!link_exists(&veth[0]), "GC's link sweep left {}", veth[0]);

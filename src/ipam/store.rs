@@ -371,17 +371,10 @@ impl Store {
     /// Frees every address `holder` holds, reading only its index: no directory scan, so
     /// DEL stays O(1) in the size of the store. Idempotent; an unknown holder frees nothing.
     pub fn release(&self, holder: &Holder) -> Result<Vec<IpAddr>> {
-        holder.validate()?;
-        let index = index_name(holder);
-        let Some(content) = self
-            .read(&index, MAX_INDEX)
-            .map_err(|e| self.io_err("read holder index", &index, &e))?
-        else {
-            return Ok(Vec::new());
-        };
+        let (index, listed) = self.index_of(holder)?;
         let mut freed = Vec::new();
         let mut first_err = None;
-        for addr in parse_index(&content) {
+        for addr in listed {
             let name = addr.to_string();
             // The index may list a candidate another container won; only our own files go.
             let res = match self.remove_reservation(&name, |c| holder.matches(c)) {
@@ -407,18 +400,23 @@ impl Store {
         }
     }
 
-    /// The addresses `holder` actually holds (listed in its index and held on disk).
-    pub fn held_by(&self, holder: &Holder) -> Result<Vec<IpAddr>> {
+    /// The holder's index file name and the addresses it lists (none when it has none).
+    fn index_of(&self, holder: &Holder) -> Result<(String, Vec<IpAddr>)> {
         holder.validate()?;
         let index = index_name(holder);
-        let Some(content) = self
+        let listed = self
             .read(&index, MAX_INDEX)
             .map_err(|e| self.io_err("read holder index", &index, &e))?
-        else {
-            return Ok(Vec::new());
-        };
+            .map(|content| parse_index(&content))
+            .unwrap_or_default();
+        Ok((index, listed))
+    }
+
+    /// The addresses `holder` actually holds (listed in its index and held on disk).
+    pub fn held_by(&self, holder: &Holder) -> Result<Vec<IpAddr>> {
+        let (_, listed) = self.index_of(holder)?;
         let mut held = Vec::new();
-        for addr in parse_index(&content) {
+        for addr in listed {
             if self.holds(holder, addr)? {
                 held.push(addr);
             }
