@@ -651,8 +651,14 @@ impl Store {
     }
 
     fn exists(&self, name: &str) -> io::Result<bool> {
+        self.stat_at(name).map(|st| st.is_some())
+    }
+
+    /// lstat of a name in the store; None when there is nothing by that name.
+    fn stat_at(&self, name: &str) -> io::Result<Option<libc::stat>> {
         let c = cname(name)?;
         let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: fstatat fills `st` on success, the only case in which it is read.
         match cvt(unsafe {
             libc::fstatat(
                 self.fd(),
@@ -661,8 +667,8 @@ impl Store {
                 libc::AT_SYMLINK_NOFOLLOW,
             )
         }) {
-            Ok(_) => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Ok(_) => Ok(Some(unsafe { st.assume_init() })),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -701,24 +707,9 @@ impl Store {
             return Ok(None);
         }
         let read = f.metadata()?;
-        let c = cname(name)?;
-        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-        // SAFETY: fstatat fills `st` on success, which is the only case it is read in.
-        match cvt(unsafe {
-            libc::fstatat(
-                self.fd(),
-                c.as_ptr(),
-                st.as_mut_ptr(),
-                libc::AT_SYMLINK_NOFOLLOW,
-            )
-        }) {
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e),
-        }
-        let now = unsafe { st.assume_init() };
-        if now.st_ino != read.ino() || now.st_dev != read.dev() {
-            return Ok(None);
+        match self.stat_at(name)? {
+            Some(now) if now.st_ino == read.ino() && now.st_dev == read.dev() => {}
+            _ => return Ok(None),
         }
         match self.unlink(name) {
             Ok(()) => Ok(Some(content)),
