@@ -53,7 +53,7 @@ pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
     let wired =
         wire_up(&mut nl, &netns, &who, conf, &assigned, requests.mac).and_then(|interfaces| {
             wire::verify_pair(&mut nl, &who)?;
-            addressing::verify_still_held(env, conf, &assigned)?;
+            addressing::verify_still_held(env, &assigned)?;
             Ok(interfaces)
         });
     let interfaces = wired.map_err(|e| {

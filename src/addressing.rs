@@ -15,13 +15,15 @@ use crate::delegate;
 use crate::ipam::{Holder, Pool, Store};
 
 /// What the container is given.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct Assigned {
     /// Each with its gateway; `interface` is left for the caller.
     pub ips: Vec<IpConfig>,
     /// Every route with its gateway filled in.
     pub routes: Vec<RouteEntry>,
     pub dns: Option<Value>,
+    /// The store the addresses came from, kept open for ADD's last check.
+    store: Option<Store>,
 }
 
 pub fn holder(env: &Env) -> Holder {
@@ -46,6 +48,7 @@ pub fn acquire(env: &Env, conf: &Config, requested: &[IpAddr]) -> Result<Assigne
                     ips: r.ips,
                     routes: r.routes,
                     dns: raw.get("dns").cloned(),
+                    store: None,
                 },
                 Ok(_) => {
                     let _ = delegate::exec(plugin, Command::Del, env, &conf.raw);
@@ -128,6 +131,7 @@ fn reserve(env: &Env, conf: &Config, b: &Builtin, requested: &[IpAddr]) -> Resul
             gw: r.gw,
         })
         .collect();
+    assigned.store = Some(store);
     Ok(assigned)
 }
 
@@ -187,11 +191,12 @@ fn complete_routes(conf: &Config, a: &mut Assigned) -> Result<()> {
 /// runtime sharing the network may have freed them while ADD ran (its list cannot name an
 /// attachment that did not exist yet); succeeding anyway would hand the container an
 /// address the store considers free.
-pub fn verify_still_held(env: &Env, conf: &Config, assigned: &Assigned) -> Result<()> {
-    let Ipam::Builtin(b) = &conf.ipam else {
+/// A delegated IPAM keeps its own books: nothing to check here then.
+pub fn verify_still_held(env: &Env, assigned: &Assigned) -> Result<()> {
+    let Some(store) = &assigned.store else {
         return Ok(());
     };
-    let held = Store::open(&b.data_dir, &conf.name)?.held_by(&holder(env))?;
+    let held = store.held_by(&holder(env))?;
     match assigned.ips.iter().find(|ip| !held.contains(&ip.address.ip())) {
         None => Ok(()),
         Some(lost) => Err(Error::new(
