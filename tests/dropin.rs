@@ -1162,7 +1162,7 @@ fn reference_defaults_stated_explicitly_are_accepted() {
             lab.call_for(cmd, &a)
                 .env("CNI_PATH", REFERENCE_BIN)
                 .config(&c)
-                .spawn_plugin(&format!("{REFERENCE_BIN}/bridge"))
+                .spawn(&format!("{REFERENCE_BIN}/bridge"), &[])
         };
         reference("ADD").expect_result("the reference bridge's ADD with explicit defaults");
         reference("DEL").expect_silent_success("the reference bridge's DEL");
@@ -1191,39 +1191,6 @@ fn reference_defaults_stated_explicitly_are_accepted() {
         refused.join("\n  ")
     );
     assert_clean(&lab, &[&lab.netns]);
-}
-
-/// Runs the call against another binary (the reference plugin) instead of academy.
-trait SpawnPlugin {
-    fn spawn_plugin(&self, program: &str) -> Out;
-}
-
-impl SpawnPlugin for Call {
-    fn spawn_plugin(&self, program: &str) -> Out {
-        use std::io::Write as _;
-        use std::process::Stdio;
-        let mut child = Command::new(program)
-            .env_clear()
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-            .envs(&self.vars)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
-        let mut stdin = child.stdin.take().unwrap();
-        let bytes = self.stdin.clone();
-        let writer = std::thread::spawn(move || {
-            let _ = stdin.write_all(&bytes);
-        });
-        let out = child.wait_with_output().unwrap();
-        let _ = writer.join();
-        Out {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
-    }
 }
 
 /// Creates the lab's bridge by hand with `address` on it, as a stale earlier network
@@ -1408,7 +1375,7 @@ fn supported_versions(program: &str) -> Vec<String> {
     let out = Call::bare()
         .env("CNI_COMMAND", "VERSION")
         .stdin(r#"{"cniVersion":"1.0.0"}"#)
-        .spawn_plugin(program);
+        .spawn(program, &[]);
     let v: Value = serde_json::from_str(out.stdout.trim()).unwrap_or(Value::Null);
     v["supportedVersions"]
         .as_array()
@@ -1628,7 +1595,7 @@ impl Drop for PortmapGuard {
             .env("CNI_NETNS", "/var/run/netns/none")
             .env("CNI_PATH", REFERENCE_BIN)
             .config(&self.config)
-            .spawn_plugin(&format!("{REFERENCE_BIN}/portmap"));
+            .spawn(&format!("{REFERENCE_BIN}/portmap"), &[]);
     }
 }
 

@@ -72,7 +72,7 @@ pub struct Out {
 }
 
 impl Out {
-    fn from(o: std::process::Output) -> Out {
+    pub fn from(o: std::process::Output) -> Out {
         use std::os::unix::process::ExitStatusExt;
         Out {
             code: o
@@ -305,7 +305,9 @@ impl Call {
         self.spawn("strace", &args)
     }
 
-    fn spawn(&self, program: &str, args: &[&str]) -> Out {
+    /// Runs any program (the plugin, a reference plugin, strace) with this call's
+    /// environment and stdin.
+    pub fn spawn(&self, program: &str, args: &[&str]) -> Out {
         let mut child = Command::new(program)
             .args(args)
             .env_clear()

@@ -19,7 +19,6 @@
 #![allow(dead_code)] // each test file uses a different subset
 
 use std::io::Write as _;
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -52,14 +51,7 @@ impl Running {
             .child
             .wait_with_output()
             .unwrap_or_else(|e| panic!("{what}: {e}"));
-        Out {
-            code: o
-                .status
-                .code()
-                .unwrap_or_else(|| -o.status.signal().unwrap_or(0)),
-            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-        }
+        Out::from(o)
     }
 }
 
