@@ -52,7 +52,11 @@ fn dispatch(env: &Env, stdin: &[u8]) -> Result<Option<String>> {
     if env.command == Command::Version {
         return Ok(Some(version_reply(stdin)));
     }
-    let conf = Config::parse(stdin)?;
+    let conf = if env.command == Command::Del {
+        Config::parse_for_del(stdin)?
+    } else {
+        Config::parse(stdin)?
+    };
     let min = match env.command {
         Command::Check => "0.4.0",
         Command::Gc | Command::Status => "1.1.0",

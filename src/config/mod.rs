@@ -23,14 +23,16 @@ use crate::ipam::Pool;
 pub use requests::{parse_mac, Requests};
 
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/academy";
+/// host-local's own default: with `ipam.type` host-local and no dataDir, academy and the
+/// reference share one store, so switching `type` on a live network never hands out an
+/// address the reference already gave.
+pub const HOST_LOCAL_DATA_DIR: &str = "/var/lib/cni/networks";
 pub const DEFAULT_BRIDGE: &str = "cni0";
 
 /// Keys of the reference bridge plugin that academy does not implement. Silently ignoring
 /// one that is switched on would give a network other than the one asked for, so each is
 /// refused unless it holds its "off" value (false, 0, empty).
 const UNSUPPORTED_KEYS: &[&str] = &[
-    "ipMasq",
-    "ipMasqBackend",
     "vlan",
     "vlanTrunk",
     "macspoofchk",
@@ -56,6 +58,8 @@ pub struct Config {
     pub force_address: bool,
     pub hairpin_mode: bool,
     pub promisc_mode: bool,
+    /// Masquerade the containers' traffic to anything outside the network's subnets.
+    pub ip_masq: bool,
     pub ipam: Ipam,
     /// `dns` of the network config, copied into the result as the reference plugin does.
     pub dns: Option<Value>,
@@ -159,6 +163,17 @@ impl Config {
             )
             .details("hairpin sends a port's frames back to it; promiscuous mode on the bridge already does, and both together duplicate every frame"));
         }
+        let ip_masq = f.boolean("ipMasq")?.unwrap_or(false);
+        // academy always programs nf_tables itself, over netlink; both values mean that.
+        match f.string("ipMasqBackend")?.as_deref() {
+            None | Some("") | Some("iptables") | Some("nftables") => {}
+            Some(other) => {
+                return Err(Error::config(format!(
+                    "ipMasqBackend {other:?} is not \"iptables\" or \"nftables\""
+                ))
+                .details("academy masquerades through nf_tables with either value"))
+            }
+        }
         let is_default_gateway = f.boolean("isDefaultGateway")?.unwrap_or(false);
         let flat = map.contains_key("subnet");
         let mut requests = Requests::from_config(&map)?;
@@ -189,11 +204,90 @@ impl Config {
             force_address: f.boolean("forceAddress")?.unwrap_or(false),
             hairpin_mode,
             promisc_mode,
+            ip_masq,
             ipam,
             dns: f.get("dns").cloned(),
             requests,
             prev_result: f.get("prevResult").cloned(),
             valid_attachments: valid_attachments(&map)?,
+            raw: stdin.to_vec(),
+        })
+    }
+
+    /// DEL's reading of the config: DEL never refuses over configuration. A key academy
+    /// does not implement, or a value ADD would refuse, cannot have been ADDed, but the
+    /// runtime must still be able to tear the attachment down (an ADD that failed, a
+    /// config edited since). What DEL needs is only where things are: the network name,
+    /// the store, the IPAM plugin, whether there is a masquerade.
+    pub fn parse_for_del(stdin: &[u8]) -> Result<Config> {
+        let strict = match Config::parse(stdin) {
+            Ok(conf) => return Ok(conf),
+            // Not a config at all, or a protocol version academy cannot speak: those are
+            // the runtime's to fix, not the network's.
+            Err(e) if matches!(e.code, code::DECODE_FAILURE | code::INCOMPATIBLE_VERSION) => {
+                return Err(e)
+            }
+            Err(e) => e,
+        };
+        match Config::where_things_are(stdin) {
+            Some(conf) => {
+                eprintln!(
+                    "academy: DEL goes ahead although the config is not one ADD accepts: {strict}"
+                );
+                Ok(conf)
+            }
+            None => Err(strict),
+        }
+    }
+
+    /// The parts of a config DEL needs, ignoring everything else; None without a usable
+    /// network name (then nothing can be found).
+    fn where_things_are(stdin: &[u8]) -> Option<Config> {
+        let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(stdin) else {
+            return None;
+        };
+        let text = |m: &Map<String, Value>, key: &str| m.get(key)?.as_str().map(str::to_string);
+        let name = text(&map, "name")?;
+        validate_network_name(&name).ok()?;
+        let dir = |value: Option<String>, default: &str| match value {
+            Some(d) if d.starts_with('/') => PathBuf::from(d),
+            _ => PathBuf::from(default),
+        };
+        let ipam = match map.get("ipam").and_then(Value::as_object) {
+            None => Ipam::Builtin(Builtin {
+                range_sets: Vec::new(),
+                routes: Vec::new(),
+                data_dir: dir(text(&map, "dataDir"), DEFAULT_DATA_DIR),
+            }),
+            Some(ipam) => match text(ipam, "type") {
+                Some(kind) if kind != "host-local" && !kind.is_empty() && !kind.contains('/') => {
+                    Ipam::Delegated(kind)
+                }
+                _ => Ipam::Builtin(Builtin {
+                    range_sets: Vec::new(),
+                    routes: Vec::new(),
+                    data_dir: dir(text(ipam, "dataDir"), HOST_LOCAL_DATA_DIR),
+                }),
+            },
+        };
+        Some(Config {
+            cni_version: text(&map, "cniVersion")
+                .filter(|v| version::is_supported(v))
+                .unwrap_or_else(|| version::LATEST.to_string()),
+            name,
+            bridge: text(&map, "bridge").unwrap_or_else(|| DEFAULT_BRIDGE.to_string()),
+            mtu: None,
+            is_gateway: false,
+            is_default_gateway: false,
+            force_address: false,
+            hairpin_mode: false,
+            promisc_mode: false,
+            ip_masq: map.get("ipMasq") == Some(&Value::Bool(true)),
+            ipam,
+            dns: None,
+            requests: Requests::default(),
+            prev_result: map.get("prevResult").cloned(),
+            valid_attachments: None,
             raw: stdin.to_vec(),
         })
     }
@@ -254,7 +348,7 @@ fn flat_form(f: &Fields) -> Result<(Builtin, Option<IpAddr>)> {
                 dst: default,
                 gw: None,
             }],
-            data_dir: data_dir(f.string("dataDir")?, "dataDir")?,
+            data_dir: data_dir(f.string("dataDir")?, "dataDir", DEFAULT_DATA_DIR)?,
         },
         test_address,
     ))
@@ -323,7 +417,7 @@ fn ipam_block(map: &Map<String, Value>, requests: &Requests) -> Result<Ipam> {
     Ok(Ipam::Builtin(Builtin {
         range_sets: sets,
         routes,
-        data_dir: data_dir(f.string("dataDir")?, "ipam.dataDir")?,
+        data_dir: data_dir(f.string("dataDir")?, "ipam.dataDir", HOST_LOCAL_DATA_DIR)?,
     }))
 }
 
@@ -351,9 +445,9 @@ fn route_spec(value: &Value, field: &str) -> Result<RouteSpec> {
     Ok(RouteSpec { dst, gw })
 }
 
-fn data_dir(value: Option<String>, field: &str) -> Result<PathBuf> {
+fn data_dir(value: Option<String>, field: &str, default: &str) -> Result<PathBuf> {
     match value {
-        None => Ok(PathBuf::from(DEFAULT_DATA_DIR)),
+        None => Ok(PathBuf::from(default)),
         Some(d) if d.starts_with('/') => Ok(PathBuf::from(d)),
         Some(d) => Err(Error::config(format!(
             "{field} {d:?} must be an absolute path"

@@ -56,7 +56,8 @@ fn bad_fields_name_the_field_and_value() {
         ("name", r#""../etc""#, 7, "network name"),
         ("name", r#""""#, 7, "network name"),
         ("cniVersion", r#""0.2.0""#, 1, "0.2.0"),
-        ("ipMasq", "true", 2, "ipMasq"),
+        ("ipMasq", r#""yes""#, 7, "ipMasq"),
+        ("ipMasqBackend", r#""ebtables""#, 7, "ipMasqBackend"),
         ("vlan", "5", 2, "vlan"),
         ("macspoofchk", "true", 2, "macspoofchk"),
         ("dataDir", r#""relative""#, 7, "absolute"),
@@ -85,13 +86,17 @@ fn bad_fields_name_the_field_and_value() {
 }
 
 #[test]
+fn ip_masq_and_either_backend_are_accepted() {
+    assert!(!parse(GOOD).unwrap().ip_masq);
+    for backend in [r#""iptables""#, r#""nftables""#] {
+        let conf = with(&with(GOOD, "ipMasq", "true"), "ipMasqBackend", backend);
+        assert!(parse(&conf).unwrap().ip_masq, "{backend}");
+    }
+}
+
+#[test]
 fn off_values_of_unsupported_keys_pass() {
-    for (key, value) in [
-        ("ipMasq", "false"),
-        ("vlan", "0"),
-        ("enabledad", "false"),
-        ("vlanTrunk", "[]"),
-    ] {
+    for (key, value) in [("vlan", "0"), ("enabledad", "false"), ("vlanTrunk", "[]")] {
         assert!(parse(&with(GOOD, key, value)).is_ok(), "{key}={value}");
     }
 }
@@ -155,6 +160,11 @@ fn reference_defaults_differ_from_the_flat_form() {
         "the reference plugin's isGateway defaults to false"
     );
     assert!(builtin(&c).routes.is_empty());
+    assert_eq!(
+        builtin(&c).data_dir,
+        PathBuf::from(HOST_LOCAL_DATA_DIR),
+        "the host-local form shares host-local's store"
+    );
     let c = parse(r#"{"cniVersion":"1.0.0","name":"n","type":"academy","isDefaultGateway":true,"ipam":{"type":"host-local","subnet":"10.91.0.0/24"}}"#).unwrap();
     assert!(c.is_gateway, "isDefaultGateway implies isGateway");
 }
@@ -216,4 +226,36 @@ fn runtime_ip_ranges_come_first() {
     let b = builtin(&c);
     assert_eq!(b.range_sets[0][0].subnet().to_string(), "10.93.0.0/24");
     assert_eq!(b.range_sets[1][0].subnet().to_string(), "10.92.0.0/24");
+}
+
+#[test]
+fn del_reads_where_things_are_from_a_config_add_refuses() {
+    let refused = with(&with(GOOD, "vlan", "5"), "ipMasq", "true");
+    assert!(parse(&refused).is_err());
+    let c = Config::parse_for_del(refused.as_bytes()).unwrap();
+    assert_eq!(c.name, "harness");
+    assert!(c.ip_masq);
+    assert_eq!(
+        c.builtin().unwrap().data_dir,
+        PathBuf::from(DEFAULT_DATA_DIR)
+    );
+
+    let reference = r#"{"cniVersion":"1.0.0","name":"n","type":"academy","macspoofchk":true,"ipam":{"type":"host-local","subnet":"bad"}}"#;
+    let c = Config::parse_for_del(reference.as_bytes()).unwrap();
+    assert_eq!(
+        c.builtin().unwrap().data_dir,
+        PathBuf::from(HOST_LOCAL_DATA_DIR)
+    );
+    let delegated =
+        r#"{"cniVersion":"1.0.0","name":"n","type":"academy","vlan":3,"ipam":{"type":"dhcp"}}"#;
+    let c = Config::parse_for_del(delegated.as_bytes()).unwrap();
+    assert_eq!(c.ipam, Ipam::Delegated("dhcp".into()));
+
+    // Without a network name nothing can be found: the strict error stands.
+    let nameless = r#"{"cniVersion":"1.0.0","type":"academy","vlan":3}"#;
+    assert_eq!(
+        Config::parse_for_del(nameless.as_bytes()).unwrap_err(),
+        parse(nameless).unwrap_err()
+    );
+    assert_eq!(Config::parse_for_del(b"not json").unwrap_err().code, 6);
 }
