@@ -1,9 +1,11 @@
 //! ADD: reserve addresses, wire the container to the bridge, report what was done.
 //!
-//! Order: reserve, then wire. A failure at any step undoes every earlier step before the
-//! error is printed (the bridge stays: it is shared). A kill leaves at most a reservation
-//! whose holder index names it and a veth whose alias (or name and bridge) names it, both
-//! of which DEL for the same attachment, or GC, removes (README, "Failure model").
+//! Order: reserve, wire, masquerade (ipMasq), then check nothing was taken away. A
+//! failure at any step runs the attachment's teardown (teardown.rs, the same as DEL's)
+//! before the error is printed (the bridge stays: it is shared). A kill leaves at most a
+//! reservation whose holder index names it, a veth whose alias (or name and bridge) names
+//! it, and masquerade elements whose comment names it, all of which DEL for the same
+//! attachment, or GC, removes (README, "Failure model").
 
 use ipnetwork::IpNetwork;
 
@@ -12,8 +14,10 @@ use crate::cni::env::Env;
 use crate::cni::result::{format_mac, CniResult, Interface};
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
+use crate::masquerade;
 use crate::netlink::Netlink;
 use crate::netns::{Netns, OpenError};
+use crate::teardown::{self, Addresses};
 use crate::wire::{self, kernel, Attachment, BridgeSpec, ContainerRoute};
 
 pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
@@ -35,34 +39,16 @@ pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
     let requests = conf.requests.clone().with_cni_args(&env.args)?;
 
     let assigned = addressing::acquire(env, conf, &requests.ips)?;
-    let undo_addresses = |cause: Error| {
-        if let Err(e) = addressing::release(env, conf) {
-            eprintln!("academy: while undoing a failed ADD: {e}");
-        }
-        cause
-    };
-    let mut nl = Netlink::open().map_err(|e| undo_addresses(kernel(e)))?;
     let who = Attachment {
         network: &conf.name,
         container_id: &env.container_id,
         ifname: &env.ifname,
     };
-    // Last, after everything is made: a concurrent GC that does not list this attachment
-    // (another runtime sharing the network) may have removed part of it. Checking both
-    // halves here catches any such removal that happened before this point.
-    let wired =
-        wire_up(&mut nl, &netns, &who, conf, &assigned, requests.mac).and_then(|interfaces| {
-            wire::verify_pair(&mut nl, &who)?;
-            addressing::verify_still_held(env, &assigned)?;
-            Ok(interfaces)
-        });
-    let interfaces = wired.map_err(|e| {
-        // The pair may or may not exist; deleting it is the whole of undoing the wiring.
-        // Only if it is this attachment's: the failure may be a foreign link in the way.
-        if let Err(cleanup) = wire::remove_pair(&mut nl, &who) {
-            eprintln!("academy: while undoing a failed ADD: {cleanup}");
+    let interfaces = make(&netns, &who, conf, &assigned, requests.mac).inspect_err(|_| {
+        let mine = assigned.ips.iter().map(|ip| ip.address.ip()).collect();
+        if let Err(e) = teardown::attachment(env, conf, Addresses::Known(mine)) {
+            eprintln!("academy: while undoing a failed ADD: {e}");
         }
-        undo_addresses(e)
     })?;
 
     let mut result = base;
@@ -73,6 +59,29 @@ pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
         result.dns = conf.dns.clone();
     }
     Ok(result)
+}
+
+/// Everything ADD makes after the reservation, then its last check; returns [bridge,
+/// host veth, container interface].
+fn make(
+    netns: &Netns,
+    who: &Attachment,
+    conf: &Config,
+    assigned: &Assigned,
+    mac: Option<[u8; 6]>,
+) -> Result<Vec<Interface>> {
+    let mut nl = Netlink::open()?;
+    let interfaces = wire_up(&mut nl, netns, who, conf, assigned, mac)?;
+    if conf.ip_masq {
+        let addresses: Vec<IpNetwork> = assigned.ips.iter().map(|ip| ip.address).collect();
+        masquerade::add(conf, &addressing::holder_of(who), &addresses)?;
+    }
+    // Last, after everything is made: a concurrent GC that does not list this attachment
+    // (another runtime sharing the network) may have removed part of it. Checking both
+    // halves here catches any such removal that happened before this point.
+    wire::verify_pair(&mut nl, who)?;
+    addressing::verify_still_held(who, assigned)?;
+    Ok(interfaces)
 }
 
 /// The kernel steps, in order; returns [bridge, host veth, container interface].

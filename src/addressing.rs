@@ -13,6 +13,7 @@ use crate::cni::{code, Error, Result};
 use crate::config::{unspecified, Builtin, Config, Ipam};
 use crate::delegate;
 use crate::ipam::{Holder, Pool, Store};
+use crate::wire::Attachment;
 
 /// What the container is given.
 #[derive(Debug, Default)]
@@ -28,6 +29,10 @@ pub struct Assigned {
 
 pub fn holder(env: &Env) -> Holder {
     Holder::new(env.container_id.clone(), env.ifname.clone())
+}
+
+pub fn holder_of(who: &Attachment) -> Holder {
+    Holder::new(who.container_id, who.ifname)
 }
 
 /// ADD's first step. On error nothing is left reserved.
@@ -192,11 +197,11 @@ fn complete_routes(conf: &Config, a: &mut Assigned) -> Result<()> {
 /// attachment that did not exist yet); succeeding anyway would hand the container an
 /// address the store considers free.
 /// A delegated IPAM keeps its own books: nothing to check here then.
-pub fn verify_still_held(env: &Env, assigned: &Assigned) -> Result<()> {
+pub fn verify_still_held(who: &Attachment, assigned: &Assigned) -> Result<()> {
     let Some(store) = &assigned.store else {
         return Ok(());
     };
-    let held = store.held_by(&holder(env))?;
+    let held = store.held_by(&holder_of(who))?;
     match assigned.ips.iter().find(|ip| !held.contains(&ip.address.ip())) {
         None => Ok(()),
         Some(lost) => Err(Error::new(

@@ -7,6 +7,7 @@ use crate::cni::result::{format_mac, CniResult, IpConfig, RouteEntry};
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
 use crate::hostveth::{self, Ownership};
+use crate::masquerade;
 use crate::netlink::{LinkKind, Netlink};
 use crate::netns::{Netns, OpenError};
 use crate::wire::{kernel, kind_name, Attachment};
@@ -100,7 +101,7 @@ pub fn check(env: &Env, conf: &Config) -> Result<()> {
     }
 }
 
-/// The bridge, the host veth and the store, from the host.
+/// The bridge, the host veth, the masquerade and the store, from the host.
 fn check_host(conf: &Config, env: &Env, ips: &[&IpConfig], diffs: &mut Vec<String>) -> Result<()> {
     let mut nl = Netlink::open().map_err(kernel)?;
     let bridge = nl.link(&conf.bridge).map_err(kernel)?;
@@ -138,6 +139,10 @@ fn check_host(conf: &Config, env: &Env, ips: &[&IpConfig], diffs: &mut Vec<Strin
                 ));
             }
         }
+    }
+    if conf.ip_masq {
+        let addresses: Vec<_> = ips.iter().map(|ip| ip.address).collect();
+        masquerade::check(conf, &addresses, diffs)?;
     }
     addressing::check(env, conf, ips, diffs)
 }

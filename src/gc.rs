@@ -1,5 +1,5 @@
 //! GC (CNI 1.1): release everything of this network that the runtime's list of valid
-//! attachments does not name: reservations and host veths alike (an address freed while
+//! attachments does not name: host veths, masquerade elements and reservations alike (an address freed while
 //! its veth lives on, or the reverse, is the half-cleanup seed 004 warns about).
 //!
 //! GC trusts only that list. It never guesses liveness from other sources (a netns that
@@ -13,6 +13,7 @@ use crate::cni::env::Env;
 use crate::cni::{Error, Result};
 use crate::config::Config;
 use crate::hostveth;
+use crate::masquerade;
 use crate::netlink::{Link, LinkKind, LinkRef, Netlink};
 use crate::wire::{self, kernel};
 
@@ -29,6 +30,8 @@ pub fn gc(env: &Env, conf: &Config) -> Result<()> {
         Err(e) => errors.push(kernel(e)),
     }
 
+    // Before the addresses: an element never outlives its reservation.
+    masquerade::gc(conf, valid, &mut errors);
     addressing::gc(env, conf, &mut errors);
 
     match errors.len() {

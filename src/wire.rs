@@ -13,12 +13,7 @@ use crate::netns::Netns;
 
 /// Turns a refused netlink request into the error the user sees.
 pub fn kernel(e: NlError) -> Error {
-    let hint = match e.errno {
-        libc::EPERM | libc::EACCES => "academy must run as root (CAP_NET_ADMIN)",
-        libc::ENOMEM | libc::ENOBUFS => "the node is short of memory; try again later",
-        _ => "",
-    };
-    Error::new(code::KERNEL_REFUSED, format!("kernel refused to {e}")).details(hint)
+    Error::from(e)
 }
 
 /// What the node bridge must look like.

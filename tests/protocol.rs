@@ -202,8 +202,6 @@ fn stdin_and_config_errors_name_the_field() {
     // on: 2, named. (Their "off" values are accepted, so a reference config that spells
     // them out still works.)
     let unsupported: &[(&str, Value)] = &[
-        ("ipMasq", json!(true)),
-        ("ipMasqBackend", json!("nftables")),
         ("vlan", json!(5)),
         ("vlanTrunk", json!([{ "id": 5 }])),
         ("macspoofchk", json!(true)),
@@ -219,6 +217,13 @@ fn stdin_and_config_errors_name_the_field() {
             &[key],
         );
     }
+    // ipMasq is implemented; its backend can only be one of the reference's two names.
+    r.expect(
+        "ipMasqBackend: ebtables",
+        add(lab.config_with(v, "ipMasqBackend", json!("ebtables"))),
+        7,
+        &["ipMasqBackend"],
+    );
 
     // The ipam-block form: bad blocks are 7, host-local keys academy lacks are 2.
     let ipam_form = |ipam: Value| {

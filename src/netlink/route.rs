@@ -1,10 +1,10 @@
-//! The only user of netlink-packet-route. Its API breaks in almost every minor release,
-//! so everything else in academy speaks in the plain types of this module (`Link`,
-//! `Route`, `IpNetwork`) and this file is the one to port when the crate moves.
+//! rtnetlink: the only user of netlink-packet-route. Its API breaks in almost every minor
+//! release, so everything else in academy speaks in the plain types of this module
+//! (`Link`, `Route`, `IpNetwork`) and this file is the one to port when the crate moves.
 //!
 //! A `Netlink` is a blocking rtnetlink socket bound to the network namespace of the
-//! thread that opened it, with a request/ack loop and typed helpers for the handful of
-//! requests a bridge plugin makes.
+//! thread that opened it, with typed helpers for the handful of requests a bridge plugin
+//! makes; the request/ack loop itself is `socket`'s.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -12,8 +12,8 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 
 use ipnetwork::IpNetwork;
 use netlink_packet_core::{
-    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_ACK_TLVS, NLM_F_CREATE,
-    NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST,
+    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL,
+    NLM_F_REQUEST,
 };
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
 use netlink_packet_route::link::{
@@ -23,49 +23,9 @@ use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
 };
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
-use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+use netlink_sys::protocols::NETLINK_ROUTE;
 
-/// Large enough for a link dump datagram; recv passes MSG_TRUNC so a larger one is an
-/// error instead of silently lost messages.
-const RECV_BUFFER: usize = 64 * 1024;
-
-/// A failed netlink request: which request, the errno, and the kernel's own reason
-/// (extended ack) when it gave one.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NlError {
-    pub request: String,
-    pub errno: i32,
-    pub reason: Option<String>,
-}
-
-impl NlError {
-    fn new(request: impl Into<String>, errno: i32) -> Self {
-        NlError {
-            request: request.into(),
-            errno,
-            reason: None,
-        }
-    }
-
-    pub fn is(&self, errno: i32) -> bool {
-        self.errno == errno
-    }
-}
-
-impl fmt::Display for NlError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let text = std::io::Error::from_raw_os_error(self.errno);
-        write!(f, "{}: {text}", self.request)?;
-        if let Some(reason) = &self.reason {
-            write!(f, " ({reason})")?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for NlError {}
-
-pub type NlResult<T> = Result<T, NlError>;
+use super::socket::{Await, NlError, NlResult, NlSocket};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LinkKind {
@@ -129,30 +89,14 @@ impl fmt::Display for LinkRef<'_> {
 }
 
 pub struct Netlink {
-    socket: Socket,
-    sequence: u32,
-    buffer: Vec<u8>,
+    socket: NlSocket,
 }
 
 impl Netlink {
     /// Opens a socket in the calling thread's network namespace.
     pub fn open() -> NlResult<Netlink> {
-        let io = |what: &str, e: std::io::Error| NlError::new(what, e.raw_os_error().unwrap_or(0));
-        let mut socket = Socket::new(NETLINK_ROUTE).map_err(|e| io("open rtnetlink socket", e))?;
-        socket
-            .bind_auto()
-            .map_err(|e| io("bind rtnetlink socket", e))?;
-        socket
-            .connect(&SocketAddr::new(0, 0))
-            .map_err(|e| io("connect rtnetlink socket", e))?;
-        // Both are best-effort: they only make errors more precise and dumps smaller.
-        let _ = socket.set_ext_ack(true);
-        let _ = socket.set_cap_ack(true);
-        let _ = socket.set_netlink_get_strict_chk(true);
         Ok(Netlink {
-            socket,
-            sequence: 0,
-            buffer: Vec::with_capacity(RECV_BUFFER),
+            socket: NlSocket::open(NETLINK_ROUTE, "rtnetlink")?,
         })
     }
 
@@ -166,7 +110,7 @@ impl Netlink {
     }
 
     fn get_link(&mut self, msg: LinkMessage, what: &str) -> NlResult<Option<Link>> {
-        match self.request(RouteNetlinkMessage::GetLink(msg), Reply::One, what) {
+        match self.request(RouteNetlinkMessage::GetLink(msg), Await::One, what) {
             Ok(replies) => Ok(replies.into_iter().find_map(|m| match m {
                 RouteNetlinkMessage::NewLink(link) => Some(to_link(&link)),
                 _ => None,
@@ -179,7 +123,7 @@ impl Netlink {
     pub fn links(&mut self) -> NlResult<Vec<Link>> {
         let replies = self.request(
             RouteNetlinkMessage::GetLink(LinkMessage::default()),
-            Reply::Dump,
+            Await::Dump,
             "list links",
         )?;
         Ok(replies
@@ -288,14 +232,14 @@ impl Netlink {
         }
         self.request(
             RouteNetlinkMessage::DelLink(msg),
-            Reply::Ack,
+            Await::Ack,
             &format!("delete link {link}"),
         )
         .map(drop)
     }
 
     fn change_link(&mut self, msg: LinkMessage, what: &str) -> NlResult<()> {
-        self.request(RouteNetlinkMessage::NewLink(msg), Reply::Ack, what)
+        self.request(RouteNetlinkMessage::NewLink(msg), Await::Ack, what)
             .map(drop)
     }
 
@@ -329,7 +273,7 @@ impl Netlink {
         msg.attributes.push(AddressAttribute::Local(addr.ip()));
         self.request(
             RouteNetlinkMessage::DelAddress(msg),
-            Reply::Ack,
+            Await::Ack,
             &format!("delete address {addr} from link #{index}"),
         )
         .map(drop)
@@ -341,7 +285,7 @@ impl Netlink {
         msg.header.index = index;
         let replies = self.request(
             RouteNetlinkMessage::GetAddress(msg),
-            Reply::Dump,
+            Await::Dump,
             &format!("list addresses of link #{index}"),
         )?;
         Ok(replies
@@ -401,7 +345,7 @@ impl Netlink {
         };
         let replies = self.request(
             RouteNetlinkMessage::GetRoute(msg),
-            Reply::Dump,
+            Await::Dump,
             "list routes",
         )?;
         Ok(replies
@@ -417,14 +361,14 @@ impl Netlink {
     // ----- the request/ack loop -----
 
     fn create(&mut self, msg: RouteNetlinkMessage, what: &str) -> NlResult<()> {
-        self.request_flags(msg, NLM_F_CREATE | NLM_F_EXCL, Reply::Ack, what)
+        self.request_flags(msg, NLM_F_CREATE | NLM_F_EXCL, Await::Ack, what)
             .map(drop)
     }
 
     fn request(
         &mut self,
         msg: RouteNetlinkMessage,
-        reply: Reply,
+        reply: Await,
         what: &str,
     ) -> NlResult<Vec<RouteNetlinkMessage>> {
         self.request_flags(msg, 0, reply, what)
@@ -434,124 +378,45 @@ impl Netlink {
         &mut self,
         msg: RouteNetlinkMessage,
         extra_flags: u16,
-        reply: Reply,
+        reply: Await,
         what: &str,
     ) -> NlResult<Vec<RouteNetlinkMessage>> {
-        self.sequence = self.sequence.wrapping_add(1);
-        let sequence = self.sequence;
+        let sequence = self.socket.next_sequence();
         let mut header = NetlinkHeader::default();
         header.flags = NLM_F_REQUEST
             | extra_flags
             | match reply {
-                Reply::Ack => NLM_F_ACK,
-                Reply::Dump => NLM_F_DUMP,
-                Reply::One => 0,
+                Await::Ack => NLM_F_ACK,
+                Await::Dump => NLM_F_DUMP,
+                Await::One => 0,
             };
         header.sequence_number = sequence;
         let mut packet = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(msg));
         packet.finalize();
         let mut bytes = vec![0u8; packet.buffer_len()];
         packet.serialize(&mut bytes);
-        self.socket
-            .send(&bytes, 0)
-            .map_err(|e| NlError::new(what, e.raw_os_error().unwrap_or(libc::EIO)))?;
+        self.socket.send(&bytes, what)?;
 
         let mut replies = Vec::new();
-        loop {
-            self.buffer.clear();
-            let len = self
-                .socket
-                .recv(&mut self.buffer, libc::MSG_TRUNC)
-                .map_err(|e| NlError::new(what, e.raw_os_error().unwrap_or(libc::EIO)))?;
-            if len > self.buffer.len() {
-                return Err(NlError {
-                    reason: Some(format!("reply of {len} bytes truncated")),
-                    ..NlError::new(what, libc::EMSGSIZE)
-                });
-            }
-            let mut offset = 0;
-            while offset + 16 <= self.buffer.len() {
-                let datagram = &self.buffer[offset..];
-                let msg_len = u32::from_ne_bytes(datagram[0..4].try_into().unwrap()) as usize;
-                if msg_len < 16 || msg_len > datagram.len() {
-                    return Err(NlError {
-                        reason: Some("malformed reply".into()),
-                        ..NlError::new(what, libc::EBADMSG)
-                    });
-                }
-                offset += (msg_len + 3) & !3;
-                let parsed =
-                    NetlinkMessage::<RouteNetlinkMessage>::deserialize(&datagram[..msg_len]);
-                let parsed = match parsed {
-                    Ok(p) => p,
-                    // A dump may hold a link kind this crate cannot decode; that link is
-                    // none of academy's business, so skip it rather than fail the dump.
-                    Err(_) if reply == Reply::Dump => continue,
-                    Err(e) => {
-                        return Err(NlError {
-                            reason: Some(format!("undecodable reply: {e}")),
-                            ..NlError::new(what, libc::EBADMSG)
-                        })
-                    }
-                };
-                if parsed.header.sequence_number != sequence {
-                    continue;
-                }
-                let flags = parsed.header.flags;
-                match parsed.payload {
-                    NetlinkPayload::Done(_) => return Ok(replies),
-                    NetlinkPayload::Error(e) => match e.code {
-                        None => return Ok(replies),
-                        Some(code) => {
-                            let mut err = NlError::new(what, -code.get());
-                            if flags & NLM_F_ACK_TLVS != 0 {
-                                err.reason = ext_ack_message(&e.header);
-                            }
-                            return Err(err);
-                        }
-                    },
-                    NetlinkPayload::InnerMessage(m) => {
+        self.socket.receive(sequence, reply, what, |bytes| {
+            match NetlinkMessage::<RouteNetlinkMessage>::deserialize(bytes) {
+                Ok(m) => {
+                    if let NetlinkPayload::InnerMessage(m) = m.payload {
                         replies.push(m);
-                        if reply == Reply::One {
-                            return Ok(replies);
-                        }
                     }
-                    _ => {}
+                    Ok(())
                 }
+                // A dump may hold a link kind this crate cannot decode; that link is
+                // none of academy's business, so skip it rather than fail the dump.
+                Err(_) if reply == Await::Dump => Ok(()),
+                Err(e) => Err(NlError {
+                    reason: Some(format!("undecodable reply: {e}")),
+                    ..NlError::new(what, libc::EBADMSG)
+                }),
             }
-        }
+        })?;
+        Ok(replies)
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reply {
-    /// A change: ends with an ACK (or an error).
-    Ack,
-    /// A single object: ends with it (or an error).
-    One,
-    /// Many objects: end with NLMSG_DONE.
-    Dump,
-}
-
-/// The kernel's human-readable reason (NLMSGERR_ATTR_MSG) from an error's payload: with
-/// cap_ack it is the original request's 16-byte header followed by TLVs.
-fn ext_ack_message(payload: &[u8]) -> Option<String> {
-    const NLMSGERR_ATTR_MSG: u16 = 1;
-    let mut rest = payload.get(16..)?;
-    while rest.len() >= 4 {
-        let len = u16::from_ne_bytes([rest[0], rest[1]]) as usize;
-        let kind = u16::from_ne_bytes([rest[2], rest[3]]);
-        if len < 4 || len > rest.len() {
-            return None;
-        }
-        if kind == NLMSGERR_ATTR_MSG {
-            let text = &rest[4..len];
-            let text = text.split(|b| *b == 0).next().unwrap_or(text);
-            return Some(String::from_utf8_lossy(text).into_owned());
-        }
-        rest = &rest[((len + 3) & !3).min(rest.len())..];
-    }
-    None
 }
 
 /// Sets or clears one flag, leaving the others as the kernel has them.
@@ -644,25 +509,5 @@ fn route_ip(addr: &RouteAddress) -> Option<IpAddr> {
         RouteAddress::Inet(v4) => Some(IpAddr::V4(*v4)),
         RouteAddress::Inet6(v6) => Some(IpAddr::V6(*v6)),
         _ => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ext_ack_reason_is_read_after_the_echoed_header() {
-        let mut payload = vec![0u8; 16];
-        let text = b"Address already assigned\0";
-        let len = (4 + text.len()) as u16;
-        payload.extend_from_slice(&len.to_ne_bytes());
-        payload.extend_from_slice(&1u16.to_ne_bytes());
-        payload.extend_from_slice(text);
-        assert_eq!(
-            ext_ack_message(&payload).as_deref(),
-            Some("Address already assigned")
-        );
-        assert_eq!(ext_ack_message(&payload[..10]), None);
     }
 }

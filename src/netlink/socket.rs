@@ -1,0 +1,297 @@
+//! One blocking netlink socket and the request/ack loop every protocol shares: sequence
+//! numbers, reading datagrams (a truncated one is an error, never silently lost
+//! messages), matching replies to requests, acks, dumps, the acks of a batch, and the
+//! kernel's own reason for a refusal (extended ack). The protocols (route, nftables)
+//! only encode requests and decode the data messages handed to them.
+
+use std::fmt;
+use std::ops::Range;
+
+use netlink_sys::{Socket, SocketAddr};
+
+/// Large enough for a link dump datagram; recv passes MSG_TRUNC so a larger one is an
+/// error instead of silently lost messages.
+const RECV_BUFFER: usize = 64 * 1024;
+
+const HEADER_LEN: usize = 16;
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+/// The error message echoes only the request's header, not its payload.
+const NLM_F_CAPPED: u16 = 0x100;
+/// The error message carries extended-ack attributes after the echoed request.
+const NLM_F_ACK_TLVS: u16 = 0x200;
+
+/// A failed netlink request: which request, the errno, and the kernel's own reason
+/// (extended ack) when it gave one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NlError {
+    pub request: String,
+    pub errno: i32,
+    pub reason: Option<String>,
+}
+
+impl NlError {
+    pub fn new(request: impl Into<String>, errno: i32) -> Self {
+        NlError {
+            request: request.into(),
+            errno,
+            reason: None,
+        }
+    }
+
+    fn io(request: &str, e: std::io::Error) -> Self {
+        NlError::new(request, e.raw_os_error().unwrap_or(libc::EIO))
+    }
+
+    fn malformed(request: &str, reason: String) -> Self {
+        NlError {
+            reason: Some(reason),
+            ..NlError::new(request, libc::EBADMSG)
+        }
+    }
+
+    pub fn is(&self, errno: i32) -> bool {
+        self.errno == errno
+    }
+}
+
+impl fmt::Display for NlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = std::io::Error::from_raw_os_error(self.errno);
+        write!(f, "{}: {text}", self.request)?;
+        if let Some(reason) = &self.reason {
+            write!(f, " ({reason})")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for NlError {}
+
+pub type NlResult<T> = Result<T, NlError>;
+
+/// What ends the replies to one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Await {
+    /// A change: an ACK (or an error).
+    Ack,
+    /// A single object: the object (or an error).
+    One,
+    /// Many objects: NLMSG_DONE (or an error).
+    Dump,
+}
+
+/// The fixed header of one received message.
+#[derive(Debug, Clone, Copy)]
+pub struct Header {
+    pub kind: u16,
+    pub flags: u16,
+    pub sequence: u32,
+}
+
+pub struct NlSocket {
+    socket: Socket,
+    sequence: u32,
+    buffer: Vec<u8>,
+}
+
+impl NlSocket {
+    /// Opens a socket of `protocol` in the calling thread's network namespace.
+    pub fn open(protocol: isize, name: &str) -> NlResult<NlSocket> {
+        let mut socket =
+            Socket::new(protocol).map_err(|e| NlError::io(&format!("open {name} socket"), e))?;
+        socket
+            .bind_auto()
+            .map_err(|e| NlError::io(&format!("bind {name} socket"), e))?;
+        socket
+            .connect(&SocketAddr::new(0, 0))
+            .map_err(|e| NlError::io(&format!("connect {name} socket"), e))?;
+        // Best-effort: they only make errors more precise and dumps smaller.
+        let _ = socket.set_ext_ack(true);
+        let _ = socket.set_cap_ack(true);
+        let _ = socket.set_netlink_get_strict_chk(true);
+        Ok(NlSocket {
+            socket,
+            sequence: 0,
+            buffer: Vec::with_capacity(RECV_BUFFER),
+        })
+    }
+
+    pub fn next_sequence(&mut self) -> u32 {
+        self.sequence = self.sequence.wrapping_add(1);
+        self.sequence
+    }
+
+    /// One sendmsg of `bytes`: a request, or a whole batch.
+    pub fn send(&mut self, bytes: &[u8], what: &str) -> NlResult<()> {
+        self.socket
+            .send(bytes, 0)
+            .map(drop)
+            .map_err(|e| NlError::io(what, e))
+    }
+
+    /// Reads the replies to request `sequence` until `awaiting` ends them, handing each
+    /// data message (header included) to `on_data`.
+    pub fn receive(
+        &mut self,
+        sequence: u32,
+        awaiting: Await,
+        what: &str,
+        mut on_data: impl FnMut(&[u8]) -> NlResult<()>,
+    ) -> NlResult<()> {
+        self.read(what, |header, message| {
+            if header.sequence != sequence {
+                return Ok(false);
+            }
+            match header.kind {
+                NLMSG_ERROR => error_of(header, message, what).map(|()| true),
+                NLMSG_DONE => Ok(true),
+                _ => on_data(message).map(|()| awaiting == Await::One),
+            }
+        })
+    }
+
+    /// Waits for the ack of every message of a batch (`sequences`, each sent with
+    /// NLM_F_ACK). The first refusal is returned, named by `describe(sequence)`.
+    pub fn receive_acks(
+        &mut self,
+        sequences: Range<u32>,
+        describe: impl Fn(u32) -> String,
+    ) -> NlResult<()> {
+        let mut pending = sequences.len();
+        let mut first_error = None;
+        let result = self.read("read the batch's acks", |header, message| {
+            if !sequences.contains(&header.sequence) || header.kind != NLMSG_ERROR {
+                return Ok(false);
+            }
+            pending -= 1;
+            if let Err(e) = error_of(header, message, &describe(header.sequence)) {
+                // The kernel rejects the whole batch; it may not answer the rest.
+                first_error.get_or_insert(e);
+                return Ok(true);
+            }
+            Ok(pending == 0)
+        });
+        match first_error {
+            Some(e) => Err(e),
+            None => result,
+        }
+    }
+
+    /// Reads datagrams and hands each message to `handle` until it says it is done.
+    fn read(
+        &mut self,
+        what: &str,
+        mut handle: impl FnMut(Header, &[u8]) -> NlResult<bool>,
+    ) -> NlResult<()> {
+        loop {
+            self.buffer.clear();
+            let len = self
+                .socket
+                .recv(&mut self.buffer, libc::MSG_TRUNC)
+                .map_err(|e| NlError::io(what, e))?;
+            if len > self.buffer.len() {
+                return Err(NlError {
+                    reason: Some(format!("reply of {len} bytes truncated")),
+                    ..NlError::new(what, libc::EMSGSIZE)
+                });
+            }
+            let mut offset = 0;
+            while offset + HEADER_LEN <= self.buffer.len() {
+                let rest = &self.buffer[offset..];
+                let msg_len = u32::from_ne_bytes(rest[0..4].try_into().unwrap()) as usize;
+                if msg_len < HEADER_LEN || msg_len > rest.len() {
+                    return Err(NlError::malformed(what, "malformed reply".into()));
+                }
+                offset += (msg_len + 3) & !3;
+                let header = Header {
+                    kind: u16::from_ne_bytes([rest[4], rest[5]]),
+                    flags: u16::from_ne_bytes([rest[6], rest[7]]),
+                    sequence: u32::from_ne_bytes(rest[8..12].try_into().unwrap()),
+                };
+                if handle(header, &rest[..msg_len])? {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// An NLMSG_ERROR message: Ok for an ack, else the errno and the kernel's reason.
+fn error_of(header: Header, message: &[u8], what: &str) -> NlResult<()> {
+    let payload = &message[HEADER_LEN..];
+    let Some(code) = payload.get(0..4) else {
+        return Err(NlError::malformed(what, "short error message".into()));
+    };
+    let code = i32::from_ne_bytes(code.try_into().unwrap());
+    if code == 0 {
+        return Ok(());
+    }
+    let mut err = NlError::new(what, -code);
+    if header.flags & NLM_F_ACK_TLVS != 0 {
+        err.reason = ext_ack_message(&payload[4..], header.flags & NLM_F_CAPPED != 0);
+    }
+    Err(err)
+}
+
+/// The kernel's human-readable reason (NLMSGERR_ATTR_MSG): the TLVs that follow the
+/// echoed request (its header alone when capped, else the whole request).
+fn ext_ack_message(echoed: &[u8], capped: bool) -> Option<String> {
+    const NLMSGERR_ATTR_MSG: u16 = 1;
+    let skip = if capped {
+        HEADER_LEN
+    } else {
+        u32::from_ne_bytes(echoed.get(0..4)?.try_into().ok()?) as usize
+    };
+    let mut rest = echoed.get((skip + 3) & !3..)?;
+    while rest.len() >= 4 {
+        let len = u16::from_ne_bytes([rest[0], rest[1]]) as usize;
+        let kind = u16::from_ne_bytes([rest[2], rest[3]]);
+        if len < 4 || len > rest.len() {
+            return None;
+        }
+        if kind == NLMSGERR_ATTR_MSG {
+            let text = &rest[4..len];
+            let text = text.split(|b| *b == 0).next().unwrap_or(text);
+            return Some(String::from_utf8_lossy(text).into_owned());
+        }
+        rest = &rest[((len + 3) & !3).min(rest.len())..];
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reason_tlv(text: &[u8]) -> Vec<u8> {
+        let mut tlv = Vec::new();
+        tlv.extend_from_slice(&((4 + text.len()) as u16).to_ne_bytes());
+        tlv.extend_from_slice(&1u16.to_ne_bytes());
+        tlv.extend_from_slice(text);
+        tlv
+    }
+
+    #[test]
+    fn ext_ack_reason_is_read_after_the_echoed_header() {
+        let mut echoed = vec![0u8; 16];
+        echoed.extend(reason_tlv(b"Address already assigned\0"));
+        assert_eq!(
+            ext_ack_message(&echoed, true).as_deref(),
+            Some("Address already assigned")
+        );
+        assert_eq!(ext_ack_message(&echoed[..10], true), None);
+    }
+
+    #[test]
+    fn ext_ack_reason_skips_an_uncapped_request() {
+        // An echoed request of 24 bytes: its header says so in its first four bytes.
+        let mut echoed = vec![0u8; 24];
+        echoed[0..4].copy_from_slice(&24u32.to_ne_bytes());
+        echoed.extend(reason_tlv(b"No such file\0"));
+        assert_eq!(
+            ext_ack_message(&echoed, false).as_deref(),
+            Some("No such file")
+        );
+    }
+}

@@ -1,0 +1,68 @@
+//! Everything academy makes for one attachment, removed in one place: DEL, and the undo
+//! of a failed ADD, both come here, so a new kind of state is added to one list.
+//!
+//! The order keeps two invariants: an address is not freed while a veth that used it
+//! lives (another container could get it while the old pair still answers for it), and
+//! a masquerade element never outlives its reservation (a reused address would carry
+//! the old holder's element, which a later GC would remove from under the new one).
+//! So: host veth, then masquerade, then the reservations. A step that fails stops the
+//! later ones; a repeated teardown (a DEL retried) finishes the job.
+
+use std::net::IpAddr;
+
+use crate::addressing;
+use crate::cni::env::Env;
+use crate::cni::result::CniResult;
+use crate::cni::{code, Result};
+use crate::config::{Config, Ipam};
+use crate::ipam::Store;
+use crate::masquerade;
+use crate::netlink::Netlink;
+use crate::wire::{self, Attachment};
+
+/// Which addresses the attachment has, when the caller knows them.
+pub enum Addresses {
+    /// A failed ADD knows exactly what it was given.
+    Known(Vec<IpAddr>),
+    /// DEL looks them up: academy's store, a prevResult, or (last resort) the sets.
+    LookUp,
+}
+
+pub fn attachment(env: &Env, conf: &Config, addresses: Addresses) -> Result<()> {
+    let who = Attachment {
+        network: &conf.name,
+        container_id: &env.container_id,
+        ifname: &env.ifname,
+    };
+    let mut nl = Netlink::open()?;
+    match wire::remove_pair(&mut nl, &who) {
+        // A foreign link under academy's derived name is not ours to delete, and must
+        // not wedge the container in a DEL that can never succeed.
+        Err(e) if e.code == code::NAME_IN_USE => eprintln!("academy: {e}"),
+        other => {
+            other?;
+        }
+    }
+    if conf.ip_masq {
+        let addresses = match addresses {
+            Addresses::Known(list) => list,
+            Addresses::LookUp => held(env, conf)?,
+        };
+        masquerade::remove(conf, &addresses)?;
+    }
+    addressing::release(env, conf)
+}
+
+/// The attachment's addresses as DEL can learn them, cheapest source first.
+fn held(env: &Env, conf: &Config) -> Result<Vec<IpAddr>> {
+    let holder = addressing::holder(env);
+    if let Ipam::Builtin(b) = &conf.ipam {
+        return Store::open(&b.data_dir, &conf.name)?.held_by(&holder);
+    }
+    if let Some(prev) = &conf.prev_result {
+        if let Ok(result) = CniResult::from_json(prev) {
+            return Ok(result.ips.iter().map(|ip| ip.address.ip()).collect());
+        }
+    }
+    masquerade::owned_by(conf, &holder)
+}
