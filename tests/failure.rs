@@ -355,7 +355,18 @@ fn netlink_fault(
 
 #[test]
 fn refused_netlink_request_at_every_point_of_add_is_undone() {
-    let lab = Lab::new("nlrefuse", 70);
+    refused_at_every_point(Lab::new("nlrefuse", 70));
+}
+
+/// With ipMasq the nf_tables batches are netlink requests too: each may be refused.
+#[test]
+fn refused_netlink_request_at_every_point_of_an_ipmasq_add_is_undone() {
+    let lab = Lab::new("nlrefmq", 141);
+    lab.always_config("ipMasq", json!(true));
+    refused_at_every_point(lab);
+}
+
+fn refused_at_every_point(lab: Lab) {
     let shim = build_shim(&lab);
     warm_up(&lab);
     let requests = clean_netlink_requests(&lab, &shim);
@@ -386,7 +397,17 @@ fn refused_netlink_request_at_every_point_of_add_is_undone() {
 
 #[test]
 fn kill_at_every_netlink_request_is_recovered() {
-    let lab = Lab::new("nlkill", 71);
+    killed_at_every_point(Lab::new("nlkill", 71));
+}
+
+#[test]
+fn kill_at_every_netlink_request_of_an_ipmasq_add_is_recovered() {
+    let lab = Lab::new("nlkillmq", 142);
+    lab.always_config("ipMasq", json!(true));
+    killed_at_every_point(lab);
+}
+
+fn killed_at_every_point(lab: Lab) {
     let shim = build_shim(&lab);
     warm_up(&lab);
     let requests = clean_netlink_requests(&lab, &shim);

@@ -38,6 +38,8 @@
 
 #![allow(dead_code)] // each test file uses a different subset of the helpers
 
+pub mod nft;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -52,6 +54,7 @@ use serde_json::{json, Value};
 pub const SUPPORTED: &[&str] = &["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
 const RESULTS_DIR: &str = "/var/lib/cni/results";
 const DEFAULT_STORE: &str = "/var/lib/cni/academy";
+pub const HOST_LOCAL_STORE: &str = "/var/lib/cni/networks";
 const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// The plugin binary cargo built for these tests.
@@ -454,6 +457,8 @@ pub struct Lab {
     /// CNI_PATH: a symlink "academy" to the built plugin, plus any wrapper a test writes.
     pub bin_dir: PathBuf,
     extra_netns: Mutex<Vec<String>>,
+    /// Keys added to every config of [`Lab::config`] (e.g. ipMasq).
+    extra_config: Mutex<serde_json::Map<String, Value>>,
 }
 
 impl Lab {
@@ -474,6 +479,7 @@ impl Lab {
             bin_dir: root.join("bin"),
             root,
             extra_netns: Mutex::new(Vec::new()),
+            extra_config: Mutex::new(serde_json::Map::new()),
         };
         assert!(
             lab.bridge.len() <= 15,
@@ -535,7 +541,7 @@ impl Lab {
 
     /// The flat ("seed") network config, always with the lab's own dataDir.
     pub fn config(&self, version: &str) -> Value {
-        json!({
+        let mut c = json!({
             "cniVersion": version,
             "name": self.network,
             "type": "academy",
@@ -543,7 +549,19 @@ impl Lab {
             "subnet": self.subnet(),
             "gateway": self.gateway(),
             "dataDir": self.data_dir.to_str().unwrap(),
-        })
+        });
+        for (k, v) in self.extra_config.lock().unwrap().iter() {
+            c[k] = v.clone();
+        }
+        c
+    }
+
+    /// From now on every [`Lab::config`] has `key` set to `value`.
+    pub fn always_config(&self, key: &str, value: Value) {
+        self.extra_config
+            .lock()
+            .unwrap()
+            .insert(key.to_string(), value);
     }
 
     /// The lab's config with `key` set to `value` (JSON text).
@@ -740,6 +758,7 @@ impl Lab {
             files,
             cached_results: self.cached_results(),
             default_store_exists: Path::new(DEFAULT_STORE).exists(),
+            masquerade: nft::elements(&self.network),
         }
     }
 
@@ -778,6 +797,9 @@ impl Lab {
             let _ = run_quiet("ip", &["link", "del", &self.bridge]);
         }
         let _ = std::fs::remove_dir_all(&self.root);
+        // The host-local form's default store, and the network's nf_tables objects.
+        let _ = std::fs::remove_dir_all(Path::new(HOST_LOCAL_STORE).join(&self.network));
+        nft::remove_network(&self.network);
         let prefix = format!("{}-", self.network);
         for entry in std::fs::read_dir(RESULTS_DIR)
             .into_iter()
@@ -824,6 +846,8 @@ pub struct Snapshot {
     pub files: BTreeSet<String>,
     pub cached_results: BTreeSet<String>,
     pub default_store_exists: bool,
+    /// The network's masquerade set elements (nf_tables).
+    pub masquerade: BTreeSet<String>,
 }
 
 impl Snapshot {
@@ -871,6 +895,13 @@ impl Snapshot {
                 d,
                 "cnitool cache: {:?} -> {:?}",
                 before.cached_results, self.cached_results
+            );
+        }
+        if self.masquerade != before.masquerade {
+            let _ = writeln!(
+                d,
+                "masquerade elements: {:?} -> {:?}",
+                before.masquerade, self.masquerade
             );
         }
         if self.default_store_exists != before.default_store_exists {

@@ -1,0 +1,123 @@
+//! nf_tables as the tests see it: academy's `inet academy` table read and cleaned with
+//! the `nft` tool (academy itself never execs it).
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use super::run;
+
+/// The elements of a network's masquerade sets, as "address comment".
+pub fn elements(network: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for family in ["v4", "v6"] {
+        let out = run(
+            "nft",
+            &[
+                "-j",
+                "list",
+                "set",
+                "inet",
+                "academy",
+                &format!("{network}-{family}"),
+            ],
+            &[],
+        );
+        if out.code != 0 {
+            continue; // no such set (or table): no elements
+        }
+        let v: Value = serde_json::from_str(out.stdout.trim()).unwrap_or(Value::Null);
+        for item in v["nftables"].as_array().into_iter().flatten() {
+            for e in item["set"]["elem"].as_array().into_iter().flatten() {
+                let (addr, comment) = match e {
+                    Value::String(a) => (a.clone(), String::new()),
+                    other => (
+                        other["elem"]["val"].as_str().unwrap_or("?").to_string(),
+                        other["elem"]["comment"].as_str().unwrap_or("").to_string(),
+                    ),
+                };
+                found.insert(format!("{addr} {comment}").trim().to_string());
+            }
+        }
+    }
+    found
+}
+
+/// Whether the network's masquerade rule of `family` ("v4"/"v6") is in the chain.
+pub fn has_rule(network: &str, family: &str) -> bool {
+    rule_handles(network)
+        .iter()
+        .any(|(comment, _)| comment.ends_with(&format!("{network}-{family}")))
+}
+
+fn rule_handles(network: &str) -> Vec<(String, u64)> {
+    let out = run(
+        "nft",
+        &[
+            "-j",
+            "-a",
+            "list",
+            "chain",
+            "inet",
+            "academy",
+            "postrouting",
+        ],
+        &[],
+    );
+    if out.code != 0 {
+        return Vec::new();
+    }
+    let v: Value = serde_json::from_str(out.stdout.trim()).unwrap_or(Value::Null);
+    let mut found = Vec::new();
+    for item in v["nftables"].as_array().into_iter().flatten() {
+        let rule = &item["rule"];
+        if let (Some(comment), Some(handle)) = (rule["comment"].as_str(), rule["handle"].as_u64()) {
+            let ours = [format!("{network}-v4"), format!("{network}-v6")];
+            if ours
+                .iter()
+                .any(|s| comment == format!("academy ipMasq {s}"))
+            {
+                found.push((comment.to_string(), handle));
+            }
+        }
+    }
+    found
+}
+
+/// Removes a network's rules and sets, and the table once no set is left in it. Never
+/// panics: it runs from Drop guards.
+pub fn remove_network(network: &str) {
+    for (_, handle) in rule_handles(network) {
+        let h = handle.to_string();
+        let _ = run(
+            "nft",
+            &[
+                "delete",
+                "rule",
+                "inet",
+                "academy",
+                "postrouting",
+                "handle",
+                &h,
+            ],
+            &[],
+        );
+    }
+    for family in ["v4", "v6"] {
+        let set = format!("{network}-{family}");
+        let _ = run("nft", &["delete", "set", "inet", "academy", &set], &[]);
+    }
+    let out = run("nft", &["-j", "list", "table", "inet", "academy"], &[]);
+    if out.code == 0 {
+        let v: Value = serde_json::from_str(out.stdout.trim()).unwrap_or(Value::Null);
+        let sets = v["nftables"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|i| i.get("set").is_some())
+            .count();
+        if sets == 0 {
+            let _ = run("nft", &["delete", "table", "inet", "academy"], &[]);
+        }
+    }
+}
