@@ -43,6 +43,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # One /16 per use, inside the 10.240.0.0/13 this bench may use.
 NET_ACADEMY, NET_REFERENCE, NET_FLOOR = "10.240", "10.241", "10.242"
 NET_SCALE_ACADEMY, NET_SCALE_HOSTLOCAL = "10.243", "10.244"
+NET_MASQ_ACADEMY, NET_MASQ_REFERENCE = "10.245", "10.246"
 
 FULL = dict(cycles=100, warmup=3, burst=50, burst_rounds=2,
             points=[0, 1000, 8000, 32000], scale_cycles=11)
@@ -91,6 +92,19 @@ class Bench:
             "academy": self.academy(academy_bin, "bnchbr-a", NET_ACADEMY, "bnch-academy"),
             "reference": self.reference(ref_dir, "bnchbr-r", NET_REFERENCE, "bnch-reference"),
         }
+        # The same two with ipMasq: academy programs nf_tables over netlink, the
+        # reference execs iptables (iptables-nft on Debian 12). Cycles only.
+        self.ns["academy-masq"] = lab.add_netns("bnch-am")
+        self.ns["reference-masq"] = lab.add_netns("bnch-rm")
+        self.masq = {
+            "academy-masq": self.academy(academy_bin, "bnchbr-am", NET_MASQ_ACADEMY,
+                                         "bnch-academy-masq", self.lab.scratch("store-am")),
+            "reference-masq": self.reference(ref_dir, "bnchbr-rm", NET_MASQ_REFERENCE,
+                                             "bnch-reference-masq",
+                                             self.lab.scratch("store-rm")),
+        }
+        for plugin in self.masq.values():
+            plugin.conf["ipMasq"] = True
         self.floors = Floors(self, lab)
 
     def academy(self, binary, bridge, net, name, data_dir=None) -> Plugin:
@@ -225,6 +239,7 @@ def cycles(b: Bench, n: int, warmup: int) -> dict:
                     settled(lambda: fs_create(b.plugins[k].store, i)))
 
         atts = {k: Attachment(cid=f"bnch-{k[:3]}-{i:04d}", netns=b.ns[k]) for k in b.plugins}
+        atts.update({k: Attachment(cid=f"bnch-{k[:3]}m-{i:04d}", netns=b.ns[k]) for k in b.masq})
         adds = {
             "academy.ADD": lambda: cni.invoke(b.sp, b.plugins["academy"], "ADD", atts["academy"]),
             "reference.ADD": lambda: cni.invoke(b.sp, b.plugins["reference"], "ADD", atts["reference"]),
@@ -232,6 +247,8 @@ def cycles(b: Bench, n: int, warmup: int) -> dict:
             "floor.add_c": lambda: b.floors.add_c(i),
             "floor.spawn": b.floors.spawn,
         }
+        for k in b.masq:
+            adds[f"{k}.ADD"] = lambda k=k: cni.invoke(b.sp, b.masq[k], "ADD", atts[k])
         for name in rotate(list(adds), i):
             record(name, settled(adds[name]))
 
@@ -247,6 +264,8 @@ def cycles(b: Bench, n: int, warmup: int) -> dict:
             "floor.del_bare": lambda: b.floors.del_bare(i),
             "floor.del_wired": lambda: b.floors.del_wired(i),
         }
+        for k in b.masq:
+            dels[f"{k}.DEL"] = lambda k=k: cni.invoke(b.sp, b.masq[k], "DEL", atts[k])
         for name in rotate(list(dels), i):
             record(name, settled(dels[name]))
         b.floors.del_c(i)
@@ -278,7 +297,7 @@ def settled(op):
 def leftovers(b: Bench) -> dict:
     """What the DELs left behind: ports on the bridges, reservations in the stores."""
     return {k: {"ports": ports(p.bridge), "reservations": reservations(p.store)}
-            for k, p in b.plugins.items()}
+            for k, p in {**b.plugins, **b.masq}.items()}
 
 
 def reservations(store: str) -> list:

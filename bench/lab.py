@@ -72,6 +72,7 @@ class Lab:
                 sh("ip", "link", "del", port, check=False)
         for link in _our_links():
             sh("ip", "link", "del", link, check=False)
+        _clean_nftables()
         self.netns.clear()
         self.bridges.clear()
         shutil.rmtree(SCRATCH, ignore_errors=True)
@@ -165,6 +166,27 @@ def _links(*filters) -> list:
         return [l["ifname"] for l in json.loads(r.stdout or "[]")]
     except ValueError:
         return []
+
+
+def _clean_nftables():
+    """The masquerade rules and sets of the bench's networks in academy's table, and the
+    table itself once nothing else is in it."""
+
+    listing = sh("nft", "-j", "-a", "list", "table", "inet", "academy", check=False)
+    if listing.returncode != 0:
+        return
+    items = json.loads(listing.stdout or "{}").get("nftables", [])
+    for item in items:
+        rule = item.get("rule", {})
+        if rule.get("comment", "").startswith(f"academy ipMasq {PREFIX}"):
+            sh("nft", "delete", "rule", "inet", "academy", rule["chain"], "handle",
+               str(rule["handle"]), check=False)
+    sets = [i["set"]["name"] for i in items if "set" in i]
+    for name in sets:
+        if name.startswith(PREFIX):
+            sh("nft", "delete", "set", "inet", "academy", name, check=False)
+    if all(name.startswith(PREFIX) for name in sets):
+        sh("nft", "delete", "table", "inet", "academy", check=False)
 
 
 def _our_links() -> list:

@@ -46,6 +46,10 @@ def summarize(results: dict) -> dict:
         "ADD": ratio("academy.ADD", "reference.ADD"),
         "CHECK": ratio("academy.CHECK", "reference.CHECK"),
         "DEL": ratio("academy.DEL", "reference.DEL"),
+        "ADD_masq": ratio("academy-masq.ADD", "reference-masq.ADD"),
+        "DEL_masq": ratio("academy-masq.DEL", "reference-masq.DEL"),
+        "academy_ADD_masq_vs_plain": ratio("academy-masq.ADD", "academy.ADD"),
+        "reference_ADD_masq_vs_plain": ratio("reference-masq.ADD", "reference.ADD"),
         "rss_peak": _rss_ratio(s, "max"),
         "rss_median": _rss_ratio(s, "median"),
         "academy_DEL_vs_floor": ratio("academy.DEL", "floor.del_bare"),
@@ -95,6 +99,9 @@ def targets(ratios: dict, scaling: dict) -> list:
         (grow_name, grow, SCALING_32K_VS_EMPTY),
         ("DEL median ≤ 1.15 x floor (ip link del, veth with peer in a netns)",
          ratios["academy_DEL_vs_floor"], DEL_VS_FLOOR),
+        ("ADD with ipMasq ≤ 0.25 x reference's with ipMasq", ratios["ADD_masq"], 0.25),
+        ("DEL with ipMasq ≤ 0.5 x reference's with ipMasq", ratios["DEL_masq"], 0.5),
+        ("academy ADD with ipMasq ≤ 1.3 x without", ratios["academy_ADD_masq_vs_plain"], 1.3),
     ]
     return [{"target": name, "value": v, "limit": lim,
              "verdict": "PASS" if v <= lim else ("MISS" if v == v else "n/a")}
@@ -163,6 +170,9 @@ def markdown(results: dict, summary: dict, chart_path: str | None) -> str:
     for op in ("ADD", "CHECK", "DEL"):
         lines.append(f"| {op} | {cell(st.get('academy.' + op))} | "
                      f"{cell(st.get('reference.' + op))} | **{x(r[op])}** |")
+    for op in ("ADD", "DEL"):
+        lines.append(f"| {op} with ipMasq | {cell(st.get('academy-masq.' + op))} | "
+                     f"{cell(st.get('reference-masq.' + op))} | **{x(r[op + '_masq'])}** |")
     a_add, r_add = st.get("academy.ADD", {}), st.get("reference.ADD", {})
     if "rss" in a_add and "rss" in r_add:
         rss_note = "" if pv["clean_rss"] else " (polluted: spawned from Python)"
