@@ -2,7 +2,6 @@
 
 CNI_BIN_DIR     ?= /opt/cni/lab-bin
 CNI_CONF_DIR    ?= /etc/cni/lab-net.d
-HARNESS         ?= ../shared/tools/install-harness
 CARGO           ?= cargo
 # The release binary links glibc statically (measured by bench/profiles.py: ADD 0.89x,
 # peak RSS 3.4 -> 1.9 MiB with opt-level "s", no ld.so or libgcc_s at start). An
@@ -11,7 +10,7 @@ CARGO           ?= cargo
 HOST            := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
 RELEASE_BIN     := target/release/academy
 
-.PHONY: all build release install uninstall test unit lint harness setup demo bench clean lab check-refs
+.PHONY: all build release install uninstall test unit lint setup demo bench clean lab check-refs
 
 all: build
 
@@ -32,13 +31,11 @@ install: build
 uninstall:
 	rm -f $(CNI_BIN_DIR)/academy $(CNI_CONF_DIR)/10-harness.conflist
 
-# cnitool, the reference plugins, iproute2, ping, strace, jq (Debian packages).
-harness:
-	@test -x $(HARNESS) || { echo "make harness: $(HARNESS) not found (set HARNESS=path/to/install-harness)"; exit 1; }
-	$(HARNESS)
-
-# Everything the tests and the demo need on a fresh Debian 12 machine.
-setup: harness
+# Everything the tests, the demo and the lab need on a fresh Debian 12 machine (Debian
+# packages: cnitool built from source, the reference plugins, the test tools, podman,
+# containerd). Idempotent; a second run changes nothing. Then: is Rust there?
+setup:
+	scripts/setup.sh
 	@scripts/check-toolchain.sh
 
 # Unit tests (no root needed) and the root integration tests against real namespaces.

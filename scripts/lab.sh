@@ -369,7 +369,7 @@ esac
 
 [[ $(id -u) -eq 0 ]] || { echo "lab.sh: run as root (it makes namespaces, bridges, veths)" >&2; exit 1; }
 for tool in cnitool strace jq ping ip python3 flock sha512sum; do
-  command -v "$tool" >/dev/null || { echo "lab.sh: $tool is missing (make harness installs the lab's tools)" >&2; exit 1; }
+  command -v "$tool" >/dev/null || { echo "lab.sh: $tool is missing (make setup installs the lab's tools)" >&2; exit 1; }
 done
 [[ -x $BIN/academy ]] || { echo "lab.sh: $BIN/academy is not installed (make install)" >&2; exit 1; }
 [[ -f $CONF/10-harness.conflist ]] || { echo "lab.sh: $CONF/10-harness.conflist is missing (make install)" >&2; exit 1; }

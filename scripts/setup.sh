@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# setup.sh: everything academy's tests, demo and lab need on Debian 12 (bookworm), as root.
+# Idempotent: a second run checks and changes nothing (a few seconds).
+#
+# Everything comes from Debian packages through apt (no git clone, no other download):
+#   containernetworking-plugins   the reference plugins (bridge, host-local, loopback, portmap)
+#   golang-go + golang-github-appc-cni-dev + the golang-github-appc-cni source package
+#                                 cnitool, built offline against Debian's libcni
+#   iproute2 iputils-ping strace jq          the tests look at the kernel with these
+#   nftables iptables                        the tests read NAT rules with these
+#   podman runc containerd busybox-static    the runtimes tests drive academy through
+#   gcc libc6-dev                            the static pause binary of the containerd test
+#   python3 python3-grpcio python3-protobuf protobuf-compiler
+#                                 the CRI client of the containerd test (tests/cri/)
+# Produces:
+#   /usr/local/bin/cnitool                            (CNITOOL_DEST)
+#   /opt/cni/lab-bin/{bridge,host-local,loopback,portmap}   (LAB_BIN)
+#   /etc/cni/lab-net.d/                               (LAB_NETCONF_DIR, created empty)
+# Rust is not installed here: it comes from rustup (scripts/check-toolchain.sh says so).
+#
+# Usage: scripts/setup.sh [--check] [--force]
+#   --check  change nothing; exit 0 when all is installed and current, 1 otherwise
+#   --force  rebuild cnitool and recopy the plugins
+#
+# cnitool is not in the -dev package (Debian excludes its directory), so its one source
+# file is taken from the Debian source package: a deb-src list is derived from the
+# machine's own apt sources into a private folder; the system's apt setup is untouched.
+set -euo pipefail
+
+CNITOOL_DEST=${CNITOOL_DEST:-/usr/local/bin/cnitool}
+LAB_BIN=${LAB_BIN:-/opt/cni/lab-bin}
+LAB_NETCONF_DIR=${LAB_NETCONF_DIR:-/etc/cni/lab-net.d}
+PLUGINS=(bridge host-local loopback portmap)
+PKGS=(
+  golang-go golang-github-appc-cni-dev containernetworking-plugins xz-utils
+  iproute2 iputils-ping strace jq
+  nftables iptables
+  podman runc containerd busybox-static
+  gcc libc6-dev
+  python3 python3-grpcio python3-protobuf protobuf-compiler
+)
+CNITOOL_SRC_PKG=golang-github-appc-cni
+CNITOOL_SHA256=996324788ccae4f7a2208ebd9e3b78ee8a48860c4f6568628bc514129588f79c # v1.1.2
+GOPATH_DEBIAN=/usr/share/gocode
+GO=/usr/lib/go/bin/go
+
+FORCE=0 CHECK=0
+for a in "$@"; do
+  case $a in
+    --force) FORCE=1 ;;
+    --check) CHECK=1 ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup.sh: unknown option: $a" >&2; exit 2 ;;
+  esac
+done
+
+log() { printf 'setup.sh: %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+[[ $(id -u) -eq 0 ]] || die "must be run as root (the tests create namespaces, bridges and veths)"
+[[ -r /etc/debian_version ]] || die "this set-up is for Debian 12 (apt); on another system install the packages listed at the top of $0 by hand"
+work=$(mktemp -d /tmp/academy-setup.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+# 1. Debian packages: one apt-get update and one install, only when something is missing.
+installed() { [[ $(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null) == installed ]]; }
+missing=()
+for p in "${PKGS[@]}"; do installed "$p" || missing+=("$p"); done
+if ((${#missing[@]})); then
+  ((CHECK)) && { log "missing packages: ${missing[*]}"; exit 1; }
+  log "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get -o DPkg::Lock::Timeout=300 update -qq
+  apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  for p in "${missing[@]}"; do installed "$p" || die "package $p did not install"; done
+fi
+bridge_path=$(dpkg -L containernetworking-plugins | grep '/bridge$' | head -n1)
+[[ -x $bridge_path ]] || die "the reference bridge plugin is missing"
+PLUGIN_SRC=${bridge_path%/bridge}
+[[ -x $GO ]] || die "$GO not found (golang-go)"
+
+# 2. cnitool, stamped with its source hash and Go version so a re-run can tell it is current.
+STAMP="cnitool-v1.1.2-${CNITOOL_SHA256:0:12}+$("$GO" env GOVERSION)"
+cnitool_current() {
+  [[ -x $CNITOOL_DEST ]] && [[ $("$GO" version -m "$CNITOOL_DEST" 2>/dev/null) == *"main.harnessStamp=$STAMP"* ]]
+}
+fetch_cnitool_source() { # writes $work/cnitool/cnitool.go from the Debian source package
+  local parts=$work/apt/parts lists=$work/apt/lists f
+  mkdir -p "$parts" "$lists/partial" "$work/src" "$work/cnitool"
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [[ -f $f ]] && sed 's/^Types:.*/Types: deb-src/' "$f" >"$parts/$(basename "$f")"
+  done
+  if [[ -f /etc/apt/sources.list ]]; then
+    sed -n 's/^deb /deb-src /p' /etc/apt/sources.list >"$parts/from-list.list"
+  fi
+  local opts=(-o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts="$parts"
+    -o Dir::State::Lists="$lists" -o APT::Sandbox::User=root
+    -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=)
+  apt-get "${opts[@]}" update -qq || log "warning: the deb-src list update reported errors"
+  (cd "$work/src" && apt-get "${opts[@]}" -qq source --download-only "$CNITOOL_SRC_PKG" >/dev/null) ||
+    die "could not download the Debian source package $CNITOOL_SRC_PKG"
+  tar -xJf "$work"/src/golang-github-appc-cni_*.orig.tar.xz -C "$work/src" --wildcards '*/cnitool/cnitool.go'
+  cp "$work"/src/*/cnitool/cnitool.go "$work/cnitool/cnitool.go"
+  echo "$CNITOOL_SHA256  $work/cnitool/cnitool.go" | sha256sum -c --quiet - 2>/dev/null ||
+    log "note: Debian's cnitool.go differs from v1.1.2; building Debian's version"
+}
+if ((FORCE)) || ! cnitool_current; then
+  ((CHECK)) && { log "cnitool at $CNITOOL_DEST is missing or not current"; exit 1; }
+  fetch_cnitool_source
+  log "building cnitool offline against Debian's libcni"
+  (cd "$work/cnitool" &&
+    env HOME="$work" GOCACHE="$work/gocache" GO111MODULE=off GOPATH="$GOPATH_DEBIAN" GOFLAGS= \
+      GOPROXY=off GOTOOLCHAIN=local CGO_ENABLED=0 \
+      "$GO" build -ldflags "-X main.harnessStamp=$STAMP" -o "$work/cnitool.bin" .)
+  mkdir -p "$(dirname "$CNITOOL_DEST")"
+  install -m 0755 "$work/cnitool.bin" "$CNITOOL_DEST.new.$$"
+  mv -f "$CNITOOL_DEST.new.$$" "$CNITOOL_DEST"
+fi
+
+# 3. The reference plugins, copied (atomically) into the lab's own bin folder.
+((CHECK)) || mkdir -p "$LAB_BIN" "$LAB_NETCONF_DIR"
+for p in "${PLUGINS[@]}"; do
+  if ((FORCE)) || ! cmp -s "$PLUGIN_SRC/$p" "$LAB_BIN/$p"; then
+    ((CHECK)) && { log "$LAB_BIN/$p is missing or differs from $PLUGIN_SRC/$p"; exit 1; }
+    install -m 0755 "$PLUGIN_SRC/$p" "$LAB_BIN/.$p.new.$$"
+    mv -f "$LAB_BIN/.$p.new.$$" "$LAB_BIN/$p"
+  fi
+done
+if ((CHECK)) && [[ ! -d $LAB_NETCONF_DIR ]]; then log "$LAB_NETCONF_DIR is missing"; exit 1; fi
+
+# 4. Smoke tests (change nothing on the network).
+[[ $(CNI_COMMAND=VERSION "$LAB_BIN/bridge" </dev/null) == *'"1.0.0"'* ]] || die "reference bridge VERSION failed"
+[[ $("$CNITOOL_DEST" 2>&1 || true) == *"add   <net> <netns>"* ]] || die "cnitool does not run"
+/usr/bin/python3 -c 'import grpc, google.protobuf' 2>/dev/null ||
+  die "Debian's python3 cannot import grpc and google.protobuf (python3-grpcio, python3-protobuf)"
+containerd --version >/dev/null || die "containerd does not run"
+log "OK: cnitool at $CNITOOL_DEST, reference plugins in $LAB_BIN, containerd, podman, CRI client deps"
