@@ -18,7 +18,7 @@ use crate::masquerade;
 use crate::netlink::Netlink;
 use crate::netns::{Netns, OpenError};
 use crate::teardown::{self, Addresses};
-use crate::wire::{self, kernel, Attachment, BridgeSpec, ContainerRoute};
+use crate::wire::{self, Attachment, BridgeSpec, ContainerRoute};
 
 pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
     let netns = match Netns::open(&env.netns) {
@@ -129,7 +129,7 @@ fn wire_up(
         .collect();
     wire::configure_container(netns, who.ifname, &addresses, &routes)?;
     // Read last: an unpinned bridge may change its MAC when a port joins.
-    let bridge = nl.link(&conf.bridge).map_err(kernel)?.unwrap_or(bridge);
+    let bridge = nl.link(&conf.bridge)?.unwrap_or(bridge);
     let mtu = conf.mtu.or(bridge.mtu);
     Ok(vec![
         Interface {

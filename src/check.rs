@@ -10,7 +10,7 @@ use crate::hostveth::{self, Ownership};
 use crate::masquerade;
 use crate::netlink::{LinkKind, Netlink};
 use crate::netns::{Netns, OpenError};
-use crate::wire::{kernel, kind_name, Attachment};
+use crate::wire::{kind_name, Attachment};
 
 pub fn check(env: &Env, conf: &Config) -> Result<()> {
     let prev = conf.prev_result.as_ref().ok_or_else(|| {
@@ -103,8 +103,8 @@ pub fn check(env: &Env, conf: &Config) -> Result<()> {
 
 /// The bridge, the host veth, the masquerade and the store, from the host.
 fn check_host(conf: &Config, env: &Env, ips: &[&IpConfig], diffs: &mut Vec<String>) -> Result<()> {
-    let mut nl = Netlink::open().map_err(kernel)?;
-    let bridge = nl.link(&conf.bridge).map_err(kernel)?;
+    let mut nl = Netlink::open()?;
+    let bridge = nl.link(&conf.bridge)?;
     match &bridge {
         None => diffs.push(format!("bridge {} is missing", conf.bridge)),
         Some(b) if b.kind != LinkKind::Bridge => diffs.push(format!(
@@ -120,7 +120,7 @@ fn check_host(conf: &Config, env: &Env, ips: &[&IpConfig], diffs: &mut Vec<Strin
         ifname: &env.ifname,
     };
     let host_name = who.host_name();
-    match nl.link(&host_name).map_err(kernel)? {
+    match nl.link(&host_name)? {
         None => diffs.push(format!("host veth {host_name} is missing")),
         Some(veth) => {
             if hostveth::ownership(&veth, &who.alias()) != Ownership::Ours {
@@ -155,16 +155,15 @@ struct Inside {
 }
 
 fn look_inside(ifname: &str) -> Result<Option<Inside>> {
-    let mut nl = Netlink::open().map_err(kernel)?;
-    let Some(link) = nl.link(ifname).map_err(kernel)? else {
+    let mut nl = Netlink::open()?;
+    let Some(link) = nl.link(ifname)? else {
         return Ok(None);
     };
-    let addresses = nl.addresses(link.index).map_err(kernel)?;
+    let addresses = nl.addresses(link.index)?;
     let mut routes = Vec::new();
     for ipv6 in [false, true] {
         routes.extend(
-            nl.routes(ipv6)
-                .map_err(kernel)?
+            nl.routes(ipv6)?
                 .into_iter()
                 .filter(|r| r.oif == Some(link.index))
                 .map(|r| RouteEntry {

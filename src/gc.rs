@@ -15,7 +15,7 @@ use crate::config::Config;
 use crate::hostveth;
 use crate::masquerade;
 use crate::netlink::{Link, LinkKind, LinkRef, Netlink};
-use crate::wire::{self, kernel};
+use crate::wire;
 
 pub fn gc(env: &Env, conf: &Config) -> Result<()> {
     let valid = conf.valid_attachments.as_ref().ok_or_else(|| {
@@ -27,7 +27,7 @@ pub fn gc(env: &Env, conf: &Config) -> Result<()> {
 
     match Netlink::open() {
         Ok(mut nl) => sweep_links(&mut nl, conf, valid, &mut errors),
-        Err(e) => errors.push(kernel(e)),
+        Err(e) => errors.push(e.into()),
     }
 
     // Before the addresses: an element never outlives its reservation.
@@ -58,7 +58,7 @@ fn sweep_links(
 ) {
     let links = match nl.links() {
         Ok(l) => l,
-        Err(e) => return errors.push(kernel(e)),
+        Err(e) => return errors.push(e.into()),
     };
     let bridge = links
         .iter()

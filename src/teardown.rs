@@ -13,12 +13,12 @@ use std::net::IpAddr;
 use crate::addressing;
 use crate::cni::env::Env;
 use crate::cni::result::CniResult;
-use crate::cni::{code, Result};
+use crate::cni::Result;
 use crate::config::{Config, Ipam};
 use crate::ipam::Store;
 use crate::masquerade;
 use crate::netlink::Netlink;
-use crate::wire::{self, Attachment};
+use crate::wire::{self, Attachment, PairRemoval};
 
 /// Which addresses the attachment has, when the caller knows them.
 pub enum Addresses {
@@ -35,13 +35,10 @@ pub fn attachment(env: &Env, conf: &Config, addresses: Addresses) -> Result<()> 
         ifname: &env.ifname,
     };
     let mut nl = Netlink::open()?;
-    match wire::remove_pair(&mut nl, &who) {
-        // A foreign link under academy's derived name is not ours to delete, and must
-        // not wedge the container in a DEL that can never succeed.
-        Err(e) if e.code == code::NAME_IN_USE => eprintln!("academy: {e}"),
-        other => {
-            other?;
-        }
+    // A foreign link under academy's derived name is not ours to delete, and must not
+    // wedge the container in a DEL that can never succeed.
+    if let PairRemoval::NotOurs(why) = wire::remove_pair(&mut nl, &who)? {
+        eprintln!("academy: {why}");
     }
     if conf.ip_masq {
         let addresses = match addresses {

@@ -8,13 +8,8 @@ use ipnetwork::IpNetwork;
 
 use crate::cni::{code, Error, Result};
 use crate::hostveth::{self, Ownership};
-use crate::netlink::{Link, LinkKind, LinkRef, Netlink, NlError, VethPair};
+use crate::netlink::{Link, LinkKind, LinkRef, Netlink, VethPair};
 use crate::netns::Netns;
-
-/// Turns a refused netlink request into the error the user sees.
-pub fn kernel(e: NlError) -> Error {
-    Error::from(e)
-}
 
 /// What the node bridge must look like.
 pub struct BridgeSpec<'a> {
@@ -31,12 +26,12 @@ pub struct BridgeSpec<'a> {
 /// the node bridge exists, is a bridge, is up, and holds the gateway addresses.
 pub fn ensure_bridge(nl: &mut Netlink, spec: &BridgeSpec) -> Result<Link> {
     let name = spec.name;
-    let bridge = match nl.link(name).map_err(kernel)? {
+    let bridge = match nl.link(name)? {
         Some(link) => link,
         None => {
             match nl.create_bridge(name, random_mac(), spec.mtu, spec.promisc) {
                 // Another ADD created it first: fine, it is shared.
-                Err(e) if !e.is(libc::EEXIST) => return Err(kernel(e)),
+                Err(e) if !e.is(libc::EEXIST) => return Err(e.into()),
                 Err(_) => {}
                 // As the reference plugin: a bridge does not learn routes from what
                 // containers advertise on it. Best effort: no IPv6, no such file.
@@ -45,7 +40,7 @@ pub fn ensure_bridge(nl: &mut Netlink, spec: &BridgeSpec) -> Result<Link> {
                         std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/accept_ra"), "0");
                 }
             }
-            nl.link(name).map_err(kernel)?.ok_or_else(|| {
+            nl.link(name)?.ok_or_else(|| {
                 Error::new(
                     code::KERNEL_REFUSED,
                     format!("bridge {name} vanished right after it was created"),
@@ -65,16 +60,16 @@ pub fn ensure_bridge(nl: &mut Netlink, spec: &BridgeSpec) -> Result<Link> {
         .details("set \"bridge\" in the network config to a free name, or remove that link"));
     }
     if !bridge.up {
-        nl.set_up(bridge.index).map_err(kernel)?;
+        nl.set_up(bridge.index)?;
     }
     if spec.promisc && !bridge.promisc {
-        nl.set_promisc(bridge.index).map_err(kernel)?;
+        nl.set_promisc(bridge.index)?;
     }
     for gw in spec.gateways {
         match nl.add_address(bridge.index, *gw) {
             // Already there: the common case for every ADD but the first.
             Err(e) if e.is(libc::EEXIST) => {}
-            Err(e) => return Err(kernel(e)),
+            Err(e) => return Err(e.into()),
             // New on this bridge: only now can it clash with an older address.
             Ok(()) => resolve_address_clash(nl, &bridge, *gw, spec.force_address)?,
         }
@@ -113,8 +108,7 @@ fn resolve_address_clash(
     force: bool,
 ) -> Result<()> {
     let clashing: Vec<IpNetwork> = nl
-        .addresses(bridge.index)
-        .map_err(kernel)?
+        .addresses(bridge.index)?
         .into_iter()
         .filter(|a| *a != new && a.is_ipv4() == new.is_ipv4())
         .filter(|a| a.is_ipv4() || a.contains(new.ip()) || new.contains(a.ip()))
@@ -122,7 +116,7 @@ fn resolve_address_clash(
     let replaced = force && !clashing.is_empty();
     for old in clashing {
         if force {
-            nl.delete_address(bridge.index, old).map_err(kernel)?;
+            nl.delete_address(bridge.index, old)?;
         } else {
             let _ = nl.delete_address(bridge.index, new);
             return Err(Error::config(format!(
@@ -136,7 +130,7 @@ fn resolve_address_clash(
     // secondary of an old address in the same subnet: put it back.
     if replaced {
         match nl.add_address(bridge.index, new) {
-            Err(e) if !e.is(libc::EEXIST) => return Err(kernel(e)),
+            Err(e) if !e.is(libc::EEXIST) => return Err(e.into()),
             _ => {}
         }
     }
@@ -198,7 +192,7 @@ pub fn create_pair(
             Ok(()) => break,
             Err(e) if e.is(libc::EEXIST) && !replaced_stale => {
                 // EEXIST names no side: look at the host side to tell which.
-                match nl.link(&host.name).map_err(kernel)? {
+                match nl.link(&host.name)? {
                     None => {
                         return Err(Error::new(
                             code::NAME_IN_USE,
@@ -221,12 +215,12 @@ pub fn create_pair(
                     },
                 }
             }
-            Err(e) => return Err(kernel(e)),
+            Err(e) => return Err(e.into()),
         }
     }
     if let Err(e) = nl.set_alias(&host.name, &who.alias()) {
         let _ = nl.delete_link(LinkRef::Name(&host.name));
-        return Err(kernel(e));
+        return Err(e.into());
     }
     Ok(host)
 }
@@ -262,8 +256,8 @@ pub fn configure_container(
     routes: &[ContainerRoute],
 ) -> Result<()> {
     netns.run(|| {
-        let mut nl = Netlink::open().map_err(kernel)?;
-        let link = nl.link(ifname).map_err(kernel)?.ok_or_else(|| {
+        let mut nl = Netlink::open()?;
+        let link = nl.link(ifname)?.ok_or_else(|| {
             Error::new(
                 code::KERNEL_REFUSED,
                 format!(
@@ -273,9 +267,9 @@ pub fn configure_container(
             )
         })?;
         tune_sysctls(ifname, addresses);
-        nl.set_up(link.index).map_err(kernel)?;
+        nl.set_up(link.index)?;
         for address in addresses {
-            nl.add_address(link.index, *address).map_err(kernel)?;
+            nl.add_address(link.index, *address)?;
         }
         for route in routes {
             match nl.add_route(route.dst, route.gw, link.index) {
@@ -292,7 +286,7 @@ pub fn configure_container(
                 }
                 // As the reference plugin does: a route the container already has is kept.
                 Err(e) if e.is(libc::EEXIST) => {}
-                Err(e) => return Err(kernel(e)),
+                Err(e) => return Err(e.into()),
             }
         }
         Ok(())
@@ -315,7 +309,7 @@ fn tune_sysctls(ifname: &str, addresses: &[IpNetwork]) {
 /// The pair ADD made is still there and still this attachment's.
 pub fn verify_pair(nl: &mut Netlink, who: &Attachment) -> Result<()> {
     let name = who.host_name();
-    match nl.link(&name).map_err(kernel)? {
+    match nl.link(&name)? {
         Some(link) if hostveth::ownership(&link, &who.alias()) == Ownership::Ours => Ok(()),
         _ => Err(Error::new(
             code::TRY_AGAIN_LATER,
@@ -325,18 +319,33 @@ pub fn verify_pair(nl: &mut Netlink, who: &Attachment) -> Result<()> {
     }
 }
 
-/// Deletes the host end of an attachment if it is academy's for that attachment.
-/// Returns false when there was nothing to delete.
-pub fn remove_pair(nl: &mut Netlink, who: &Attachment) -> Result<bool> {
+/// What removing an attachment's veth pair found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum PairRemoval {
+    Deleted,
+    /// Nothing under the attachment's host veth name.
+    Absent,
+    /// A link under that name that academy did not make for this attachment: kept. The
+    /// text says whose it is.
+    NotOurs(String),
+}
+
+/// Deletes the pair through its host end, if that is academy's for this attachment.
+pub fn remove_pair(nl: &mut Netlink, who: &Attachment) -> Result<PairRemoval> {
     let name = who.host_name();
-    let Some(link) = nl.link(&name).map_err(kernel)? else {
-        return Ok(false);
+    let Some(link) = nl.link(&name)? else {
+        return Ok(PairRemoval::Absent);
     };
     match hostveth::ownership(&link, &who.alias()) {
         Ownership::Ours | Ownership::OursUnlabelled => {
-            delete_if_present(nl, LinkRef::Index(link.index))
+            match delete_if_present(nl, LinkRef::Index(link.index))? {
+                true => Ok(PairRemoval::Deleted),
+                false => Ok(PairRemoval::Absent),
+            }
         }
-        Ownership::Foreign(why) => Err(foreign_host_link(&name, &why)),
+        Ownership::Foreign(why) => Ok(PairRemoval::NotOurs(format!(
+            "host interface {name} is not academy's ({why}); it was left alone"
+        ))),
     }
 }
 
@@ -345,7 +354,7 @@ pub fn delete_if_present(nl: &mut Netlink, link: LinkRef) -> Result<bool> {
     match nl.delete_link(link) {
         Ok(()) => Ok(true),
         Err(e) if e.is(libc::ENODEV) => Ok(false),
-        Err(e) => Err(kernel(e)),
+        Err(e) => Err(e.into()),
     }
 }
 
