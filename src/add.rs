@@ -10,6 +10,7 @@
 use ipnetwork::IpNetwork;
 
 use crate::addressing::{self, Assigned};
+use crate::attachment::Attachment;
 use crate::cni::env::Env;
 use crate::cni::result::{format_mac, CniResult, Interface};
 use crate::cni::{code, Error, Result};
@@ -18,7 +19,7 @@ use crate::masquerade;
 use crate::netlink::Netlink;
 use crate::netns::{Netns, OpenError};
 use crate::teardown::{self, Addresses};
-use crate::wire::{self, Attachment, BridgeSpec, ContainerRoute};
+use crate::wire::{self, BridgeSpec, ContainerRoute};
 
 pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
     let netns = match Netns::open(&env.netns) {
@@ -39,11 +40,7 @@ pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
     let requests = conf.requests.clone().with_cni_args(&env.args)?;
 
     let assigned = addressing::acquire(env, conf, &requests.ips)?;
-    let who = Attachment {
-        network: &conf.name,
-        container_id: &env.container_id,
-        ifname: &env.ifname,
-    };
+    let who = Attachment::of(env, conf);
     let interfaces = make(&netns, &who, conf, &assigned, requests.mac).inspect_err(|_| {
         let mine = assigned.ips.iter().map(|ip| ip.address.ip()).collect();
         if let Err(e) = teardown::attachment(env, conf, Addresses::Known(mine)) {
@@ -74,7 +71,7 @@ fn make(
     let interfaces = wire_up(&mut nl, netns, who, conf, assigned, mac)?;
     if conf.ip_masq {
         let addresses: Vec<IpNetwork> = assigned.ips.iter().map(|ip| ip.address).collect();
-        masquerade::add(conf, &addressing::holder_of(who), &addresses)?;
+        masquerade::add(conf, &who.holder(), &addresses)?;
     }
     // Last, after everything is made: a concurrent GC that does not list this attachment
     // (another runtime sharing the network) may have removed part of it. Checking both

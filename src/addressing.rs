@@ -7,13 +7,13 @@ use std::net::IpAddr;
 use ipnetwork::IpNetwork;
 use serde_json::Value;
 
+use crate::attachment::Attachment;
 use crate::cni::env::{Command, Env};
 use crate::cni::result::{CniResult, IpConfig, RouteEntry};
 use crate::cni::{code, Error, Result};
 use crate::config::{unspecified, Builtin, Config, Ipam};
 use crate::delegate;
 use crate::ipam::{Holder, Pool, Store};
-use crate::wire::Attachment;
 
 /// What the container is given.
 #[derive(Debug, Default)]
@@ -29,10 +29,6 @@ pub struct Assigned {
 
 pub fn holder(env: &Env) -> Holder {
     Holder::new(env.container_id.clone(), env.ifname.clone())
-}
-
-pub fn holder_of(who: &Attachment) -> Holder {
-    Holder::new(who.container_id, who.ifname)
 }
 
 /// ADD's first step. On error nothing is left reserved.
@@ -201,7 +197,7 @@ pub fn verify_still_held(who: &Attachment, assigned: &Assigned) -> Result<()> {
     let Some(store) = &assigned.store else {
         return Ok(());
     };
-    let held = store.held_by(&holder_of(who))?;
+    let held = store.held_by(&who.holder())?;
     match assigned.ips.iter().find(|ip| !held.contains(&ip.address.ip())) {
         None => Ok(()),
         Some(lost) => Err(Error::new(

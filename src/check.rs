@@ -2,6 +2,7 @@
 //! difference. Read-only: it changes nothing.
 
 use crate::addressing;
+use crate::attachment::Attachment;
 use crate::cni::env::Env;
 use crate::cni::result::{format_mac, CniResult, IpConfig, RouteEntry};
 use crate::cni::{code, Error, Result};
@@ -10,7 +11,7 @@ use crate::hostveth::{self, Ownership};
 use crate::masquerade;
 use crate::netlink::{LinkKind, Netlink};
 use crate::netns::{Netns, OpenError};
-use crate::wire::{kind_name, Attachment};
+use crate::wire::kind_name;
 
 pub fn check(env: &Env, conf: &Config) -> Result<()> {
     let prev = conf.prev_result.as_ref().ok_or_else(|| {
@@ -114,11 +115,7 @@ fn check_host(conf: &Config, env: &Env, ips: &[&IpConfig], diffs: &mut Vec<Strin
         )),
         Some(_) => {}
     }
-    let who = Attachment {
-        network: &conf.name,
-        container_id: &env.container_id,
-        ifname: &env.ifname,
-    };
+    let who = Attachment::of(env, conf);
     let host_name = who.host_name();
     match nl.link(&host_name)? {
         None => diffs.push(format!("host veth {host_name} is missing")),

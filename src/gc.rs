@@ -9,6 +9,7 @@
 use std::collections::HashSet;
 
 use crate::addressing;
+use crate::attachment::Attachment;
 use crate::cni::env::Env;
 use crate::cni::{Error, Result};
 use crate::config::Config;
@@ -66,7 +67,7 @@ fn sweep_links(
         .map(|l| l.index);
     let valid_names: HashSet<String> = valid
         .iter()
-        .map(|(cid, ifname)| hostveth::name(cid, ifname))
+        .map(|(cid, ifname)| Attachment::new(&conf.name, cid, ifname).host_name())
         .collect();
     for link in links.iter().filter(|l| l.kind == LinkKind::Veth) {
         if !is_stale(link, conf, bridge, valid, &valid_names) {

@@ -13,6 +13,7 @@ use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 
+use crate::attachment::Attachment;
 use crate::cni::{Error, Result};
 use crate::config::{Config, Ipam};
 use crate::ipam::Holder;
@@ -92,7 +93,7 @@ pub fn gc(conf: &Config, valid: &HashSet<(String, String)>, errors: &mut Vec<Err
     };
     let live: HashSet<String> = valid
         .iter()
-        .map(|(cid, ifname)| Holder::new(cid.clone(), ifname.clone()).key())
+        .map(|(cid, ifname)| Attachment::new(&conf.name, cid, ifname).holder().key())
         .collect();
     for family in [Family::V4, Family::V6] {
         let elements = match nft.elements(&conf.name, family) {

@@ -11,6 +11,7 @@
 use std::net::IpAddr;
 
 use crate::addressing;
+use crate::attachment::Attachment;
 use crate::cni::env::Env;
 use crate::cni::result::CniResult;
 use crate::cni::Result;
@@ -18,7 +19,7 @@ use crate::config::{Config, Ipam};
 use crate::ipam::Store;
 use crate::masquerade;
 use crate::netlink::Netlink;
-use crate::wire::{self, Attachment, PairRemoval};
+use crate::wire::{self, PairRemoval};
 
 /// Which addresses the attachment has, when the caller knows them.
 pub enum Addresses {
@@ -29,11 +30,7 @@ pub enum Addresses {
 }
 
 pub fn attachment(env: &Env, conf: &Config, addresses: Addresses) -> Result<()> {
-    let who = Attachment {
-        network: &conf.name,
-        container_id: &env.container_id,
-        ifname: &env.ifname,
-    };
+    let who = Attachment::of(env, conf);
     let mut nl = Netlink::open()?;
     // A foreign link under academy's derived name is not ours to delete, and must not
     // wedge the container in a DEL that can never succeed.
@@ -43,7 +40,7 @@ pub fn attachment(env: &Env, conf: &Config, addresses: Addresses) -> Result<()> 
     if conf.ip_masq {
         let addresses = match addresses {
             Addresses::Known(list) => list,
-            Addresses::LookUp => held(env, conf)?,
+            Addresses::LookUp => held(&who, conf)?,
         };
         masquerade::remove(conf, &addresses)?;
     }
@@ -51,8 +48,8 @@ pub fn attachment(env: &Env, conf: &Config, addresses: Addresses) -> Result<()> 
 }
 
 /// The attachment's addresses as DEL can learn them, cheapest source first.
-fn held(env: &Env, conf: &Config) -> Result<Vec<IpAddr>> {
-    let holder = addressing::holder(env);
+fn held(who: &Attachment, conf: &Config) -> Result<Vec<IpAddr>> {
+    let holder = who.holder();
     if let Ipam::Builtin(b) = &conf.ipam {
         return Store::open(&b.data_dir, &conf.name)?.held_by(&holder);
     }

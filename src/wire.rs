@@ -1,11 +1,12 @@
 //! The kernel side of a bridge attachment, step by step, each step one or two netlink
 //! requests: the node bridge, the veth pair, the container's interface. The verbs
-//! (add, del, check) call these in order; rollback lives in add.rs beside the steps.
+//! (add, check, teardown) call these in order; undoing them is teardown.rs's.
 
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 
+use crate::attachment::Attachment;
 use crate::cni::{code, Error, Result};
 use crate::hostveth::{self, Ownership};
 use crate::netlink::{Link, LinkKind, LinkRef, Netlink, VethPair};
@@ -135,22 +136,6 @@ fn resolve_address_clash(
         }
     }
     Ok(())
-}
-
-pub struct Attachment<'a> {
-    pub network: &'a str,
-    pub container_id: &'a str,
-    pub ifname: &'a str,
-}
-
-impl Attachment<'_> {
-    pub fn host_name(&self) -> String {
-        hostveth::name(self.container_id, self.ifname)
-    }
-
-    pub fn alias(&self) -> String {
-        hostveth::alias(self.network, self.container_id, self.ifname)
-    }
 }
 
 /// What `create_pair` made.
