@@ -7,21 +7,21 @@
 //! a failed ADD, undo it all through teardown.rs; attachment.rs names what belongs to
 //! whom.
 
-pub mod add;
-pub mod addressing;
-pub mod attachment;
-pub mod check;
-pub mod cni;
-pub mod config;
-pub mod del;
-pub mod delegate;
-pub mod gc;
-pub mod hostveth;
-pub mod ipam;
-pub mod masquerade;
-pub mod netlink;
-pub mod netns;
+mod add;
+mod addressing;
+mod attachment;
+mod check;
+mod cni;
+mod config;
+mod del;
+mod delegate;
+mod gc;
+mod hostveth;
+mod ipam;
+mod masquerade;
+mod netlink;
+mod netns;
 pub mod plugin;
-pub mod status;
-pub mod teardown;
-pub mod wire;
+mod status;
+mod teardown;
+mod wire;

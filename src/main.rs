@@ -2,11 +2,10 @@
 
 use std::io::{Read, Write};
 
-use academy::cni::env::Env;
 use academy::plugin;
 
 fn main() {
-    let env = Env::from_lookup(|name| std::env::var(name).ok());
+    let env = plugin::Env::from_lookup(|name| std::env::var(name).ok());
     let mut stdin = Vec::new();
     // Read once, whole; a person running the binary by hand gets the about text instead.
     if !matches!(env, Ok(None)) {

@@ -3,7 +3,8 @@
 
 use serde_json::json;
 
-use crate::cni::env::{Command, Env};
+use crate::cni::env::Command;
+pub use crate::cni::env::Env;
 use crate::cni::{code, version, Error, Result};
 use crate::config::{self, Config};
 use crate::{add, check, del, gc, status};

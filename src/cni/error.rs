@@ -8,7 +8,6 @@ use std::fmt;
 pub mod code {
     pub const INCOMPATIBLE_VERSION: u32 = 1;
     pub const UNSUPPORTED_FIELD: u32 = 2;
-    pub const UNKNOWN_CONTAINER: u32 = 3;
     pub const INVALID_ENVIRONMENT: u32 = 4;
     pub const IO_FAILURE: u32 = 5;
     pub const DECODE_FAILURE: u32 = 6;

@@ -20,7 +20,7 @@ use crate::cni::env::interface_name_problem;
 use crate::cni::{code, version, Error, Result};
 use crate::ipam::Pool;
 
-pub use requests::{parse_mac, Requests};
+pub use requests::Requests;
 
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/academy";
 /// host-local's own default: with `ipam.type` host-local and no dataDir, academy and the
@@ -293,6 +293,7 @@ impl Config {
     }
 
     /// The built-in allocator's settings, when the network uses it.
+    #[cfg(test)]
     pub fn builtin(&self) -> Option<&Builtin> {
         match &self.ipam {
             Ipam::Builtin(b) => Some(b),

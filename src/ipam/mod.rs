@@ -39,8 +39,8 @@
 mod allocator;
 mod store;
 
-pub use allocator::{Candidates, Pool};
-pub use store::{status, GcReport, Store};
+pub use allocator::Pool;
+pub use store::{status, Store};
 
 use crate::cni::{Error, Result};
 

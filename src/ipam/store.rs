@@ -200,10 +200,6 @@ impl Store {
         &self.dir
     }
 
-    pub fn network(&self) -> &str {
-        &self.network
-    }
-
     /// Reserves a free address of `pool` for `holder`, round-robin after the last one
     /// handed out. If the holder already holds an address of this pool (an ADD retried
     /// after a kill), that address is returned instead of a second one.

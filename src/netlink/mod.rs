@@ -15,8 +15,8 @@ mod route;
 mod socket;
 
 pub use nftables::{set_name as nftables_set_name, Family, MasqElement, MasqNetwork, Nftables};
-pub use route::{Link, LinkKind, LinkRef, Netlink, Route, VethPair};
-pub use socket::{NlError, NlResult};
+pub use route::{Link, LinkKind, LinkRef, Netlink, VethPair};
+pub use socket::NlError;
 
 use crate::cni::{code, Error};
 
