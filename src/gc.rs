@@ -104,3 +104,7 @@ fn is_stale(
         }
     }
 }
+
+#[cfg(test)]
+#[path = "gc_tests.rs"]
+mod tests;
