@@ -11,7 +11,7 @@ CARGO           ?= cargo
 HOST            := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
 RELEASE_BIN     := target/release/academy
 
-.PHONY: all build release install uninstall test unit lint harness setup demo bench clean lab check-refs
+.PHONY: all build release install uninstall test unit pyunit lint harness setup demo bench clean lab check-refs
 
 all: build
 
@@ -37,18 +37,27 @@ harness:
 	@test -x $(HARNESS) || { echo "make harness: $(HARNESS) not found (set HARNESS=path/to/install-harness)"; exit 1; }
 	$(HARNESS)
 
-# Everything the tests and the demo need on a fresh Debian 12 machine.
+# Everything the tests and the demo need on a fresh Debian 12 machine. The tests install
+# nothing themselves; besides the harness they run podman, runc and busybox-static (the
+# podman test), iptables (portmap in the drop-in test), and Debian's
+# containernetworking-plugins (tuning, static).
 setup: harness
 	@scripts/check-toolchain.sh
 
-# Unit tests (no root needed) and the root integration tests against real namespaces.
-test: setup
+# Unit tests (no root needed), the Python of scripts/ and bench/, and the root
+# integration tests against real namespaces: one binary, tests/it (`cargo test --test it`).
+test: setup pyunit
 	$(CARGO) test --all-targets -- --test-threads=$${TEST_THREADS:-4}
+
+# The docs tooling and the bench's report logic (standard library only, no root).
+pyunit:
+	python3 -m unittest discover -s scripts -t scripts -p 'test_*.py'
+	python3 -m unittest discover -s bench -t bench -p 'test_*.py'
 
 unit:
 	$(CARGO) test --lib
 
-lint: check-refs
+lint: check-refs pyunit
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 
