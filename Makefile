@@ -78,7 +78,7 @@ demo: setup install
 # bench/results/ (raw JSON, ratio table, chart). Not a test: nothing here can fail on time.
 bench: setup build
 	python3 bench/bench.py --academy $(RELEASE_BIN) --reference-dir $(CNI_BIN_DIR)
-	python3 bench/embed_readme.py
+	PYTHONPATH=scripts python3 -m doctools embed-bench
 
 clean:
 	$(CARGO) clean
