@@ -25,7 +25,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use std::net::IpAddr;
 use std::path::Path;
 use std::sync::Mutex;
 use std::thread::sleep;
@@ -152,31 +151,6 @@ fn direct(lab: &Lab, command: &str, a: &Attach, config: &Value) -> Call {
         .config(config)
 }
 
-/// Every reservation of the lab's store, IPv4 and IPv6 (common's `reservations` only
-/// knows IPv4), and the holder index files.
-fn reservations(lab: &Lab) -> Vec<String> {
-    let dir = lab.data_dir.join(&lab.network);
-    let names = |d: &Path| -> Vec<String> {
-        std::fs::read_dir(d)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect()
-    };
-    let mut found: Vec<String> = names(&dir)
-        .into_iter()
-        .filter(|n| n.parse::<IpAddr>().is_ok())
-        .collect();
-    found.extend(
-        names(&dir.join("holders"))
-            .into_iter()
-            .map(|n| format!("holders/{n}")),
-    );
-    found.sort();
-    found
-}
-
 /// Addresses of `dev` (in `netns`, or on the host) as "family address/prefix", without
 /// IPv6 link-local ones (they derive from random MACs).
 fn addresses(netns: Option<&str>, dev: &str) -> Vec<String> {
@@ -267,7 +241,7 @@ fn assert_clean(lab: &Lab, netns: &[&str]) {
         );
     }
     assert_eq!(lab.lab_veths(), Vec::<String>::new(), "host veths left");
-    assert_eq!(reservations(lab), Vec::<String>::new(), "store not empty");
+    assert_eq!(lab.reservations(), Vec::<String>::new(), "store not empty");
 }
 
 /// The CNI error in cnitool's output: `plugin type="academy" failed (add): MSG`.
@@ -556,7 +530,7 @@ fn reference_and_academy(
         "academy left host veths"
     );
     assert_eq!(
-        reservations(lab),
+        lab.reservations(),
         Vec::<String>::new(),
         "academy's store not empty"
     );
@@ -863,7 +837,7 @@ fn assert_conflict_is_clean(
     holder: &str,
 ) {
     let a = lab.attachment("second");
-    let (before, held) = (lab.snapshot(), reservations(lab));
+    let (before, held) = (lab.snapshot(), lab.reservations());
     let bridge_before = addresses(None, &lab.bridge);
     let mut call = direct(lab, "ADD", &a, config);
     if let Some(args) = cni_args {
@@ -873,7 +847,11 @@ fn assert_conflict_is_clean(
     assert_cni_error(&out, 111, &[address, holder]);
     let diff = lab.snapshot().diff(&before);
     assert!(diff.is_empty(), "the refused ADD changed things:\n{diff}");
-    assert_eq!(reservations(lab), held, "the refused ADD changed the store");
+    assert_eq!(
+        lab.reservations(),
+        held,
+        "the refused ADD changed the store"
+    );
     assert_eq!(addresses(None, &lab.bridge), bridge_before);
     assert_eq!(netns_link_names(&a.netns), ["lo"]);
 }
@@ -1196,7 +1174,7 @@ fn force_address_refused_then_replaced() {
     let diff = lab.snapshot().diff_allowing_store_housekeeping(&before);
     assert!(diff.is_empty(), "the refused ADD left:\n{diff}");
     assert_eq!(bridge_v4(&lab), [format!("inet {old} scope global")]);
-    assert_eq!(reservations(&lab), Vec::<String>::new());
+    assert_eq!(lab.reservations(), Vec::<String>::new());
 
     let result = direct(&lab, "ADD", &a, &plugin(true))
         .run()

@@ -4,7 +4,7 @@
 //! plugin's store holds.
 
 use std::collections::BTreeSet;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -285,8 +285,9 @@ impl Lab {
             .collect()
     }
 
-    /// The IPAM store's live entries: address files and holder index files. Empty when
-    /// nothing is reserved (the hint file and empty folders are not reservations).
+    /// The IPAM store's live entries: address files (IPv4 and IPv6) and holder index
+    /// files. Empty when nothing is reserved (the hint files and empty folders are not
+    /// reservations).
     pub fn reservations(&self) -> Vec<String> {
         let dir = self.data_dir.join(&self.network);
         let mut found: Vec<String> = std::fs::read_dir(&dir)
@@ -294,7 +295,7 @@ impl Lab {
             .flatten()
             .flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.parse::<Ipv4Addr>().is_ok())
+            .filter(|n| n.parse::<IpAddr>().is_ok())
             .collect();
         found.extend(
             std::fs::read_dir(dir.join("holders"))
