@@ -15,7 +15,9 @@
 # On a mismatch it says where the snippet is now and exits 1. --fix moves the reference
 # (comment and visible text on that line) to the line where the snippet now is: the only
 # one, or the nearest to the old line when there are several; a snippet that is gone is
-# still an error. The work is done by scripts/doctools/refs.py (unit-tested).
+# still an error. It also checks README's "Layout of the code" block: every path it lists
+# exists, and every module at the top of src/ is listed. The work is done by
+# scripts/doctools/refs.py and layout.py (unit-tested).
 set -euo pipefail
 case ${1:-} in
   -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;

@@ -1,7 +1,8 @@
 """python3 -m doctools COMMAND (scripts/ on PYTHONPATH), run from anywhere:
 
     check-refs [--fix] [FILE.md ...]   the docs' file:line references (default: README.md
-                                       and every .md under docs/); exit 1 on a problem
+                                       and every .md under docs/), and README's layout
+                                       block against src/; exit 1 on a problem
     embed-lab                          docs/lab/*.txt into the docs' lab blocks
     embed-bench                        bench/results/latest.md into README.md
     summarize-trace FILE [NETNS]       one line per step of an `strace -f -s 256` of academy
@@ -10,7 +11,7 @@
 import pathlib
 import sys
 
-from . import blocks, refs, strace_summary
+from . import blocks, layout, refs, strace_summary
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -52,6 +53,9 @@ def check_refs(args: list) -> int:
             checker.problems.append(f"{doc}: no such file")
             continue
         checker.doc(shown(doc), doc.read_text())
+        if doc == ROOT / "README.md":
+            src = sorted(e.name + ("/" if e.is_dir() else "") for e in (ROOT / "src").iterdir())
+            checker.problems += layout.problems(doc.read_text(), lambda p: (ROOT / p).exists(), src)
     if checker.problems:
         for p in checker.problems:
             print(p, file=sys.stderr)
