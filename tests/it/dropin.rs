@@ -34,7 +34,6 @@ use crate::common::*;
 use serde_json::{json, Value};
 
 const REFERENCE_BIN: &str = "/opt/cni/lab-bin";
-const CNITOOL: &str = "/usr/local/bin/cnitool";
 
 /// Held by every test that runs the reference bridge. With isGateway the reference
 /// turns on forwarding host-wide (net.ipv6.conf.all.forwarding); [`ReferenceBridge`]
@@ -130,10 +129,9 @@ fn standalone(lab: &Lab, version: &str, plugin: &Value) -> Value {
 /// `cnitool VERB <lab network> <netns>` with the full CNI_PATH.
 fn tool(lab: &Lab, verb: &str, netns: &str, env: &[(&str, &str)]) -> Out {
     let path = cni_path(lab);
-    let conf = lab.conf_dir.to_str().unwrap().to_string();
-    let mut all = vec![("CNI_PATH", path.as_str()), ("NETCONFPATH", conf.as_str())];
+    let mut all = vec![("CNI_PATH", path.as_str())];
     all.extend_from_slice(env);
-    run(CNITOOL, &[verb, &lab.network, &netns_path(netns)], &all)
+    lab.cnitool(verb, netns, &all)
 }
 
 fn tool_add(lab: &Lab, netns: &str, env: &[(&str, &str)]) -> Value {

@@ -220,7 +220,7 @@ impl Lab {
     }
 
     /// `cnitool VERB <network> /var/run/netns/<netns>` with the lab's CNI_PATH and
-    /// NETCONFPATH, plus `env` (e.g. CNI_IFNAME).
+    /// NETCONFPATH, plus `env` (e.g. CNI_IFNAME; a CNI_PATH there replaces the lab's).
     pub fn cnitool(&self, verb: &str, netns: &str, env: &[(&str, &str)]) -> Out {
         let path = netns_path(netns);
         let mut all = vec![
