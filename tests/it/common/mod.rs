@@ -2,7 +2,8 @@
 //!
 //! - [`process`]: running the plugin as a runtime does ([`Call`]) and any other program;
 //! - [`alloc`]: the one allocator of subnets and names ([`Slot`]);
-//! - [`lab`]: the [`Lab`] guard, its attachments, configs, cnitool and store contents;
+//! - [`lab`]: the [`Lab`] guard, its attachments, configs, calls and cnitool;
+//! - [`store`]: what the plugin's store holds (reservations, holders, leftovers);
 //! - [`kernel`]: asking the kernel what it has (`ip`);
 //! - [`snapshot`]: what a failed invocation must leave as it was;
 //! - [`assertions`]: the CNI error contract, ADD results, the state after DEL;
@@ -21,6 +22,7 @@ pub mod lab;
 pub mod process;
 pub mod shim;
 pub mod snapshot;
+pub mod store;
 pub mod strace;
 
 pub use assertions::*;
@@ -29,4 +31,5 @@ pub use lab::*;
 pub use process::*;
 pub use shim::*;
 pub use snapshot::*;
+pub use store::*;
 pub use strace::*;
