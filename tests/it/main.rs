@@ -7,7 +7,7 @@
 //! | `gate`        | seed 002's gate through cnitool, and the cases that must fail  |
 //! | `protocol`    | the CNI protocol at its edges: bad input, VERSION, DEL, CHECK  |
 //! | `ipam_lab`    | seed 000: the address store under real namespaces, in parallel |
-//! | `failure`     | failure atomicity: faults injected at every step, ADD/DEL/GC races |
+//! | `failure`     | failure atomicity: a fault at every step; ADD/DEL/GC racing    |
 //! | `dropin`      | academy as a drop-in for the reference bridge + host-local     |
 //! | `netns_entry` | how often, and from which thread, the netns is entered         |
 //! | `podman`      | academy under a real runtime (podman 4.3, CNI backend)         |
@@ -26,9 +26,11 @@
 //!    needs stays in that module. Nothing here allows dead code: an unused helper is an
 //!    error, so delete it rather than keep it "for later".
 //! 5. Tests run concurrently (`--test-threads`), all modules in one process. A test that
-//!    changes something host-wide holds a lock for it: `dropin::reference_lock` (the
-//!    forwarding sysctls the reference bridge plugin flips) and the podman test's file lock
-//!    (`/run/academy-podman-test.lock`, also against other processes).
+//!    changes or compares something host-wide holds a lock for it: dropin's reference lock
+//!    (the forwarding sysctls the reference bridge plugin flips) and the podman test's file
+//!    lock (`/run/academy-podman-test.lock`, also against other processes: it compares
+//!    /run/netns before and after). A new test of that kind takes the lock it shares a
+//!    resource with, or adds one beside it.
 //! 6. Every program a test runs must be installed by `make setup`; a test fails (never
 //!    skips, never installs) when one is missing, saying so.
 
