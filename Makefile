@@ -10,7 +10,7 @@ CARGO           ?= cargo
 HOST            := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
 RELEASE_BIN     := target/release/academy
 
-.PHONY: all build release install uninstall test unit lint setup demo bench clean lab check-refs
+.PHONY: all build release install uninstall test unit pyunit lint setup demo bench clean lab check-refs
 
 all: build
 
@@ -38,14 +38,20 @@ setup:
 	scripts/setup.sh
 	@scripts/check-toolchain.sh
 
-# Unit tests (no root needed) and the root integration tests against real namespaces.
-test: setup
+# Unit tests (no root needed), the Python of scripts/ and bench/, and the root
+# integration tests against real namespaces: one binary, tests/it (`cargo test --test it`).
+test: setup pyunit
 	$(CARGO) test --all-targets -- --test-threads=$${TEST_THREADS:-4}
+
+# The docs tooling and the bench's report logic (standard library only, no root).
+pyunit:
+	python3 -m unittest discover -s scripts -t scripts -p 'test_*.py'
+	python3 -m unittest discover -s bench -t bench -p 'test_*.py'
 
 unit:
 	$(CARGO) test --lib
 
-lint: check-refs
+lint: check-refs pyunit
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 
@@ -66,7 +72,7 @@ demo: setup install
 # bench/results/ (raw JSON, ratio table, chart). Not a test: nothing here can fail on time.
 bench: setup build
 	python3 bench/bench.py --academy $(RELEASE_BIN) --reference-dir $(CNI_BIN_DIR)
-	python3 bench/embed_readme.py
+	PYTHONPATH=scripts python3 -m doctools embed-bench
 
 clean:
 	$(CARGO) clean

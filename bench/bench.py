@@ -612,6 +612,9 @@ def main():
         print(md)
         print(f"bench: wrote {args.out}/latest.json, latest.md, scaling.svg "
               f"in {results['machine']['runtime_s']} s", file=sys.stderr)
+        drift = report.floor_drift(results["syscalls"])
+        if drift:
+            raise SystemExit(f"bench: {drift}")
     except KeyboardInterrupt:
         print("\nbench: interrupted; cleaning up", file=sys.stderr)
         raise SystemExit(130)

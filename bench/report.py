@@ -259,6 +259,23 @@ def scaling_rows(sc: dict) -> list:
     return rows
 
 
+def floor_drift(sc: dict) -> str | None:
+    """None when the C floor made academy's ADD requests (as many netlink round trips and
+    setns calls, both traced in this run) or did not run; else what differs. The floor is a
+    hand-written copy of academy's requests: this keeps the copy honest."""
+    floor = sc.get("nlfloor", {}).get("requests", {}).get("ADD")
+    ours = sc.get("academy", {}).get("requests", {}).get("ADD")
+    if not floor or not ours:
+        return None
+    keys = ("netlink_requests", "setns")
+    if all(floor.get(k) == ours.get(k) for k in keys):
+        return None
+    return (f"DRIFT: the C floor (bench/native/nlfloor.c) made {floor.get('netlink_requests')} "
+            f"netlink round trips and {floor.get('setns')} setns per ADD, academy "
+            f"{ours.get('netlink_requests')} and {ours.get('setns')}: make nlfloor.c send "
+            "academy's requests again, or its ratio compares unlike things")
+
+
 def floor_rows(st: dict, r: dict, sc: dict) -> list:
     nlf = sc.get("nlfloor", {}).get("requests", {}).get("ADD")
     c_note = (f"{nlf['setns']} setns, {nlf['netlink_requests']} round trips" if nlf else "")
@@ -283,6 +300,9 @@ def floor_rows(st: dict, r: dict, sc: dict) -> list:
             f"{cell(st.get('floor.add_c'))} | **{x(r['academy_ADD_vs_c_floor'])}** | "
             f"{x(r['reference_ADD_vs_c_floor'])} |")
     rows.append(f"| any process: spawn and reap `/bin/true` | {cell(st.get('floor.spawn'))} | | |")
+    drift = floor_drift(sc)
+    if drift:
+        rows += ["", f"**{drift}**"]
     return rows
 
 

@@ -108,3 +108,7 @@ fn is_stale(
         }
     }
 }
+
+#[cfg(test)]
+#[path = "gc_tests.rs"]
+mod tests;

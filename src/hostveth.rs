@@ -95,4 +95,82 @@ mod tests {
         assert_eq!(owner(&a), Some(("harness", "abc", "eth0")));
         assert_eq!(owner("something else"), None);
     }
+
+    /// A link as netlink reports it, with only what ownership looks at set.
+    fn link(kind: LinkKind, alias: Option<&str>) -> Link {
+        Link {
+            index: 5,
+            name: name("c1", "eth0"),
+            kind,
+            mac: None,
+            mtu: None,
+            up: true,
+            promisc: false,
+            controller: None,
+            alias: alias.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn ours_only_by_this_attachments_exact_alias_or_as_an_unlabelled_veth() {
+        let mine = alias("net", "c1", "eth0");
+        assert_eq!(
+            ownership(&link(LinkKind::Veth, Some(&mine)), &mine),
+            Ownership::Ours
+        );
+        // DEL and undo delete an unlabelled veth of the derived name: a killed ADD's pair.
+        assert_eq!(
+            ownership(&link(LinkKind::Veth, None), &mine),
+            Ownership::OursUnlabelled
+        );
+        // Another attachment's alias, even one differing only in a part's tail, and any
+        // alias that is not academy's.
+        for other in [
+            alias("net", "c2", "eth0"),
+            alias("net", "c1", "eth1"),
+            alias("net2", "c1", "eth0"),
+            alias("net", "c1", "eth"),
+            format!("{mine} "),
+            mine.to_uppercase(),
+            "uplink".into(),
+            String::new(),
+        ] {
+            match ownership(&link(LinkKind::Veth, Some(&other)), &mine) {
+                Ownership::Foreign(why) => assert!(why.contains(&format!("{other:?}")), "{why}"),
+                o => panic!("a veth labelled {other:?} is {o:?}, not foreign"),
+            }
+        }
+    }
+
+    #[test]
+    fn an_unlabelled_link_of_another_kind_is_foreign() {
+        let mine = alias("net", "c1", "eth0");
+        for kind in [
+            LinkKind::Bridge,
+            LinkKind::Other("dummy".into()),
+            LinkKind::None,
+        ] {
+            match ownership(&link(kind.clone(), None), &mine) {
+                Ownership::Foreign(why) => assert!(why.contains("not academy's"), "{why}"),
+                o => panic!("an unlabelled {kind:?} is {o:?}, not foreign"),
+            }
+        }
+    }
+
+    #[test]
+    fn owner_reads_only_complete_academy_aliases() {
+        assert_eq!(owner("academy:n:c:eth0"), Some(("n", "c", "eth0")));
+        // The ifname is the rest: a ':' there cannot come from academy, and GC compares
+        // it whole against the valid list, so it never matches a listed attachment.
+        assert_eq!(owner("academy:n:c:eth0:x"), Some(("n", "c", "eth0:x")));
+        for alias in [
+            "academy:",
+            "academy:n",
+            "academy:n:c",
+            "Academy:n:c:eth0",
+            "academyn:c:eth0",
+        ] {
+            assert_eq!(owner(alias), None, "{alias:?}");
+        }
+    }
 }

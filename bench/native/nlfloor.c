@@ -8,10 +8,13 @@
  *   host:  GETLINK bridge, NEWADDR gateway on the bridge (EEXIST expected),
  *          NEWLINK veth (up, master, both MACs, peer born in the netns), NEWLINK alias
  *   netns: GETLINK ifname, NEWLINK up, NEWADDR, NEWROUTE default
- *   host:  GETLINK bridge (academy re-reads it for the result)
+ *   host:  GETLINK bridge (academy re-reads it for the result),
+ *          GETLINK host veth (academy checks the pair is still its own before succeeding)
  *
- * 8 round trips plus the EEXIST one = 9, and 1 setns. Exit 0 on success, 1 with a
- * message on stderr otherwise.
+ * 10 requests (the NEWADDR answered EEXIST included) and 1 setns. The bench traces this
+ * process and one academy ADD and says DRIFT when the two counts differ, so a change to
+ * academy's requests shows up here. Exit 0 on success, 1 with a message on stderr
+ * otherwise.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -221,5 +224,6 @@ int main(int argc, char **argv)
 		die("default route", err);
 
 	getlink(fd, bridge);
+	getlink(fd, host);
 	return 0;
 }

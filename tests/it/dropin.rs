@@ -17,50 +17,23 @@
 //!   STATUS and DEL are forwarded);
 //! - chaining with portmap and tuning under cnitool.
 //!
-//! Subnets (10.A.N.0/24 and fd00:A:N::/64, A per process, see tests/common/mod.rs):
-//!
-//! | N   | test                                                 |
-//! |-----|------------------------------------------------------|
-//! | 100 | same_network_as_the_reference_v4                     |
-//! | 101 | same_network_as_the_reference_dual_stack             |
-//! | 102 | same_network_as_the_reference_ranges                 |
-//! | 103 | bridge_sysctls_as_the_reference                      |
-//! | 104 | dual_stack_addresses_routes_and_gateways             |
-//! | 105 | ipv6_only_network                                    |
-//! | 106 | static_ips_and_mac_from_runtime_config               |
-//! | 107 | static_ip_and_mac_from_args_cni                      |
-//! | 108 | static_ip_and_mac_from_cni_args                      |
-//! | 109 | unimplemented_reference_keys_are_refused             |
-//! | 110 | reference_defaults_stated_explicitly_are_accepted    |
-//! | 111 | force_address_refused_then_replaced                  |
-//! | 112 | force_address_in_the_same_subnet_keeps_the_gateway   |
-//! | 113 | hairpin_and_promisc_modes                            |
-//! | 114 | delegated_ipam_static_plugin                         |
-//! | 115 | delegated_ipam_gets_all_five_verbs                   |
-//! | 116 | chained_with_portmap_and_tuning                      |
-//!
 //! The IPv6 addresses live on the lab's bridge and in the lab's netns, which the Lab
 //! guard deletes; the reference runs use a second bridge that [`ReferenceBridge`]
 //! deletes (also on panic). Network safety: every ping goes from a lab netns to that
-//! lab's own gateway; portmap's DNAT is for one unusual host port (47000 + N) and is
+//! lab's own gateway; portmap's DNAT is for one unusual host port (47000 + the lab's slot) and is
 //! removed by DEL.
-
-mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use std::net::IpAddr;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Mutex;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 const REFERENCE_BIN: &str = "/opt/cni/lab-bin";
-const CNITOOL: &str = "/usr/local/bin/cnitool";
 
 /// Held by every test that runs the reference bridge. With isGateway the reference
 /// turns on forwarding host-wide (net.ipv6.conf.all.forwarding); [`ReferenceBridge`]
@@ -73,7 +46,7 @@ fn reference_lock() -> std::sync::MutexGuard<'static, ()> {
 }
 
 // ---------------------------------------------------------------------------------------
-// Helpers this file needs beyond tests/common
+// Helpers this module needs beyond common
 // ---------------------------------------------------------------------------------------
 
 /// The folder of Debian's containernetworking-plugins (tuning, static).
@@ -94,10 +67,9 @@ fn cni_path(lab: &Lab) -> String {
     )
 }
 
-/// "fd00:A:N": the lab's IPv6 /64 without its interface part, from its 10.A.N.
+/// "fd00:A:n": the lab's IPv6 /64 without its interface part.
 fn v6(lab: &Lab) -> String {
-    let parts: Vec<&str> = lab.prefix.split('.').collect();
-    format!("fd00:{}:{}", parts[1], parts[2])
+    lab.slot.v6_prefix()
 }
 
 fn v6_subnet(lab: &Lab) -> String {
@@ -108,14 +80,9 @@ fn v6_ip(lab: &Lab, host: &str) -> String {
     format!("{}::{host}", v6(lab))
 }
 
-/// N of the lab, from 10.A.N.
-fn lab_n(lab: &Lab) -> u8 {
-    lab.prefix.rsplit('.').next().unwrap().parse().unwrap()
-}
-
 /// A locally administered MAC unique to the lab and `last`.
 fn lab_mac(lab: &Lab, last: u8) -> String {
-    format!("02:ac:de:00:{:02x}:{last:02x}", lab_n(lab))
+    format!("02:ac:de:00:{:02x}:{last:02x}", lab.slot.n)
 }
 
 /// `{"type": "academy", "bridge": <lab bridge>}` plus `extra`.
@@ -162,10 +129,9 @@ fn standalone(lab: &Lab, version: &str, plugin: &Value) -> Value {
 /// `cnitool VERB <lab network> <netns>` with the full CNI_PATH.
 fn tool(lab: &Lab, verb: &str, netns: &str, env: &[(&str, &str)]) -> Out {
     let path = cni_path(lab);
-    let conf = lab.conf_dir.to_str().unwrap().to_string();
-    let mut all = vec![("CNI_PATH", path.as_str()), ("NETCONFPATH", conf.as_str())];
+    let mut all = vec![("CNI_PATH", path.as_str())];
     all.extend_from_slice(env);
-    run(CNITOOL, &[verb, &lab.network, &netns_path(netns)], &all)
+    lab.cnitool(verb, netns, &all)
 }
 
 fn tool_add(lab: &Lab, netns: &str, env: &[(&str, &str)]) -> Value {
@@ -181,40 +147,6 @@ fn direct(lab: &Lab, command: &str, a: &Attach, config: &Value) -> Call {
     lab.call_for(command, a)
         .env("CNI_PATH", &cni_path(lab))
         .config(config)
-}
-
-/// An attachment of a direct invocation: container id `<lab cid>-<suffix>`, eth0.
-fn direct_attach(lab: &Lab, suffix: &str, netns: &str) -> Attach {
-    Attach {
-        cid: format!("{}-{suffix}", lab.cid),
-        ifname: "eth0".into(),
-        netns: netns.into(),
-    }
-}
-
-/// Every reservation of the lab's store, IPv4 and IPv6 (common's `reservations` only
-/// knows IPv4), and the holder index files.
-fn reservations(lab: &Lab) -> Vec<String> {
-    let dir = lab.data_dir.join(&lab.network);
-    let names = |d: &Path| -> Vec<String> {
-        std::fs::read_dir(d)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect()
-    };
-    let mut found: Vec<String> = names(&dir)
-        .into_iter()
-        .filter(|n| n.parse::<IpAddr>().is_ok())
-        .collect();
-    found.extend(
-        names(&dir.join("holders"))
-            .into_iter()
-            .map(|n| format!("holders/{n}")),
-    );
-    found.sort();
-    found
 }
 
 /// Addresses of `dev` (in `netns`, or on the host) as "family address/prefix", without
@@ -307,7 +239,7 @@ fn assert_clean(lab: &Lab, netns: &[&str]) {
         );
     }
     assert_eq!(lab.lab_veths(), Vec::<String>::new(), "host veths left");
-    assert_eq!(reservations(lab), Vec::<String>::new(), "store not empty");
+    assert_eq!(lab.reservations(), Vec::<String>::new(), "store not empty");
 }
 
 /// The CNI error in cnitool's output: `plugin type="academy" failed (add): MSG`.
@@ -514,7 +446,7 @@ const FORWARDING: [&str; 2] = [
 impl ReferenceBridge {
     fn new(lab: &Lab) -> ReferenceBridge {
         let b = ReferenceBridge {
-            name: format!("acr{}-{}", lab_n(lab), std::process::id() % 10000),
+            name: lab.slot.link_name("acr"),
             forwarding: FORWARDING.iter().map(|p| (*p, read_trimmed(p))).collect(),
         };
         b.remove();
@@ -596,7 +528,7 @@ fn reference_and_academy(
         "academy left host veths"
     );
     assert_eq!(
-        reservations(lab),
+        lab.reservations(),
         Vec::<String>::new(),
         "academy's store not empty"
     );
@@ -656,7 +588,7 @@ fn assert_reference_configured(reference: &State, containers: usize) {
 
 #[test]
 fn same_network_as_the_reference_v4() {
-    let lab = Lab::new("dsame4", 100);
+    let lab = Lab::new("dsame4");
     let (reference, ours) = reference_and_academy(&lab, 1, |kind, bridge, data| {
         json!({
             "type": kind,
@@ -686,7 +618,7 @@ fn same_network_as_the_reference_v4() {
 
 #[test]
 fn same_network_as_the_reference_dual_stack() {
-    let lab = Lab::new("dsame46", 101);
+    let lab = Lab::new("dsame46");
     let (reference, ours) = reference_and_academy(&lab, 1, |kind, bridge, data| {
         json!({
             "type": kind,
@@ -715,7 +647,7 @@ fn same_network_as_the_reference_dual_stack() {
 /// IPv6 set with a range: three containers, so the third comes from the second range.
 #[test]
 fn same_network_as_the_reference_ranges() {
-    let lab = Lab::new("dsamerg", 102);
+    let lab = Lab::new("dsamerg");
     let (reference, ours) = reference_and_academy(&lab, 3, |kind, bridge, data| {
         json!({
             "type": kind,
@@ -753,7 +685,7 @@ fn same_network_as_the_reference_ranges() {
 /// forwarding for each family that has a gateway.
 #[test]
 fn bridge_sysctls_as_the_reference() {
-    let lab = Lab::new("dsysctl", 103);
+    let lab = Lab::new("dsysctl");
     let (reference, ours) = reference_and_academy(&lab, 1, |kind, bridge, data| {
         json!({
             "type": kind,
@@ -783,7 +715,7 @@ fn bridge_sysctls_as_the_reference() {
 
 #[test]
 fn dual_stack_addresses_routes_and_gateways() {
-    let lab = Lab::new("ddual", 104);
+    let lab = Lab::new("ddual");
     write_list(
         &lab,
         vec![academy(
@@ -846,7 +778,7 @@ fn dual_stack_addresses_routes_and_gateways() {
 
 #[test]
 fn ipv6_only_network() {
-    let lab = Lab::new("dv6only", 105);
+    let lab = Lab::new("dv6only");
     write_list(
         &lab,
         vec![academy(
@@ -902,9 +834,8 @@ fn assert_conflict_is_clean(
     address: &str,
     holder: &str,
 ) {
-    let ns = lab.add_netns("second");
-    let a = direct_attach(lab, "second", &ns);
-    let (before, held) = (lab.snapshot(), reservations(lab));
+    let a = lab.attachment("second");
+    let (before, held) = (lab.snapshot(), lab.reservations());
     let bridge_before = addresses(None, &lab.bridge);
     let mut call = direct(lab, "ADD", &a, config);
     if let Some(args) = cni_args {
@@ -914,14 +845,18 @@ fn assert_conflict_is_clean(
     assert_cni_error(&out, 111, &[address, holder]);
     let diff = lab.snapshot().diff(&before);
     assert!(diff.is_empty(), "the refused ADD changed things:\n{diff}");
-    assert_eq!(reservations(lab), held, "the refused ADD changed the store");
+    assert_eq!(
+        lab.reservations(),
+        held,
+        "the refused ADD changed the store"
+    );
     assert_eq!(addresses(None, &lab.bridge), bridge_before);
-    assert_eq!(netns_link_names(&ns), ["lo"]);
+    assert_eq!(netns_link_names(&a.netns), ["lo"]);
 }
 
 #[test]
 fn static_ips_and_mac_from_runtime_config() {
-    let lab = Lab::new("dsrc", 106);
+    let lab = Lab::new("dsrc");
     let plugin = academy(
         &lab,
         json!({
@@ -974,7 +909,7 @@ fn static_ips_and_mac_from_runtime_config() {
 
 #[test]
 fn static_ip_and_mac_from_args_cni() {
-    let lab = Lab::new("dsargs", 107);
+    let lab = Lab::new("dsargs");
     let (v4, mac) = (lab.ip(78), lab_mac(&lab, 2));
     let plugin = academy(
         &lab,
@@ -1016,7 +951,7 @@ fn static_ip_and_mac_from_args_cni() {
 /// podman sends them).
 #[test]
 fn static_ip_and_mac_from_cni_args() {
-    let lab = Lab::new("dscniargs", 108);
+    let lab = Lab::new("dscniargs");
     let plugin = academy(
         &lab,
         json!({
@@ -1056,7 +991,7 @@ fn static_ip_and_mac_from_cni_args() {
 
 #[test]
 fn unimplemented_reference_keys_are_refused() {
-    let lab = Lab::new("drefuse", 109);
+    let lab = Lab::new("drefuse");
     let base = standalone(
         &lab,
         "1.0.0",
@@ -1119,7 +1054,7 @@ fn unimplemented_reference_keys_are_refused() {
 /// be accepted: the reference takes every one of these, and they ask for nothing.
 #[test]
 fn reference_defaults_stated_explicitly_are_accepted() {
-    let lab = Lab::new("ddefaults", 110);
+    let lab = Lab::new("ddefaults");
     let defaults = [
         ("mtu", json!(0)),
         ("preserveDefaultVlan", json!(true)),
@@ -1155,8 +1090,7 @@ fn reference_defaults_stated_explicitly_are_accepted() {
             c[*k] = v.clone();
         }
         c["ipam"]["dataDir"] = json!(lab.root.join("reference-data"));
-        let ns = lab.add_netns("ref");
-        let a = direct_attach(&lab, "ref", &ns);
+        let a = lab.attachment("ref");
         let reference = |cmd: &str| {
             lab.call_for(cmd, &a)
                 .env("CNI_PATH", REFERENCE_BIN)
@@ -1212,7 +1146,7 @@ fn bridge_v4(lab: &Lab) -> Vec<String> {
 /// with forceAddress the old address is replaced by the gateway.
 #[test]
 fn force_address_refused_then_replaced() {
-    let lab = Lab::new("dforce", 111);
+    let lab = Lab::new("dforce");
     let old = format!("{}/25", lab.ip(129));
     precreate_bridge(&lab, &old);
     let plugin = |force: bool| {
@@ -1237,7 +1171,7 @@ fn force_address_refused_then_replaced() {
     let diff = lab.snapshot().diff_allowing_store_housekeeping(&before);
     assert!(diff.is_empty(), "the refused ADD left:\n{diff}");
     assert_eq!(bridge_v4(&lab), [format!("inet {old} scope global")]);
-    assert_eq!(reservations(&lab), Vec::<String>::new());
+    assert_eq!(lab.reservations(), Vec::<String>::new());
 
     let result = direct(&lab, "ADD", &a, &plugin(true))
         .run()
@@ -1265,7 +1199,7 @@ fn force_address_refused_then_replaced() {
 /// gateway on the bridge, and the container must reach it.
 #[test]
 fn force_address_in_the_same_subnet_keeps_the_gateway() {
-    let lab = Lab::new("dforce24", 112);
+    let lab = Lab::new("dforce24");
     let old = format!("{}/24", lab.ip(254));
     precreate_bridge(&lab, &old);
     let config = standalone(
@@ -1299,7 +1233,7 @@ fn force_address_in_the_same_subnet_keeps_the_gateway() {
 
 #[test]
 fn hairpin_and_promisc_modes() {
-    let lab = Lab::new("dhairpin", 113);
+    let lab = Lab::new("dhairpin");
     let conf = |extra: Value| {
         let mut p = academy(
             &lab,
@@ -1387,7 +1321,7 @@ fn supported_versions(program: &str) -> Vec<String> {
 /// Debian's real `static` plugin (CNI up to 1.0.0) through cnitool: ADD, CHECK, DEL.
 #[test]
 fn delegated_ipam_static_plugin() {
-    let lab = Lab::new("dstatic", 114);
+    let lab = Lab::new("dstatic");
     write_list(
         &lab,
         vec![academy(
@@ -1465,7 +1399,7 @@ fn delegated_ipam_static_plugin() {
 /// config, and its errors come back with their code.
 #[test]
 fn delegated_ipam_gets_all_five_verbs() {
-    let lab = Lab::new("dfive", 115);
+    let lab = Lab::new("dfive");
     let log = lab.root.join("ipam.log");
     let down = lab.root.join("ipam.down");
     let static_bin = format!("{}/static", debian_plugins());
@@ -1563,17 +1497,6 @@ printf '%s' "$in" | jq -c '.cniVersion = "1.0.0" | if .prevResult then .prevResu
 // Chaining
 // ---------------------------------------------------------------------------------------
 
-fn ensure_iptables() {
-    let present = Command::new("iptables")
-        .arg("-V")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !present {
-        let out = run("apt-get", &["install", "-y", "iptables"], &[]);
-        assert_eq!(out.code, 0, "cannot install iptables for portmap:\n{out}");
-    }
-}
-
 fn nat_rules() -> String {
     run("iptables-save", &["-t", "nat"], &[]).stdout
 }
@@ -1602,8 +1525,8 @@ impl Drop for PortmapGuard {
 /// logs the verb and the addresses of the prevResult it got.
 #[test]
 fn chained_with_portmap_and_tuning() {
-    ensure_iptables();
-    let lab = Lab::new("dchain", 116);
+    which("iptables"); // portmap's backend; `make setup` installs it
+    let lab = Lab::new("dchain");
     let log = lab.root.join("chain.log");
     // portmap 1.1.1's CHECK also looks for its ip6tables chain when the container has
     // no IPv6 address, and fails (containernetworking/plugins#819, fixed later). Its
@@ -1666,7 +1589,7 @@ printf '%s {name} %s\n' "$CNI_COMMAND" "$prev" >> {log}
             }),
         ],
     );
-    let port = (47000 + u32::from(lab_n(&lab))).to_string();
+    let port = (47000 + u32::from(lab.slot.n)).to_string();
     let cap = json!({
         "portMappings": [{ "hostPort": port.parse::<u32>().unwrap(), "containerPort": 80, "protocol": "tcp" }]
     })

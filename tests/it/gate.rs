@@ -2,16 +2,14 @@
 //! that must fail on purpose, DEL after the netns is gone, CNI_IFNAME=net1, and the
 //! result in every supported version. Root only.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 /// The seed's gate, step by step, through cnitool with the seed's conflist shape
 /// (cniVersion 1.0.0, testAddress .20).
 #[test]
 fn seed_002_gate_through_cnitool() {
-    let lab = Lab::new("gate", 11);
+    let lab = Lab::new("gate");
     let address = lab.ip(20);
     lab.write_conflist(
         "1.0.0",
@@ -63,7 +61,7 @@ fn seed_002_gate_through_cnitool() {
 /// plugin runs academy and deletes "ips" from the ADD result with jq.
 #[test]
 fn fail_on_purpose_result_without_ips() {
-    let lab = Lab::new("noips", 12);
+    let lab = Lab::new("noips");
     lab.install_script(
         "academy-noips",
         &format!(
@@ -112,7 +110,7 @@ fn fail_on_purpose_result_without_ips() {
 /// wrong, ping fails, and CHECK is what catches it.
 #[test]
 fn fail_on_purpose_eth0_down_is_caught_by_check() {
-    let lab = Lab::new("down", 13);
+    let lab = Lab::new("down");
     let a = lab.cnitool_attach(&lab.netns, "eth0");
     let result = lab
         .cnitool("add", &lab.netns, &[])
@@ -156,7 +154,7 @@ fn fail_on_purpose_eth0_down_is_caught_by_check() {
 /// the host veth is gone and the address is released.
 #[test]
 fn del_after_the_netns_was_deleted() {
-    let lab = Lab::new("nsgone", 14);
+    let lab = Lab::new("nsgone");
     let a = lab.cnitool_attach(&lab.netns, "eth0");
     let result = lab
         .cnitool("add", &lab.netns, &[])
@@ -181,7 +179,7 @@ fn del_after_the_netns_was_deleted() {
 /// CNI_IFNAME is honoured: the container iface is net1, not eth0, and DEL removes net1.
 #[test]
 fn ifname_net1() {
-    let lab = Lab::new("net1", 15);
+    let lab = Lab::new("net1");
     let a = lab.cnitool_attach(&lab.netns, "net1");
     let env = [("CNI_IFNAME", "net1")];
     let result = lab
@@ -212,7 +210,7 @@ fn ifname_net1() {
 /// with the version's own types).
 #[test]
 fn result_in_every_supported_version() {
-    let lab = Lab::new("vers", 16);
+    let lab = Lab::new("vers");
     let a = lab.attach();
     for v in SUPPORTED {
         let conf = lab.config(v);
@@ -270,7 +268,7 @@ fn result_in_every_supported_version() {
 fn lab_guard_cleans_up_after_a_panic() {
     let seen = std::sync::Mutex::new(None);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let lab = Lab::new("guard", 17);
+        let lab = Lab::new("guard");
         let result = lab
             .cnitool("add", &lab.netns, &[])
             .expect_result("cnitool add");

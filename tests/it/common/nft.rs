@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use super::run;
+use super::process::run;
 
 /// The elements of a network's masquerade sets, as "address comment".
 pub fn elements(network: &str) -> BTreeSet<String> {

@@ -2,9 +2,7 @@
 //! error object (the expected code, a message naming the culprit), no panic, and nothing
 //! changed on the host; VERSION and the about text; DEL and CHECK corner cases. Root only.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 /// Runs refusal cases against one lab and collects every failure, so one broken case
@@ -66,7 +64,7 @@ impl<'a> Refusals<'a> {
 
 #[test]
 fn env_errors_name_the_variable() {
-    let lab = Lab::new("env", 41);
+    let lab = Lab::new("env");
     let mut r = Refusals::new(&lab);
     let add = || lab.call("ADD");
 
@@ -170,7 +168,7 @@ fn env_errors_name_the_variable() {
 
 #[test]
 fn stdin_and_config_errors_name_the_field() {
-    let lab = Lab::new("conf", 42);
+    let lab = Lab::new("conf");
     let mut r = Refusals::new(&lab);
     let v = "1.0.0";
     let add = |config: Value| lab.call("ADD").config(&config);
@@ -418,7 +416,7 @@ fn stdin_and_config_errors_name_the_field() {
 
 #[test]
 fn version_and_prev_result_errors() {
-    let lab = Lab::new("ver", 43);
+    let lab = Lab::new("ver");
     let mut r = Refusals::new(&lab);
 
     for bad in [
@@ -497,7 +495,7 @@ fn version_and_prev_result_errors() {
 
 #[test]
 fn unusable_netns_paths() {
-    let lab = Lab::new("nspath", 44);
+    let lab = Lab::new("nspath");
     let mut r = Refusals::new(&lab);
     let missing = format!("/var/run/netns/ac-nonexistent-{}", std::process::id());
     let cases: &[(&str, &[&str])] = &[
@@ -522,7 +520,7 @@ fn unusable_netns_paths() {
 /// test alone passes it. It must be refused as unusable (102) before anything is made.
 #[test]
 fn netns_of_another_kind_is_refused_as_unusable() {
-    let lab = Lab::new("nskind", 45);
+    let lab = Lab::new("nskind");
     let mut r = Refusals::new(&lab);
     for path in ["/proc/self/ns/uts", "/proc/self/ns/ipc"] {
         let case = format!("ADD in {path}");
@@ -540,7 +538,7 @@ fn netns_of_another_kind_is_refused_as_unusable() {
 /// veth's derived name: 101, and nothing of the ADD left behind.
 #[test]
 fn ifname_already_in_the_netns() {
-    let lab = Lab::new("iftaken", 46);
+    let lab = Lab::new("iftaken");
     // One good ADD/DEL first: the bridge (shared, never deleted) and the store folder
     // exist from then on, so the snapshot compares against that steady state.
     lab.call("ADD").run().expect_result("first ADD");
@@ -565,7 +563,7 @@ fn ifname_already_in_the_netns() {
 /// leave it alone and succeed; ADD must refuse with 101 and leave it alone too.
 #[test]
 fn foreign_link_on_the_host_veth_name_is_kept() {
-    let lab = Lab::new("foreign", 51);
+    let lab = Lab::new("foreign");
     let result = lab.call("ADD").run().expect_result("first ADD");
     let veth = result["interfaces"][1]["name"]
         .as_str()
@@ -594,7 +592,7 @@ fn foreign_link_on_the_host_veth_name_is_kept() {
 
 #[test]
 fn bridge_name_taken_by_a_dummy_link() {
-    let lab = Lab::new("brtaken", 47);
+    let lab = Lab::new("brtaken");
     add_plain_link(None, &lab.bridge, &format!("{}-p", lab.bridge));
     let mut r = Refusals::new(&lab);
     r.expect(
@@ -610,7 +608,7 @@ fn bridge_name_taken_by_a_dummy_link() {
 /// another container gets 111, and both work once the first is deleted.
 #[test]
 fn address_exhausted_and_address_taken() {
-    let lab = Lab::new("full", 48);
+    let lab = Lab::new("full");
     let mut conf = lab.config("1.0.0");
     conf["subnet"] = json!(format!("{}/30", lab.ip(0)));
     let first = lab
@@ -729,7 +727,7 @@ fn about_text_without_cni_command() {
 /// DEL succeeds, silently, whenever there is nothing (left) to delete.
 #[test]
 fn del_is_silent_when_there_is_nothing_to_delete() {
-    let lab = Lab::new("delnone", 49);
+    let lab = Lab::new("delnone");
     let missing = format!("/var/run/netns/ac-nonexistent-{}", std::process::id());
     let never_added = [
         ("never added", lab.call("DEL")),
@@ -768,7 +766,7 @@ fn del_is_silent_when_there_is_nothing_to_delete() {
 /// notices when the attachment is gone.
 #[test]
 fn del_and_check_with_prev_result_on_stdin() {
-    let lab = Lab::new("prev", 50);
+    let lab = Lab::new("prev");
     let v = "1.0.0";
     let result = lab
         .call("ADD")

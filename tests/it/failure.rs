@@ -1,20 +1,7 @@
 //! Failure atomicity (issue 4), black-box: the plugin binary runs unchanged while its
 //! system calls are failed, killed or held from outside (strace's fault injection, and an
 //! LD_PRELOAD shim for the netlink requests strace's per-thread counter cannot reach; see
-//! tests/faults/mod.rs). Root only.
-//!
-//! | n  | test                                                     |
-//! |----|----------------------------------------------------------|
-//! | 70 | refused_netlink_request_at_every_point_of_add_is_undone   |
-//! | 71 | kill_at_every_netlink_request_is_recovered                |
-//! | 72 | failed_store_call_at_every_point_of_add_is_undone         |
-//! | 73 | kill_at_every_store_call_is_recovered                     |
-//! | 74 | seed_004_gc_frees_exactly_the_dead_after_a_restart        |
-//! | 75 | add_del_bursts_racing_gc_keep_valid_attachments_intact    |
-//! | 76 | gc_never_frees_a_listed_attachment_re_reserving_an_address|
-//! | 77 | del_never_frees_another_attachment_s_reservation          |
-//! | 78 | unlisted_add_losing_its_reservation_to_gc_fails_with_11   |
-//! | 79 | unlisted_add_losing_its_veth_to_gc_does_not_succeed       |
+//! common/strace.rs and common/shim.rs). Root only.
 //!
 //! # What academy guarantees when ADD, DEL and GC race
 //!
@@ -24,13 +11,15 @@
 //!
 //! 1. **ADD never hands one address to two attachments.** A reservation appears only by an
 //!    exclusive `linkat(2)` of a file that already names its holder; a lost race is EEXIST
-//!    and ADD tries the next candidate. (Tests 75 here; 84 and 85 in tests/ipam_lab.rs,
-//!    where 28 ADDs race for 24 addresses: 24 distinct successes, 4 code 110.)
+//!    and ADD tries the next candidate. (`add_del_bursts_racing_gc_keep_valid_attachments_intact` here;
+//!    `ipam_lab::parallel_adds_never_share_an_address` and
+//!    `ipam_lab::oversubscribed_parallel_adds_fill_the_range_exactly`, where 28 ADDs race
+//!    for 24 addresses: 24 distinct successes, 4 code 110.)
 //! 2. **GC keeps what its valid list names**: reservations whose file names a listed
 //!    (containerID, ifname), their holder indexes, host veths whose alias names a listed
 //!    attachment, and unlabelled veths under a listed attachment's derived name (an ADD
 //!    between creating and labelling its pair). ADDs and DELs of listed attachments may
-//!    run during a GC. (Test 75: ADD/DEL bursts of listed attachments against back-to-back
+//!    run during a GC. (`add_del_bursts_racing_gc_keep_valid_attachments_intact`: ADD/DEL bursts of listed attachments against back-to-back
 //!    GCs; every ADD and DEL succeeds, no address is live twice, stale attachments are
 //!    freed, survivors keep their files and veths and ping their gateway.) Exception:
 //!    the first limitation below.
@@ -41,13 +30,16 @@
 //!    would a moment after succeeding, but never reports success for what GC removed
 //!    before ADD's last step: that step checks both the host veth (still there, still
 //!    this attachment's) and the reservation, so any removal before it makes ADD fail
-//!    with code 11 and undo itself (tests 78, 79); GC deleting the pair while ADD is
+//!    with code 11 and undo itself (`unlisted_add_losing_its_reservation_to_gc_fails_with_11`,
+//!    `unlisted_add_losing_its_veth_to_gc_does_not_succeed`); GC deleting the pair while ADD is
 //!    still wiring makes a netlink request fail (code 100) and ADD undo itself; GC
 //!    entirely after ADD's last step is indistinguishable from GC after ADD.
 //! 5. **Removal never takes a re-reserved address**: GC and DEL lock the reservation
 //!    file they read (flock on that inode) and unlink only while the name still points
 //!    at it, so a reservation freed by one remover and re-reserved by another attachment
-//!    is never removed by a second remover that read the old one (tests 76, 77).
+//!    is never removed by a second remover that read the old one
+//!    (`gc_never_frees_a_listed_attachment_re_reserving_an_address`,
+//!    `del_never_frees_another_attachment_s_reservation`).
 //!
 //! Not guaranteed:
 //!
@@ -59,17 +51,13 @@
 //! (they cannot), so give each runtime its own network name (hence its own store); and
 //! networks should not share a bridge. Within one runtime, guarantees 1 to 5 hold.
 
-mod common;
-mod faults;
-
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use common::*;
-use faults::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 /// Every broken expectation of a fault loop, so one failing point does not hide others.
@@ -355,13 +343,13 @@ fn netlink_fault(
 
 #[test]
 fn refused_netlink_request_at_every_point_of_add_is_undone() {
-    refused_at_every_point(Lab::new("nlrefuse", 70));
+    refused_at_every_point(Lab::new("nlrefuse"));
 }
 
 /// With ipMasq the nf_tables batches are netlink requests too: each may be refused.
 #[test]
 fn refused_netlink_request_at_every_point_of_an_ipmasq_add_is_undone() {
-    let lab = Lab::new("nlrefmq", 141);
+    let lab = Lab::new("nlrefmq");
     lab.always_config("ipMasq", json!(true));
     refused_at_every_point(lab);
 }
@@ -397,12 +385,12 @@ fn refused_at_every_point(lab: Lab) {
 
 #[test]
 fn kill_at_every_netlink_request_is_recovered() {
-    killed_at_every_point(Lab::new("nlkill", 71));
+    killed_at_every_point(Lab::new("nlkill"));
 }
 
 #[test]
 fn kill_at_every_netlink_request_of_an_ipmasq_add_is_recovered() {
-    let lab = Lab::new("nlkillmq", 142);
+    let lab = Lab::new("nlkillmq");
     lab.always_config("ipMasq", json!(true));
     killed_at_every_point(lab);
 }
@@ -544,7 +532,7 @@ fn check_store_hit(text: &str, want: &Syscall, inject: &Inject, p: &mut Vec<Stri
 
 #[test]
 fn failed_store_call_at_every_point_of_add_is_undone() {
-    let lab = Lab::new("fserr", 72);
+    let lab = Lab::new("fserr");
     warm_up(&lab);
     let (calls, points) = store_points(&lab);
     let base = settled_snapshot(&lab);
@@ -589,7 +577,7 @@ fn failed_store_call_at_every_point_of_add_is_undone() {
 
 #[test]
 fn kill_at_every_store_call_is_recovered() {
-    let lab = Lab::new("fskill", 73);
+    let lab = Lab::new("fskill");
     warm_up(&lab);
     let (calls, points) = store_points(&lab);
     let base = settled_snapshot(&lab);
@@ -624,7 +612,7 @@ fn kill_at_every_store_call_is_recovered() {
 
 #[test]
 fn seed_004_gc_frees_exactly_the_dead_after_a_restart() {
-    let lab = Lab::new("seed004", 74);
+    let lab = Lab::new("seed004");
     // Survivors s1 s2; dead d1 d2 (netns deleted, no DEL); f1 forgotten by the runtime
     // while its netns lingers (a leaked sandbox), so its host veth does not vanish by itself.
     let names = ["s1", "s2", "d1", "d2", "f1"];
@@ -722,17 +710,9 @@ fn seed_004_gc_frees_exactly_the_dead_after_a_restart() {
 // Concurrency
 // ---------------------------------------------------------------------------------------
 
-fn attach_in(lab: &Lab, name: &str) -> Attach {
-    Attach {
-        cid: format!("{}-{name}", lab.cid),
-        ifname: "eth0".into(),
-        netns: lab.add_netns(name),
-    }
-}
-
 #[test]
 fn add_del_bursts_racing_gc_keep_valid_attachments_intact() {
-    let lab = Lab::new("burst", 75);
+    let lab = Lab::new("burst");
     // 16 allocatable addresses for 8 listed attachments and 4 stale ones, so freed
     // addresses are re-reserved within the burst.
     let config = config_with(
@@ -742,8 +722,8 @@ fn add_del_bursts_racing_gc_keep_valid_attachments_intact() {
             ("rangeEnd", json!(lab.ip(25))),
         ],
     );
-    let listed: Vec<Attach> = (0..8).map(|i| attach_in(&lab, &format!("v{i}"))).collect();
-    let stale: Vec<Attach> = (0..4).map(|i| attach_in(&lab, &format!("x{i}"))).collect();
+    let listed: Vec<Attach> = (0..8).map(|i| lab.attachment(&format!("v{i}"))).collect();
+    let stale: Vec<Attach> = (0..4).map(|i| lab.attachment(&format!("x{i}"))).collect();
     for a in &stale {
         lab.call_for("ADD", a)
             .config(&config)
@@ -923,12 +903,12 @@ fn trace_has(file: &PathBuf, needle: &str) -> bool {
 /// removal locked the inode it read).
 #[test]
 fn gc_never_frees_a_listed_attachment_re_reserving_an_address() {
-    let lab = Lab::new("gcrace", 76);
+    let lab = Lab::new("gcrace");
     let config = one_address(&lab);
     let (o, v, w) = (
-        attach_in(&lab, "o"),
-        attach_in(&lab, "v"),
-        attach_in(&lab, "w"),
+        lab.attachment("o"),
+        lab.attachment("v"),
+        lab.attachment("w"),
     );
     let addr = lab.ip(2);
     lab.call_for("ADD", &o)
@@ -993,12 +973,12 @@ fn gc_never_frees_a_listed_attachment_re_reserving_an_address() {
 /// delete that attachment's reservation (it did, and the address was handed out twice).
 #[test]
 fn del_never_frees_another_attachment_s_reservation() {
-    let lab = Lab::new("delrace", 77);
+    let lab = Lab::new("delrace");
     let config = one_address(&lab);
     let (o, v, w) = (
-        attach_in(&lab, "o"),
-        attach_in(&lab, "v"),
-        attach_in(&lab, "w"),
+        lab.attachment("o"),
+        lab.attachment("v"),
+        lab.attachment("w"),
     );
     let addr = lab.ip(2);
     lab.call_for("ADD", &o)
@@ -1084,7 +1064,7 @@ fn count_main_sendto(file: &PathBuf) -> usize {
 /// wiring; ADD finds its reservation gone, fails with 11 and undoes itself.
 #[test]
 fn unlisted_add_losing_its_reservation_to_gc_fails_with_11() {
-    let lab = Lab::new("gcadd", 78);
+    let lab = Lab::new("gcadd");
     warm_up(&lab);
     let base = settled_snapshot(&lab);
     let inject = last_main_thread_request(&lab);
@@ -1113,7 +1093,7 @@ fn unlisted_add_losing_its_reservation_to_gc_fails_with_11() {
 /// no longer exists (it did when its last step checked only the reservation).
 #[test]
 fn unlisted_add_losing_its_veth_to_gc_does_not_succeed() {
-    let lab = Lab::new("gcveth", 79);
+    let lab = Lab::new("gcveth");
     warm_up(&lab);
     let base = settled_snapshot(&lab);
     let inject = last_main_thread_request(&lab);

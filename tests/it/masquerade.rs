@@ -4,21 +4,20 @@
 //! any pod subnet. An answer from it proves the masquerade; its listener sees the
 //! host's address. Packets go only to addresses of the test's own namespaces.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::alloc::Slot;
+use crate::common::*;
 use serde_json::{json, Value};
 
 /// The reference plugins a podman or containerd network chains after the bridge.
 const CHAINED: &[&str] = &["portmap", "firewall", "tuning"];
 const DEBIAN_PLUGINS: &str = "/usr/lib/cni";
 
-/// The outside world of one test: netns "<lab netns>-out" with .2 (and ::2), the host
-/// with .1 (and ::1) on a veth, subnets 10.A.(N+100).0/24 and fd00:ac:A:(N+100)::/64.
+/// The outside world of one test: netns "<lab netns>-out" joined to the host by a veth,
+/// on a slot of its own: .2 (and ::2) outside, .1 (and ::1) on the host end.
 struct Outside {
     netns: String,
     host_v4: String,
@@ -28,14 +27,11 @@ struct Outside {
 }
 
 impl Outside {
-    fn new(lab: &Lab, n: u8) -> Outside {
+    fn new(lab: &Lab) -> Outside {
         let netns = lab.add_netns("out");
-        let a: Vec<&str> = lab.prefix.split('.').collect();
-        let (v4, v6) = (
-            format!("10.{}.{}", a[1], n + 100),
-            format!("fd00:ac:{}:{}", a[1], n + 100),
-        );
-        let host_end = format!("aco{n}-{}", std::process::id() % 10000);
+        let slot = Slot::take();
+        let (v4, v6) = (slot.v4_prefix(), slot.v6_prefix());
+        let host_end = slot.link_name("aco");
         // The pair dies with the netns (the lab deletes it), host end included.
         ip(&[
             "link", "add", &host_end, "type", "veth", "peer", "name", "out0", "netns", &netns,
@@ -76,10 +72,9 @@ impl Outside {
     }
 }
 
-/// A pod v6 subnet beside the lab's v4 one.
-fn pod_v6(lab: &Lab, n: u8) -> String {
-    let a: Vec<&str> = lab.prefix.split('.').collect();
-    format!("fd00:ac:{}:{n}::/64", a[1])
+/// The lab's IPv6 pod subnet, beside its IPv4 one.
+fn pod_v6(lab: &Lab) -> String {
+    format!("{}::/64", lab.slot.v6_prefix())
 }
 
 /// A TCP listener in `netns` that accepts one connection, answers "hello" and prints
@@ -236,18 +231,18 @@ fn prove_outbound(lab: &Lab, out: &Outside, result: &Value, host_port: u16, cid:
     );
 }
 
-fn host_port(n: u8) -> u16 {
-    20000 + (std::process::id() % 20000) as u16 + u16::from(n)
+/// A host port for the lab's published port, unique per lab and process.
+fn host_port(lab: &Lab) -> u16 {
+    20000 + (std::process::id() % 20000) as u16 + u16::from(lab.slot.n)
 }
 
 #[test]
 fn ipmasq_podman_network_create_conflist_reaches_the_outside() {
-    let n = 143;
-    let lab = Lab::new("mqpod", n);
-    let out = Outside::new(&lab, n);
+    let lab = Lab::new("mqpod");
+    let out = Outside::new(&lab);
     link_chained_plugins(&lab);
     let dir = lab.root.join("podman-net");
-    let v6 = pod_v6(&lab, n);
+    let v6 = pod_v6(&lab);
     let created = run(
         "podman",
         &[
@@ -275,7 +270,7 @@ fn ipmasq_podman_network_create_conflist_reaches_the_outside() {
         "podman's network sets ipMasq"
     );
 
-    let port = host_port(n);
+    let port = host_port(&lab);
     let caps =
         json!({"portMappings": [{"hostPort": port, "containerPort": 8080, "protocol": "tcp"}]});
     let caps = caps.to_string();
@@ -348,18 +343,17 @@ fn containerd_default() -> Value {
 
 #[test]
 fn ipmasq_containerd_default_conflist_reaches_the_outside_and_gc_clears_it() {
-    let n = 144;
-    let lab = Lab::new("mqctrd", n);
-    let out = Outside::new(&lab, n);
+    let lab = Lab::new("mqctrd");
+    let out = Outside::new(&lab);
     link_chained_plugins(&lab);
     let mut list = containerd_default();
     // The test's own name and subnets (2001:4860:4860::/64 is a real, routed prefix).
     list["name"] = json!(lab.network);
     list["plugins"][0]["ipam"]["ranges"] =
-        json!([[{ "subnet": lab.subnet() }], [{ "subnet": pod_v6(&lab, n) }]]);
+        json!([[{ "subnet": lab.subnet() }], [{ "subnet": pod_v6(&lab) }]]);
     install_as_academy(&lab, list.clone());
 
-    let port = host_port(n);
+    let port = host_port(&lab);
     let caps =
         json!({"portMappings": [{"hostPort": port, "containerPort": 8080, "protocol": "tcp"}]});
     let caps = caps.to_string();
@@ -394,8 +388,7 @@ fn ipmasq_containerd_default_conflist_reaches_the_outside_and_gc_clears_it() {
 
 #[test]
 fn ipmasq_thirty_parallel_adds_get_distinct_addresses_and_elements() {
-    let n = 145;
-    let lab = Lab::new("mqpar", n);
+    let lab = Lab::new("mqpar");
     lab.always_config("ipMasq", json!(true));
     let attachments: Vec<Attach> = (0..30)
         .map(|i| Attach {
@@ -439,7 +432,7 @@ fn ipmasq_thirty_parallel_adds_get_distinct_addresses_and_elements() {
 
 #[test]
 fn del_with_keys_add_refuses_still_removes_everything() {
-    let lab = Lab::new("mqdel", 146);
+    let lab = Lab::new("mqdel");
     let mut config = lab.config_with("1.0.0", "ipMasq", json!(true));
     let a = lab.attach();
     let call = |command: &str, c: &Value| lab.call_for(command, &a).config(c).run();
@@ -461,7 +454,7 @@ fn del_with_keys_add_refuses_still_removes_everything() {
 /// address the reference plugin gave is never given again after `type` is switched.
 #[test]
 fn host_local_form_shares_the_reference_store() {
-    let lab = Lab::new("mqshare", 147);
+    let lab = Lab::new("mqshare");
     let _ = std::os::unix::fs::symlink("/opt/cni/lab-bin/bridge", lab.bin_dir.join("bridge"));
     let _ = std::os::unix::fs::symlink(
         "/opt/cni/lab-bin/host-local",

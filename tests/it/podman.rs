@@ -7,44 +7,36 @@
 //! user through podman's own output. A shim named `academy` in the plugin folder records
 //! each call and runs the real binary, so the test can say who called and how.
 //!
-//! Needs root. Installs podman, runc and busybox-static from Debian's packages when
-//! they are missing, and fails (never skips) when it cannot. podman's config comes from
-//! CONTAINERS_CONF (a test-written containers.conf), its image and container stores
-//! from --root/--runroot, its CNI configs from network_config_dir, all in one test
-//! folder: the machine's own podman config, networks and images are not read or
-//! changed. What podman 4.3 keeps in fixed machine-wide places is network namespaces
+//! Needs root, and podman, runc and busybox-static from Debian's packages (`make setup`
+//! installs them); fails (never skips, never installs) when they are missing. podman's
+//! config comes from CONTAINERS_CONF (a test-written containers.conf), its image and
+//! container stores from --root/--runroot, its CNI configs from network_config_dir, all
+//! in one test folder: the machine's own podman config, networks and images are not read
+//! or changed. What podman 4.3 keeps in fixed machine-wide places is network namespaces
 //! (/run/netns), libcni's result cache (/var/lib/cni/results) and an image blob-info
 //! cache (/var/lib/containers/cache). A Drop guard removes the containers, the image,
-//! the test folder, the bridges, academy's host veths, the test networks' cached
-//! results and any network namespace the test left, also when an assertion fails.
+//! the test folder and any network namespace the test left; the two networks are labs
+//! (subnets and names from the allocator), whose own guards remove the bridges,
+//! academy's host veths and the networks' cached results, also when an assertion fails.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::io::Write;
 use std::net::Ipv4Addr;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-/// The network the rounds run on: a /29, so .2 to .6 are the container addresses.
-const NET: &str = "academy-podman";
-const BRIDGE: &str = "acpod0";
-const SUBNET: (Ipv4Addr, u8) = (Ipv4Addr::new(10, 202, 1, 0), 29);
-const GATEWAY: &str = "10.202.1.1";
+use nix::fcntl::{Flock, FlockArg};
+use serde_json::json;
 
-/// The network of the full-subnet case: a range of one address.
-const FULL_NET: &str = "academy-podman-full";
-const FULL_BRIDGE: &str = "acpod1";
-const FULL_SUBNET: (Ipv4Addr, u8) = (Ipv4Addr::new(10, 202, 2, 0), 29);
-const FULL_GATEWAY: &str = "10.202.2.1";
-const FULL_ONLY: &str = "10.202.2.2";
+use crate::common::*;
 
 const IMAGE: &str = "localhost/academy-podman-busybox:test";
+/// What the test runs besides academy; `make setup` installs them.
 const PACKAGES: [&str; 3] = ["podman", "runc", "busybox-static"];
-/// Serializes runs of this test on one machine (the names above are fixed).
+/// Serializes runs of this test on one machine, also across processes: podman's network
+/// namespaces share /run/netns, and the test compares what is there before and after.
 const LOCK: &str = "/run/academy-podman-test.lock";
 /// Seconds one podman command may take before `timeout` ends it.
 const STEP_TIMEOUT: &str = "180";
@@ -52,86 +44,35 @@ const STEP_TIMEOUT: &str = "180";
 /// A container command that ends at once on SIGTERM (so `podman stop` needs no SIGKILL).
 const IDLE: &str = "trap 'exit 0' TERM; sleep 600 & wait";
 
-fn check_output(cmd: &mut Command) -> Output {
-    let shown = format!("{cmd:?}");
-    cmd.output()
-        .unwrap_or_else(|e| panic!("cannot run {shown}: {e}"))
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "status {}\n--- stdout\n{}--- stderr\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// Runs a command that must succeed and returns its stdout.
-fn must(cmd: &mut Command) -> String {
-    let shown = format!("{cmd:?}");
-    let out = check_output(cmd);
-    assert!(out.status.success(), "{shown} failed: {}", text(&out));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn ip(args: &[&str]) -> Output {
-    check_output(Command::new("ip").args(args))
-}
-
-fn package_installed(name: &str) -> bool {
-    Command::new("dpkg-query")
-        .args(["-W", "-f=${Status}", name])
-        .output()
-        .map(|o| {
-            o.status.success()
-                && String::from_utf8_lossy(&o.stdout).contains("install ok installed")
-        })
-        .unwrap_or(false)
-}
-
-fn apt_get(args: &[&str]) -> Output {
-    check_output(
-        Command::new("apt-get")
-            .args(["-o", "DPkg::Lock::Timeout=300"])
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive"),
-    )
-}
-
-/// podman, runc and busybox-static from Debian's packages, when missing. Fails the test
-/// with apt's own output when they cannot be installed.
-fn ensure_packages() {
-    let missing: Vec<&str> = PACKAGES
-        .into_iter()
-        .filter(|p| !package_installed(p))
-        .collect();
-    if missing.is_empty() {
-        return;
-    }
-    eprintln!("podman test: installing {missing:?} with apt-get");
-    let mut install = vec!["install", "-y"];
-    install.extend(&missing);
-    let first = apt_get(&install);
-    if first.status.success() {
-        return;
-    }
-    // The package lists may be missing or stale: refresh them once and retry.
-    let update = apt_get(&["update"]);
-    let second = apt_get(&install);
+/// podman, runc and busybox-static, or a failure that says to run `make setup`.
+fn require_packages() {
+    let installed = |p: &str| {
+        run("dpkg-query", &["-W", "-f=${Status}", p], &[])
+            .stdout
+            .contains("install ok installed")
+    };
+    let missing: Vec<&str> = PACKAGES.into_iter().filter(|p| !installed(p)).collect();
     assert!(
-        second.status.success(),
-        "podman test: cannot install {missing:?} from Debian's packages, and the test needs them \
-         (podman 4.3 with the CNI backend, runc, a static busybox for the image).\n\
-         apt-get install: {}\napt-get update: {}\napt-get install again: {}",
-        text(&first),
-        text(&update),
-        text(&second)
+        missing.is_empty(),
+        "the podman test needs {missing:?} (podman 4.3 with the CNI backend, runc, a static \
+         busybox for the image): run `make setup`"
     );
 }
 
-fn in_subnet(addr: Ipv4Addr, (net, prefix): (Ipv4Addr, u8)) -> bool {
-    let mask = u32::MAX << (32 - prefix);
+/// The network's subnet as podman's conflist gets it: the first /29 of the lab's /24, so
+/// .2 to .6 are the container addresses.
+fn subnet_29(lab: &Lab) -> String {
+    format!("{}.0/29", lab.prefix)
+}
+
+/// The only address of the full network's range.
+fn full_only(full: &Lab) -> String {
+    full.ip(2)
+}
+
+fn in_subnet(addr: Ipv4Addr, lab: &Lab) -> bool {
+    let net: Ipv4Addr = format!("{}.0", lab.prefix).parse().unwrap();
+    let mask = u32::MAX << (32 - 29);
     u32::from(addr) & mask == u32::from(net) & mask
 }
 
@@ -167,43 +108,15 @@ fn podman_netns() -> BTreeSet<String> {
         .collect()
 }
 
-/// `ip -j link show [args]` as (ifname, ifalias) pairs.
-fn links(args: &[&str]) -> Vec<(String, String)> {
-    let mut all = vec!["-j", "link", "show"];
-    all.extend(args);
-    let out = ip(&all);
-    assert!(out.status.success(), "ip {all:?}: {}", text(&out));
-    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip -j output");
-    list.as_array()
-        .map(|a| a.as_slice())
-        .unwrap_or_default()
-        .iter()
-        .map(|l| {
-            let field = |k: &str| l.get(k).and_then(|v| v.as_str()).unwrap_or("").to_owned();
-            (field("ifname"), field("ifalias"))
+/// The network's reservations as (address, holder): academy's store of the lab.
+fn reserved(lab: &Lab) -> Vec<(String, String)> {
+    address_files(lab)
+        .into_iter()
+        .map(|a| {
+            let holder = holder_of(lab, &a).unwrap_or_default();
+            (a, holder)
         })
         .collect()
-}
-
-fn bridge_ports(bridge: &str) -> Vec<String> {
-    links(&["master", bridge])
-        .into_iter()
-        .map(|(name, _)| name)
-        .collect()
-}
-
-/// Host links academy made for `network` (its alias is academy:<network>:<cid>:<ifname>).
-fn academy_veths(network: &str) -> Vec<String> {
-    let prefix = format!("academy:{network}:");
-    links(&[])
-        .into_iter()
-        .filter(|(_, alias)| alias.starts_with(&prefix))
-        .map(|(n, _)| n)
-        .collect()
-}
-
-fn link_exists(name: &str) -> bool {
-    ip(&["link", "show", "dev", name]).status.success()
 }
 
 /// The podman of this test: own config, own stores, own CNI config folder.
@@ -218,15 +131,12 @@ impl Podman {
     fn conf_dir(&self) -> PathBuf {
         self.dir.join("net.d")
     }
-    fn data_dir(&self) -> PathBuf {
-        self.dir.join("academy-data")
-    }
     fn call_log(&self) -> PathBuf {
         self.dir.join("calls.log")
     }
 
     /// The calls the shim recorded, each a map of its fields.
-    fn calls(&self) -> Vec<Call> {
+    fn calls(&self) -> Vec<RecordedCall> {
         fs::read_to_string(self.call_log())
             .unwrap_or_default()
             .lines()
@@ -239,7 +149,7 @@ impl Podman {
                         .unwrap_or("")
                         .to_owned()
                 };
-                Call {
+                RecordedCall {
                     command: field("cmd"),
                     container: field("cid"),
                     netns: field("netns"),
@@ -252,58 +162,37 @@ impl Podman {
             .collect()
     }
 
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new("timeout");
-        cmd.args(["-k", "10", STEP_TIMEOUT, "podman"])
-            .arg("--root")
-            .arg(self.dir.join("root"))
-            .arg("--runroot")
-            .arg(self.dir.join("runroot"))
-            .args(["--storage-driver", "vfs"])
-            .args(args)
-            .env("CONTAINERS_CONF", self.dir.join("containers.conf"))
-            .env_remove("CONTAINERS_STORAGE_CONF")
-            .env_remove("CONTAINER_HOST")
-            .env_remove("CONTAINER_CONNECTION");
-        cmd
+    /// `podman ARGS` with this test's stores and config, under `timeout`. The environment
+    /// is only PATH, CONTAINERS_CONF and a HOME inside the test folder, so no user
+    /// config of the machine is read.
+    fn run(&self, args: &[&str]) -> Out {
+        let (root, runroot) = (self.dir.join("root"), self.dir.join("runroot"));
+        let mut all = vec![
+            "-k",
+            "10",
+            STEP_TIMEOUT,
+            "podman",
+            "--root",
+            root.to_str().unwrap(),
+            "--runroot",
+            runroot.to_str().unwrap(),
+            "--storage-driver",
+            "vfs",
+        ];
+        all.extend_from_slice(args);
+        let conf = self.dir.join("containers.conf");
+        let env = [
+            ("CONTAINERS_CONF", conf.to_str().unwrap()),
+            ("HOME", self.dir.to_str().unwrap()),
+        ];
+        run("timeout", &all, &env)
     }
 
-    fn run(&self, args: &[&str]) -> Output {
-        check_output(&mut self.cmd(args))
-    }
-
+    /// `podman ARGS`, which must succeed; its stdout.
     fn must(&self, args: &[&str]) -> String {
-        must(&mut self.cmd(args))
-    }
-
-    /// Files of `network`'s store named after an address, as (address, content).
-    fn reservations(&self, network: &str) -> Vec<(String, String)> {
-        let Ok(dir) = fs::read_dir(self.data_dir().join(network)) else {
-            return Vec::new();
-        };
-        dir.filter_map(|e| e.ok())
-            .filter(|e| {
-                e.file_name()
-                    .to_string_lossy()
-                    .parse::<std::net::IpAddr>()
-                    .is_ok()
-            })
-            .map(|e| {
-                (
-                    e.file_name().to_string_lossy().into_owned(),
-                    fs::read_to_string(e.path()).unwrap_or_default(),
-                )
-            })
-            .collect()
-    }
-
-    fn holders(&self, network: &str) -> Vec<String> {
-        let Ok(dir) = fs::read_dir(self.data_dir().join(network).join("holders")) else {
-            return Vec::new();
-        };
-        dir.filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect()
+        let out = self.run(args);
+        assert_eq!(out.code, 0, "podman {} failed:\n{out}", args.join(" "));
+        out.stdout
     }
 
     fn containers(&self) -> Vec<String> {
@@ -316,7 +205,7 @@ impl Podman {
 
 /// One invocation of academy by podman, as the shim recorded it.
 #[derive(Debug)]
-struct Call {
+struct RecordedCall {
     command: String,
     container: String,
     netns: String,
@@ -326,30 +215,14 @@ struct Call {
     parent: String,
 }
 
-/// Undoes everything the test made, whatever state it stopped in.
+/// Undoes everything the test made, whatever state it stopped in: podman's containers,
+/// image, network namespaces and folder here, then the two labs' own guards.
 struct Guard {
     podman: Podman,
     netns_before: BTreeSet<String>,
-    _lock: fs::File,
-}
-
-fn remove_network_leftovers() {
-    for (network, bridge) in [(NET, BRIDGE), (FULL_NET, FULL_BRIDGE)] {
-        for veth in academy_veths(network) {
-            let _ = ip(&["link", "del", "dev", &veth]);
-        }
-        if link_exists(bridge) {
-            let _ = ip(&["link", "del", "dev", bridge]);
-        }
-        if let Ok(dir) = fs::read_dir("/var/lib/cni/results") {
-            let prefix = format!("{network}-");
-            for entry in dir.filter_map(|e| e.ok()) {
-                if entry.file_name().to_string_lossy().starts_with(&prefix) {
-                    let _ = fs::remove_file(entry.path());
-                }
-            }
-        }
-    }
+    _lock: Flock<fs::File>,
+    net: Lab,
+    full: Lab,
 }
 
 impl Drop for Guard {
@@ -357,9 +230,8 @@ impl Drop for Guard {
         let p = &self.podman;
         let _ = p.run(&["rm", "-f", "-a", "-t", "0"]);
         let _ = p.run(&["rmi", "-a", "-f"]);
-        remove_network_leftovers();
         for ns in podman_netns().difference(&self.netns_before) {
-            let _ = ip(&["netns", "delete", ns]);
+            let _ = run_quiet("ip", &["netns", "delete", ns]);
         }
         // Mounts podman may have left inside the folder (shm of a killed container).
         if let Ok(mounts) = fs::read_to_string("/proc/self/mounts") {
@@ -370,37 +242,31 @@ impl Drop for Guard {
                 .collect();
             points.sort_by_key(|m| std::cmp::Reverse(m.len()));
             for m in points {
-                let _ = Command::new("umount").args(["-l", m]).status();
+                let _ = run_quiet("umount", &["-l", m]);
             }
         }
         let _ = fs::remove_dir_all(&p.dir);
     }
 }
 
-fn lock() -> fs::File {
+fn lock() -> Flock<fs::File> {
     let file = fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(LOCK)
         .unwrap_or_else(|e| panic!("cannot open {LOCK}: {e}"));
-    // SAFETY: flock on a file descriptor this function owns.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-    assert_eq!(rc, 0, "flock {LOCK}: {}", std::io::Error::last_os_error());
-    file
+    Flock::lock(file, FlockArg::LockExclusive).unwrap_or_else(|(_, e)| panic!("flock {LOCK}: {e}"))
 }
 
 fn write(path: &Path, content: &str) {
-    let mut f = fs::File::create(path).unwrap_or_else(|e| panic!("create {}: {e}", path.display()));
-    f.write_all(content.as_bytes()).expect("write");
+    fs::write(path, content).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
 }
 
-/// The test's podman folder: plugin dir with academy, containers.conf, two conflists.
-fn set_up(podman: &Podman) {
+fn set_up(podman: &Podman, net: &Lab, full: &Lab) {
     for d in [
         podman.plugin_dir(),
         podman.conf_dir(),
-        podman.data_dir(),
         podman.dir.join("tmp"),
     ] {
         fs::create_dir_all(&d).expect("create test folder");
@@ -448,7 +314,7 @@ exit $rc
     write(
         &podman.dir.join("containers.conf"),
         &format!(
-            r#"# Written by academy's tests/podman.rs; read only through CONTAINERS_CONF.
+            r#"# Written by academy's tests/it/podman.rs; read only through CONTAINERS_CONF.
 [containers]
 default_ulimits = ["nofile={nofile}:{nofile}", "nproc={nproc}:{nproc}"]
 
@@ -470,50 +336,29 @@ volume_path = "{dir}/volumes"
         ),
     );
 
-    let data = podman.data_dir();
-    let data = data.display();
-    write(
-        &podman.conf_dir().join(format!("{NET}.conflist")),
-        &format!(
-            r#"{{
-  "cniVersion": "1.0.0",
-  "name": "{NET}",
-  "plugins": [
-    {{
-      "type": "academy",
-      "bridge": "{BRIDGE}",
-      "subnet": "{}/{}",
-      "gateway": "{GATEWAY}",
-      "dataDir": "{data}"
-    }}
-  ]
-}}
-"#,
-            SUBNET.0, SUBNET.1
+    for (lab, range) in [
+        (net, json!({})),
+        (
+            full,
+            json!({"rangeStart": full_only(full), "rangeEnd": full_only(full)}),
         ),
-    );
-    write(
-        &podman.conf_dir().join(format!("{FULL_NET}.conflist")),
-        &format!(
-            r#"{{
-  "cniVersion": "1.0.0",
-  "name": "{FULL_NET}",
-  "plugins": [
-    {{
-      "type": "academy",
-      "bridge": "{FULL_BRIDGE}",
-      "subnet": "{}/{}",
-      "gateway": "{FULL_GATEWAY}",
-      "rangeStart": "{FULL_ONLY}",
-      "rangeEnd": "{FULL_ONLY}",
-      "dataDir": "{data}"
-    }}
-  ]
-}}
-"#,
-            FULL_SUBNET.0, FULL_SUBNET.1
-        ),
-    );
+    ] {
+        let mut plugin = json!({
+            "type": "academy",
+            "bridge": lab.bridge,
+            "subnet": subnet_29(lab),
+            "gateway": lab.gateway(),
+            "dataDir": lab.data_dir,
+        });
+        for (k, v) in range.as_object().unwrap() {
+            plugin[k] = v.clone();
+        }
+        let list = json!({ "cniVersion": "1.0.0", "name": lab.network, "plugins": [plugin] });
+        write(
+            &podman.conf_dir().join(format!("{}.conflist", lab.network)),
+            &serde_json::to_string_pretty(&list).unwrap(),
+        );
+    }
 }
 
 /// A busybox image made locally (no registry is reachable): `podman import` of a rootfs
@@ -527,19 +372,23 @@ fn build_image(podman: &Podman) {
         std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(applet)).expect("symlink");
     }
     let tarball = podman.dir.join("rootfs.tar");
-    must(
-        Command::new("tar")
-            .arg("-C")
-            .arg(&rootfs)
-            .arg("-cf")
-            .arg(&tarball)
-            .arg("."),
+    let out = run(
+        "tar",
+        &[
+            "-C",
+            rootfs.to_str().unwrap(),
+            "-cf",
+            tarball.to_str().unwrap(),
+            ".",
+        ],
+        &[],
     );
+    assert_eq!(out.code, 0, "tar of the image's rootfs failed:\n{out}");
     podman.must(&["import", tarball.to_str().expect("utf-8 path"), IMAGE]);
 }
 
 /// After a container is gone: academy's store, the bridge and the netns are clean.
-fn assert_clean(guard: &Guard, network: &str, bridge: &str, when: &str) {
+fn assert_clean(guard: &Guard, lab: &Lab, when: &str) {
     let p = &guard.podman;
     assert_eq!(
         p.containers(),
@@ -547,23 +396,24 @@ fn assert_clean(guard: &Guard, network: &str, bridge: &str, when: &str) {
         "{when}: podman still lists containers"
     );
     assert_eq!(
-        p.reservations(network),
-        Vec::new(),
-        "{when}: {network}'s store still holds addresses"
-    );
-    assert_eq!(
-        p.holders(network),
+        lab.reservations(),
         Vec::<String>::new(),
-        "{when}: {network}'s holders/ is not empty"
+        "{when}: {}'s store still holds addresses or holder indexes",
+        lab.network
     );
-    assert!(link_exists(bridge), "{when}: bridge {bridge} is gone");
+    assert!(
+        link_exists(&lab.bridge),
+        "{when}: bridge {} is gone",
+        lab.bridge
+    );
     assert_eq!(
-        bridge_ports(bridge),
+        bridge_ports(&lab.bridge),
         Vec::<String>::new(),
-        "{when}: bridge {bridge} still has ports"
+        "{when}: bridge {} still has ports",
+        lab.bridge
     );
     assert_eq!(
-        academy_veths(network),
+        lab.lab_veths(),
         Vec::<String>::new(),
         "{when}: academy host veths left"
     );
@@ -595,29 +445,34 @@ fn academy_under_podman() {
     assert_eq!(
         unsafe { libc::geteuid() },
         0,
-        "the podman test must run as root (it installs packages, runs rootful podman, makes bridges)"
+        "the podman test must run as root (it runs rootful podman, makes bridges)"
     );
     let lock = lock();
-    ensure_packages();
+    require_packages();
     step(t0, "packages present");
-    remove_network_leftovers(); // of an earlier run that was killed before its guard ran
 
-    let dir = std::env::temp_dir().join(format!("academy-podman-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
+    // Two networks, each on a lab of its own (bridge, /29 of the lab's subnet, store,
+    // cleanup): `net` for the rounds, `full` with a range of one address.
+    let (net, full) = (Lab::new("podnet"), Lab::new("podfull"));
+    let dir = net.root.join("podman");
     fs::create_dir_all(&dir).expect("test folder");
     let guard = Guard {
         podman: Podman { dir },
         netns_before: podman_netns(),
         _lock: lock,
+        net,
+        full,
     };
-    let p = &guard.podman;
-    set_up(p);
+    let (p, net, full) = (&guard.podman, &guard.net, &guard.full);
+    let (subnet, gateway, full_only) = (subnet_29(net), net.gateway(), full_only(full));
+    let bridges = [net.bridge.clone(), full.bridge.clone()];
+    set_up(p, net, full);
     build_image(p);
     step(t0, "image imported");
 
     // Discovery: podman reads the conflists and names academy as the networks' driver.
     let networks = p.must(&["network", "ls", "--format", "{{.Name}} {{.Driver}}"]);
-    for network in [NET, FULL_NET] {
+    for network in [&net.network, &full.network] {
         assert!(
             networks.lines().any(|l| l == format!("{network} academy")),
             "podman network ls does not show {network} with driver academy:\n{networks}"
@@ -625,13 +480,13 @@ fn academy_under_podman() {
     }
 
     // Rounds of `podman run --rm`: address in the subnet, gateway answers, all undone.
-    let probe = format!("ip -4 -o addr show dev eth0 && ping -c1 -W2 {GATEWAY}");
+    let probe = format!("ip -4 -o addr show dev eth0 && ping -c1 -W2 {gateway}");
     for round in 1..=3 {
         let out = p.must(&[
             "run",
             "--rm",
             "--network",
-            NET,
+            &net.network,
             "--cap-add",
             "NET_RAW",
             IMAGE,
@@ -641,12 +496,12 @@ fn academy_under_podman() {
         ]);
         let (addr, prefix) = parse_inet(&out);
         assert!(
-            in_subnet(addr, SUBNET),
-            "round {round}: {addr} is outside {SUBNET:?}"
+            in_subnet(addr, net),
+            "round {round}: {addr} is outside {subnet}"
         );
-        assert_eq!(prefix, SUBNET.1, "round {round}: prefix length of {addr}");
-        assert_pinged(&out, GATEWAY);
-        assert_clean(&guard, NET, BRIDGE, &format!("after --rm round {round}"));
+        assert_eq!(prefix, 29, "round {round}: prefix length of {addr}");
+        assert_pinged(&out, &gateway);
+        assert_clean(&guard, net, &format!("after --rm round {round}"));
         step(
             t0,
             &format!("--rm round {round}: {addr}/{prefix}, gateway answered, all undone"),
@@ -655,12 +510,12 @@ fn academy_under_podman() {
 
     // podman's --ip and --mac-address arrive as CNI_ARGS IP= and MAC=: academy must
     // give exactly that address and MAC, through the same store.
-    let fixed_ip = format!("{}", Ipv4Addr::from(u32::from(SUBNET.0) + 5));
+    let fixed_ip = net.ip(5);
     let out = p.must(&[
         "run",
         "--rm",
         "--network",
-        NET,
+        &net.network,
         "--ip",
         &fixed_ip,
         "--mac-address",
@@ -678,8 +533,8 @@ fn academy_under_podman() {
         out.contains("02:00:00:00:ac:05"),
         "--mac-address was not honoured:\n{out}"
     );
-    assert_pinged(&out, GATEWAY);
-    assert_clean(&guard, NET, BRIDGE, "after the --ip/--mac-address round");
+    assert_pinged(&out, &gateway);
+    assert_clean(&guard, net, "after the --ip/--mac-address round");
     step(
         t0,
         &format!("--ip {fixed_ip} --mac-address round: honoured, all undone"),
@@ -692,7 +547,7 @@ fn academy_under_podman() {
         "--name",
         "academy-detached",
         "--network",
-        NET,
+        &net.network,
         "--cap-add",
         "NET_RAW",
         IMAGE,
@@ -713,20 +568,17 @@ fn academy_under_podman() {
         "eth0",
     ]);
     let (addr, _) = parse_inet(&inside);
-    assert!(
-        in_subnet(addr, SUBNET),
-        "detached: {addr} is outside {SUBNET:?}"
-    );
+    assert!(in_subnet(addr, net), "detached: {addr} is outside {subnet}");
     assert_eq!(
-        inspect_address(p, "academy-detached", NET),
+        inspect_address(p, "academy-detached", &net.network),
         addr.to_string(),
         "podman inspect vs eth0"
     );
     assert_pinged(
-        &p.must(&["exec", "academy-detached", "ping", "-c1", "-W2", GATEWAY]),
-        GATEWAY,
+        &p.must(&["exec", "academy-detached", "ping", "-c1", "-W2", &gateway]),
+        &gateway,
     );
-    let held = p.reservations(NET);
+    let held = reserved(net);
     assert_eq!(held.len(), 1, "detached: store {held:?}");
     assert_eq!(held[0].0, addr.to_string(), "detached: reserved address");
     assert_eq!(
@@ -735,23 +587,24 @@ fn academy_under_podman() {
         "detached: reservation content"
     );
     assert_eq!(
-        bridge_ports(BRIDGE).len(),
+        bridge_ports(&net.bridge).len(),
         1,
-        "detached: one port on {BRIDGE}"
+        "detached: one port on {}",
+        net.bridge
     );
     p.must(&["stop", "-t", "10", "academy-detached"]);
     assert_eq!(
-        p.reservations(NET),
+        reserved(net),
         Vec::new(),
         "after podman stop: store still holds an address"
     );
     assert_eq!(
-        bridge_ports(BRIDGE),
+        bridge_ports(&net.bridge),
         Vec::<String>::new(),
         "after podman stop: ports left"
     );
     p.must(&["rm", "academy-detached"]);
-    assert_clean(&guard, NET, BRIDGE, "after podman run -d / stop / rm");
+    assert_clean(&guard, net, "after podman run -d / stop / rm");
     step(t0, &format!("detached round: {addr}, stop and rm undid it"));
 
     // A detached container that exits by itself: the DEL comes from the
@@ -762,7 +615,7 @@ fn academy_under_podman() {
         "--name",
         "academy-exits",
         "--network",
-        NET,
+        &net.network,
         "--cap-add",
         "NET_RAW",
         IMAGE,
@@ -774,8 +627,8 @@ fn academy_under_podman() {
     loop {
         let state = p.must(&["inspect", "-f", "{{.State.Status}}", "academy-exits"]);
         if state.trim() == "exited"
-            && p.reservations(NET).is_empty()
-            && bridge_ports(BRIDGE).is_empty()
+            && reserved(net).is_empty()
+            && bridge_ports(&net.bridge).is_empty()
         {
             break;
         }
@@ -783,18 +636,18 @@ fn academy_under_podman() {
             Instant::now() < deadline,
             "the exited container's network was not torn down by podman's cleanup process: state {}, store {:?}, ports {:?}",
             state.trim(),
-            p.reservations(NET),
-            bridge_ports(BRIDGE)
+            reserved(net),
+            bridge_ports(&net.bridge)
         );
         sleep(Duration::from_millis(200));
     }
     let logs = p.must(&["logs", "academy-exits"]);
     let (addr, _) = parse_inet(&logs);
     assert!(
-        in_subnet(addr, SUBNET),
-        "exits-by-itself: {addr} is outside {SUBNET:?}"
+        in_subnet(addr, net),
+        "exits-by-itself: {addr} is outside {subnet}"
     );
-    assert_pinged(&logs, GATEWAY);
+    assert_pinged(&logs, &gateway);
     assert_eq!(
         p.must(&["inspect", "-f", "{{.State.ExitCode}}", "academy-exits"])
             .trim(),
@@ -802,7 +655,7 @@ fn academy_under_podman() {
         "exits-by-itself: exit code"
     );
     p.must(&["rm", "academy-exits"]);
-    assert_clean(&guard, NET, BRIDGE, "after a container exited by itself");
+    assert_clean(&guard, net, "after a container exited by itself");
     step(
         t0,
         &format!("exits-by-itself round: {addr}, cleanup process undid it"),
@@ -816,15 +669,15 @@ fn academy_under_podman() {
         "--name",
         "academy-holder",
         "--network",
-        FULL_NET,
+        &full.network,
         IMAGE,
         "sh",
         "-c",
         IDLE,
     ]);
     assert_eq!(
-        inspect_address(p, "academy-holder", FULL_NET),
-        FULL_ONLY,
+        inspect_address(p, "academy-holder", &full.network),
+        full_only,
         "the holder's address"
     );
     let netns_with_holder = podman_netns();
@@ -834,18 +687,19 @@ fn academy_under_podman() {
         "--name",
         "academy-no-room",
         "--network",
-        FULL_NET,
+        &full.network,
         IMAGE,
         "true",
     ]);
-    let shown = text(&failed);
+    let shown = failed.to_string();
     assert!(
-        !failed.status.success(),
+        failed.code != 0,
         "podman run on a full subnet succeeded:\n{shown}"
     );
     let expected = format!(
-        "network {FULL_NET}: no free address in {}/{}",
-        FULL_SUBNET.0, FULL_SUBNET.1
+        "network {}: no free address in {}",
+        full.network,
+        subnet_29(full)
     );
     assert!(
         shown.contains(&expected),
@@ -853,19 +707,20 @@ fn academy_under_podman() {
     );
     eprintln!(
         "podman test: what the user saw on a full subnet:\n{}",
-        String::from_utf8_lossy(&failed.stderr)
+        failed.stderr
     );
     // The failed ADD (and podman's DEL after it, without prevResult) left nothing behind.
-    let held = p.reservations(FULL_NET);
+    let held = reserved(full);
     assert_eq!(held.len(), 1, "after the failed run: store {held:?}");
     assert_eq!(
-        held[0].0, FULL_ONLY,
+        held[0].0, full_only,
         "after the failed run: the holder's address"
     );
     assert_eq!(
-        bridge_ports(FULL_BRIDGE).len(),
+        bridge_ports(&full.bridge).len(),
         1,
-        "after the failed run: ports on {FULL_BRIDGE}"
+        "after the failed run: ports on {}",
+        full.bridge
     );
     assert_eq!(
         podman_netns(),
@@ -880,7 +735,7 @@ fn academy_under_podman() {
     );
     p.must(&["stop", "-t", "10", "academy-holder"]);
     p.must(&["rm", "academy-holder"]);
-    assert_clean(&guard, FULL_NET, FULL_BRIDGE, "after the full-subnet case");
+    assert_clean(&guard, full, "after the full-subnet case");
     step(
         t0,
         "full subnet: academy's error reached the user, nothing left",
@@ -888,7 +743,7 @@ fn academy_under_podman() {
 
     // How podman invoked academy, from the shim's record.
     let calls = p.calls();
-    let mut counts = std::collections::BTreeMap::new();
+    let mut counts = BTreeMap::new();
     for c in &calls {
         *counts
             .entry(format!("{} rc={}", c.command, c.status))
@@ -914,7 +769,7 @@ fn academy_under_podman() {
         "the DEL of the container that exited by itself: {cleanup_del:#?}"
     );
     // The failed ADD: podman then sent DEL without prevResult, and academy accepted it.
-    let failed_adds: Vec<&Call> = calls
+    let failed_adds: Vec<&RecordedCall> = calls
         .iter()
         .filter(|c| c.command == "ADD" && c.status != "0")
         .collect();
@@ -928,7 +783,7 @@ fn academy_under_podman() {
         "the DEL after the failed ADD: {del_after_fail:#?}"
     );
     // Every other call succeeded.
-    let other_failures: Vec<&Call> = calls
+    let other_failures: Vec<&RecordedCall> = calls
         .iter()
         .filter(|c| c.status != "0" && c.container != failed_adds[0].container)
         .collect();
@@ -939,7 +794,7 @@ fn academy_under_podman() {
 
     drop(guard);
     assert!(
-        !link_exists(BRIDGE) && !link_exists(FULL_BRIDGE),
+        !bridges.iter().any(|b| link_exists(b)),
         "the guard left a bridge"
     );
     step(t0, "cleaned up");

@@ -3,9 +3,7 @@
 //! design: once, from a short-lived thread, so the main thread never changes namespace.
 //! DEL works from the host side only. Root only.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 /// The setns(2) calls of one traced run: (tid, line) of each, and the main thread's tid.
 struct Trace {
@@ -14,40 +12,34 @@ struct Trace {
     text: String,
 }
 
-/// Parses `strace -f -e trace=setns,execve -o FILE` output: each line starts with the
-/// tid; the main thread is the one whose execve of the plugin succeeded (strace's child,
-/// so tid == pid of the traced process).
-fn parse_trace(path: &std::path::Path) -> Trace {
-    let text = std::fs::read_to_string(path).expect("strace wrote no trace file");
-    let tid = |line: &str| -> Option<u32> { line.split_whitespace().next()?.parse().ok() };
-    let main = text
-        .lines()
-        .find(|l| l.contains("execve(") && l.contains(plugin()) && l.trim_end().ends_with("= 0"))
-        .and_then(tid)
+/// Runs `call` under strace (setns and execve) and reads the trace. The main thread is
+/// the one whose execve of the plugin succeeded (strace's child, so tid == pid).
+fn traced(lab: &Lab, call: &Call, name: &str) -> (Out, Trace) {
+    let (out, text) = run_strace(call, &lab.root.join(name), "setns,execve", None);
+    let calls = parse_trace(&text);
+    let main = calls
+        .iter()
+        .find(|c| {
+            c.name == "execve" && c.line.contains(plugin()) && c.line.trim_end().ends_with("= 0")
+        })
+        .map(|c| c.tid)
         .unwrap_or_else(|| panic!("no successful execve of the plugin in the trace:\n{text}"));
-    // An interrupted call shows as "setns(... <unfinished ...>" and "<... setns resumed>":
-    // counting "setns(" counts each call once.
-    let setns = text
-        .lines()
-        .filter(|l| l.contains("setns("))
-        .map(|l| (tid(l).expect("line without a tid"), l.to_string()))
+    // parse_trace counts an interrupted call once ("<unfinished ...>", not its "resumed").
+    let setns = calls
+        .into_iter()
+        .filter(|c| c.name == "setns")
+        .map(|c| (c.tid, c.line))
         .collect();
-    Trace { main, setns, text }
-}
-
-fn trace_file(lab: &Lab, name: &str) -> std::path::PathBuf {
-    lab.root.join(name)
+    (out, Trace { main, setns, text })
 }
 
 #[test]
 fn add_enters_the_netns_at_most_twice_off_main() {
-    let lab = Lab::new("strace", 61);
-    let file = trace_file(&lab, "add.strace");
-    let out = lab.call("ADD").run_traced(&file);
+    let lab = Lab::new("strace");
+    let (out, t) = traced(&lab, &lab.call("ADD"), "add.strace");
     let result = out.expect_result("ADD under strace");
     assert_result_valid(&lab, &result, &lab.attach(), "1.1.0", None);
 
-    let t = parse_trace(&file);
     // At least one, or strace saw nothing and the test proves nothing.
     assert!(
         (1..=2).contains(&t.setns.len()),
@@ -77,14 +69,11 @@ fn add_enters_the_netns_at_most_twice_off_main() {
 
 #[test]
 fn del_never_enters_the_netns() {
-    let lab = Lab::new("strdel", 62);
+    let lab = Lab::new("strdel");
     lab.call("ADD").run().expect_result("ADD");
 
-    let file = trace_file(&lab, "del.strace");
-    lab.call("DEL")
-        .run_traced(&file)
-        .expect_silent_success("DEL under strace");
-    let t = parse_trace(&file);
+    let (out, t) = traced(&lab, &lab.call("DEL"), "del.strace");
+    out.expect_silent_success("DEL under strace");
     assert!(t.setns.is_empty(), "DEL entered the netns:\n{}", t.text);
     assert_unwired(&lab, &lab.attach());
 }

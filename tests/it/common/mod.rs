@@ -1,0 +1,37 @@
+//! Helpers shared by every module of the integration test binary, split by job:
+//!
+//! - [`process`]: running the plugin as a runtime does ([`Call`]) and any other program;
+//! - [`alloc`]: the one allocator of subnets and names ([`Slot`]);
+//! - [`lab`]: the [`Lab`] guard, its attachments, configs, calls and cnitool;
+//! - [`store`]: what the plugin's store holds (reservations, holders, leftovers);
+//! - [`kernel`]: asking the kernel what it has (`ip`);
+//! - [`snapshot`]: what a failed invocation must leave as it was;
+//! - [`assertions`]: the CNI error contract, ADD results, the state after DEL;
+//! - [`strace`]: the one strace parser, and fault injection through strace;
+//! - [`shim`]: the LD_PRELOAD netlink fault shim;
+//! - [`nft`]: academy's nf_tables table, read and cleaned with the `nft` tool.
+//!
+//! Everything is re-exported here: a test module says `use crate::common::*;`.
+//!
+//! Network safety: tests only ping addresses of their own lab's subnet, from their own
+//! netns, through their own bridge.
+
+pub mod alloc;
+pub mod assertions;
+pub mod kernel;
+pub mod lab;
+pub mod nft;
+pub mod process;
+pub mod shim;
+pub mod snapshot;
+pub mod store;
+pub mod strace;
+
+pub use assertions::*;
+pub use kernel::*;
+pub use lab::*;
+pub use process::*;
+pub use shim::*;
+pub use snapshot::*;
+pub use store::*;
+pub use strace::*;

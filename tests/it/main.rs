@@ -1,0 +1,46 @@
+//! academy's integration tests: one test binary (`cargo test --test it`), one module per
+//! concern, shared helpers in [`common`]. Root only: they build real network
+//! namespaces, bridges and veths, and run the plugin as cnitool and podman do.
+//!
+//! | module        | concern                                                        |
+//! |---------------|----------------------------------------------------------------|
+//! | `gate`        | seed 002's gate through cnitool, and the cases that must fail  |
+//! | `protocol`    | the CNI protocol at its edges: bad input, VERSION, DEL, CHECK  |
+//! | `ipam_lab`    | seed 000: the address store under real namespaces, in parallel |
+//! | `failure`     | failure atomicity: a fault at every step; ADD/DEL/GC racing    |
+//! | `dropin`      | academy as a drop-in for the reference bridge + host-local     |
+//! | `netns_entry` | how often, and from which thread, the netns is entered         |
+//! | `podman`      | academy under a real runtime (podman 4.3, CNI backend)         |
+//!
+//! # Adding a test module
+//!
+//! 1. Put the file at `tests/it/<concern>.rs` and add `mod <concern>;` below.
+//! 2. Start it with `use crate::common::*;` (not `mod common;`: the helpers are already
+//!    compiled into this binary once).
+//! 3. Build every test on its own `Lab::new("tag")`: the lab takes the next slot of the one
+//!    allocator (`common/alloc.rs`), which gives its subnet 10.A.n.0/24 (and fd00:A:n::/64),
+//!    its bridge and every other name. Never pick a subnet or a name by hand. A file written
+//!    for the older layout with `Lab::new("tag", N)` only loses the N.
+//! 4. A helper two modules need goes into the `common` submodule of its job (processes,
+//!    lab objects, kernel, snapshots, assertions, strace, shim); one that only one module
+//!    needs stays in that module. Nothing here allows dead code: an unused helper is an
+//!    error, so delete it rather than keep it "for later".
+//! 5. Tests run concurrently (`--test-threads`), all modules in one process. A test that
+//!    changes or compares something host-wide holds a lock for it: dropin's reference lock
+//!    (the forwarding sysctls the reference bridge plugin flips) and the podman test's file
+//!    lock (`/run/academy-podman-test.lock`, also against other processes: it compares
+//!    /run/netns before and after). A new test of that kind takes the lock it shares a
+//!    resource with, or adds one beside it.
+//! 6. Every program a test runs must be installed by `make setup`; a test fails (never
+//!    skips, never installs) when one is missing, saying so.
+
+mod common;
+
+mod dropin;
+mod failure;
+mod gate;
+mod ipam_lab;
+mod masquerade;
+mod netns_entry;
+mod podman;
+mod protocol;
