@@ -5,10 +5,7 @@
 //! host's address. Packets go only to addresses of the test's own namespaces.
 
 use std::collections::BTreeSet;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-use crate::common::alloc::Slot;
 use crate::common::*;
 use serde_json::{json, Value};
 
@@ -16,125 +13,9 @@ use serde_json::{json, Value};
 const CHAINED: &[&str] = &["portmap", "firewall", "tuning"];
 const DEBIAN_PLUGINS: &str = "/usr/lib/cni";
 
-/// The outside world of one test: netns "<lab netns>-out" joined to the host by a veth,
-/// on a slot of its own: .2 (and ::2) outside, .1 (and ::1) on the host end.
-struct Outside {
-    netns: String,
-    host_v4: String,
-    far_v4: String,
-    host_v6: String,
-    far_v6: String,
-}
-
-impl Outside {
-    fn new(lab: &Lab) -> Outside {
-        let netns = lab.add_netns("out");
-        let slot = Slot::take();
-        let (v4, v6) = (slot.v4_prefix(), slot.v6_prefix());
-        let host_end = slot.link_name("aco");
-        // The pair dies with the netns (the lab deletes it), host end included.
-        ip(&[
-            "link", "add", &host_end, "type", "veth", "peer", "name", "out0", "netns", &netns,
-        ]);
-        ip(&["addr", "add", &format!("{v4}.1/24"), "dev", &host_end]);
-        ip(&[
-            "addr",
-            "add",
-            &format!("{v6}::1/64"),
-            "dev",
-            &host_end,
-            "nodad",
-        ]);
-        ip(&["link", "set", &host_end, "up"]);
-        let inside = |args: &[&str]| {
-            let mut all = vec!["-n", netns.as_str()];
-            all.extend_from_slice(args);
-            ip(&all);
-        };
-        inside(&["addr", "add", &format!("{v4}.2/24"), "dev", "out0"]);
-        inside(&[
-            "addr",
-            "add",
-            &format!("{v6}::2/64"),
-            "dev",
-            "out0",
-            "nodad",
-        ]);
-        inside(&["link", "set", "out0", "up"]);
-        inside(&["link", "set", "lo", "up"]);
-        Outside {
-            netns,
-            host_v4: format!("{v4}.1"),
-            far_v4: format!("{v4}.2"),
-            host_v6: format!("{v6}::1"),
-            far_v6: format!("{v6}::2"),
-        }
-    }
-}
-
 /// The lab's IPv6 pod subnet, beside its IPv4 one.
 fn pod_v6(lab: &Lab) -> String {
     format!("{}::/64", lab.slot.v6_prefix())
-}
-
-/// A TCP listener in `netns` that accepts one connection, answers "hello" and prints
-/// the peer's address.
-fn listen(netns: &str, addr: &str, port: u16) -> Child {
-    let script = format!(
-        "import socket\n\
-         s = socket.socket(socket.AF_INET6 if ':' in '{addr}' else socket.AF_INET)\n\
-         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
-         s.bind(('{addr}', {port})); s.listen(1); s.settimeout(20)\n\
-         c, peer = s.accept(); c.sendall(b'hello'); c.close()\n\
-         print(peer[0], flush=True)\n"
-    );
-    Command::new("ip")
-        .args(["netns", "exec", netns, "python3", "-c", &script])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3")
-}
-
-/// Connects from `netns` to addr:port (retrying while the listener starts); what it read.
-fn connect(netns: &str, addr: &str, port: u16) -> String {
-    let script = format!(
-        "import socket\n\
-         c = socket.create_connection(('{addr}', {port}), timeout=3)\n\
-         print(c.recv(16).decode())\n"
-    );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let out = run(
-            "ip",
-            &["netns", "exec", netns, "python3", "-c", &script],
-            &[],
-        );
-        if out.code == 0 || Instant::now() > deadline {
-            return out.stdout.trim().to_string();
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// The peer address the listener saw for one connection from `from` to `to`.
-fn peer_seen(listen_ns: &str, to: &str, port: u16, from: &str) -> (String, String) {
-    let listener = listen(listen_ns, to, port);
-    let got = connect(from, to, port);
-    let out = listener.wait_with_output().unwrap();
-    (got, String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
-fn ping_eventually(netns: &str, addr: &str) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(6);
-    loop {
-        if ping_from(netns, addr, 1) {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-    }
 }
 
 /// Puts the chained reference plugins beside academy in the lab's CNI_PATH.

@@ -9,6 +9,7 @@
 //! - [`assertions`]: the CNI error contract, ADD results, the state after DEL;
 //! - [`strace`]: the one strace parser, and fault injection through strace;
 //! - [`shim`]: the LD_PRELOAD netlink fault shim;
+//! - [`outside`]: the made "outside" of outbound-NAT tests;
 //! - [`nft`]: academy's nf_tables table, read and cleaned with the `nft` tool.
 //!
 //! Everything is re-exported here: a test module says `use crate::common::*;`.
@@ -21,6 +22,7 @@ pub mod assertions;
 pub mod kernel;
 pub mod lab;
 pub mod nft;
+pub mod outside;
 pub mod process;
 pub mod shim;
 pub mod snapshot;
@@ -30,6 +32,7 @@ pub mod strace;
 pub use assertions::*;
 pub use kernel::*;
 pub use lab::*;
+pub use outside::*;
 pub use process::*;
 pub use shim::*;
 pub use snapshot::*;
