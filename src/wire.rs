@@ -52,7 +52,7 @@ pub fn ensure_bridge(nl: &mut Netlink, spec: &BridgeSpec) -> Result<Link> {
     };
     if bridge.kind != LinkKind::Bridge {
         return Err(Error::new(
-            code::NAME_IN_USE,
+            code::HOST_NAME_TAKEN,
             format!(
                 "link {name} exists but is not a bridge (it is {})",
                 kind_name(&bridge.kind)
@@ -212,7 +212,7 @@ pub fn create_pair(
 
 fn foreign_host_link(name: &str, why: &str) -> Error {
     Error::new(
-        code::NAME_IN_USE,
+        code::HOST_NAME_TAKEN,
         format!("host interface {name}, which academy derives from this container id and ifname, already exists and is not academy's: {why}"),
     )
     .details("academy will not delete a link it did not make; remove it by hand if it is stale")
@@ -261,7 +261,7 @@ pub fn configure_container(
                 Ok(()) => {}
                 Err(e) if e.is(libc::EEXIST) && route.dst.prefix() == 0 => {
                     return Err(Error::new(
-                        code::NAME_IN_USE,
+                        code::ROUTE_TAKEN,
                         format!(
                             "the container in {} already has a default route",
                             netns.path()

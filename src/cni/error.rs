@@ -17,10 +17,15 @@ pub mod code {
 
     /// The kernel refused a netlink request while wiring or unwiring.
     pub const KERNEL_REFUSED: u32 = 100;
-    /// An interface name is already taken (CNI_IFNAME in the netns, or the host veth name).
+    /// CNI_IFNAME is already taken inside the container's netns.
     pub const NAME_IN_USE: u32 = 101;
     /// CNI_NETNS could not be opened or entered.
     pub const NETNS_UNUSABLE: u32 = 102;
+    /// A host link name academy needs (the bridge, the host veth) belongs to a link
+    /// academy did not make for it.
+    pub const HOST_NAME_TAKEN: u32 = 103;
+    /// The container already has a default route of that family (from another network).
+    pub const ROUTE_TAKEN: u32 = 104;
     /// No free address is left in the range.
     pub const ADDRESS_EXHAUSTED: u32 = 110;
     /// A requested address (testAddress, IP=, ips) is held by someone else or outside the range.

@@ -534,8 +534,8 @@ fn netns_of_another_kind_is_refused_as_unusable() {
     r.finish();
 }
 
-/// CNI_IFNAME already in the netns (a plain eth0, or lo), and a foreign link on the host
-/// veth's derived name: 101, and nothing of the ADD left behind.
+/// CNI_IFNAME already in the netns (a plain eth0, or lo): 101, and nothing of the ADD
+/// left behind.
 #[test]
 fn ifname_already_in_the_netns() {
     let lab = Lab::new("iftaken");
@@ -560,7 +560,7 @@ fn ifname_already_in_the_netns() {
 
 /// A link that is not academy's sits on the name academy derives for the attachment's
 /// host veth (labelled with the lab's network only so the guard removes it). DEL must
-/// leave it alone and succeed; ADD must refuse with 101 and leave it alone too.
+/// leave it alone and succeed; ADD must refuse with 103 and leave it alone too.
 #[test]
 fn foreign_link_on_the_host_veth_name_is_kept() {
     let lab = Lab::new("foreign");
@@ -582,12 +582,49 @@ fn foreign_link_on_the_host_veth_name_is_kept() {
     assert!(exists(), "DEL deleted a link that is not academy's");
 
     let mut r = Refusals::new(&lab);
-    r.expect("host veth name taken", lab.call("ADD"), 101, &[&veth]);
+    r.expect("host veth name taken", lab.call("ADD"), 103, &[&veth]);
     r.finish();
     assert!(
         exists(),
         "the failed ADD deleted a link that is not academy's"
     );
+}
+
+/// A container another network already routes by default: 104, nothing of the ADD left.
+#[test]
+fn default_route_already_in_the_netns() {
+    let lab = Lab::new("rtaken");
+    lab.call("ADD").run().expect_result("first ADD");
+    lab.call("DEL").run().expect_silent_success("first DEL");
+    // Another network's interface and default route, inside the lab's own netns only.
+    add_plain_link(Some(&lab.netns), "other0", "other0-peer");
+    ip(&["-n", &lab.netns, "link", "set", "other0", "up"]);
+    ip(&[
+        "-n",
+        &lab.netns,
+        "addr",
+        "add",
+        "192.0.2.2/24",
+        "dev",
+        "other0",
+    ]);
+    ip(&[
+        "-n",
+        &lab.netns,
+        "route",
+        "add",
+        "default",
+        "via",
+        "192.0.2.1",
+    ]);
+    let mut r = Refusals::new(&lab);
+    r.expect(
+        "a default route exists",
+        lab.call("ADD"),
+        104,
+        &["default route"],
+    );
+    r.finish();
 }
 
 #[test]
@@ -598,7 +635,7 @@ fn bridge_name_taken_by_a_dummy_link() {
     r.expect(
         "bridge name is a plain link",
         lab.call("ADD"),
-        101,
+        103,
         &[&lab.bridge, "not a bridge"],
     );
     r.finish();
