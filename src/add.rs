@@ -36,7 +36,7 @@ pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
 
     let assigned = addressing::acquire(env, conf, &requests.ips)?;
     let undo_addresses = |cause: Error| {
-        if let Err(e) = addressing::release(env, conf) {
+        if let Err(e) = addressing::undo(env, conf, &assigned) {
             eprintln!("academy: while undoing a failed ADD: {e}");
         }
         cause

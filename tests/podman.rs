@@ -591,9 +591,8 @@ fn step(t0: Instant, what: &str) {
 #[test]
 fn academy_under_podman() {
     let t0 = Instant::now();
-    // SAFETY: geteuid has no preconditions.
     assert_eq!(
-        unsafe { libc::geteuid() },
+        nix::unistd::geteuid().as_raw(),
         0,
         "the podman test must run as root (it installs packages, runs rootful podman, makes bridges)"
     );

@@ -37,6 +37,7 @@
 //! them); the worst outcome is an address missing from the index, which GC recovers.
 
 mod allocator;
+mod files;
 mod store;
 
 pub use allocator::{Candidates, Pool};
@@ -51,8 +52,8 @@ pub struct Holder {
     pub ifname: String,
 }
 
-/// NAME_MAX: the index file is named by the key.
-const MAX_KEY_LEN: usize = 255;
+/// The index file is named by the key and its temp file by ".tmp." + key, within NAME_MAX.
+const MAX_KEY_LEN: usize = 250;
 
 impl Holder {
     pub fn new(container_id: impl Into<String>, ifname: impl Into<String>) -> Holder {
@@ -145,13 +146,33 @@ impl FileHolder {
         }
     }
 
-    /// `id:ifname`, or the bare id for legacy content.
+    /// `id:ifname`, or the bare id for legacy content, escaped and capped (see [`shown`]).
     pub(crate) fn describe(&self) -> String {
         match self {
-            FileHolder::Full { id, ifname } => format!("{id}:{ifname}"),
-            FileHolder::Legacy(id) => id.clone(),
+            FileHolder::Full { id, ifname } => format!("{}:{}", shown(id), shown(ifname)),
+            FileHolder::Legacy(id) => shown(id),
         }
     }
+}
+
+/// Text read from a file in the store, made fit for a message: control characters
+/// escaped (a terminal or a log must not interpret them) and cut after 64 characters
+/// (a garbage file may hold up to 4 KiB).
+pub(crate) fn shown(text: &str) -> String {
+    const MAX: usize = 64;
+    let mut out = String::new();
+    for (i, c) in text.chars().enumerate() {
+        if i == MAX {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -190,5 +211,17 @@ mod tests {
             assert_eq!(e.code, code::INVALID_ENVIRONMENT, "{id:?} {ifname:?}");
         }
         assert!(Holder::new("a".repeat(300), "eth0").validate().is_err());
+        // Its temp file, ".tmp." + key, must fit in NAME_MAX too.
+        assert!(Holder::new("a".repeat(246), "eth0").validate().is_err());
+        assert!(Holder::new("a".repeat(200), "eth0").validate().is_ok());
+    }
+
+    #[test]
+    fn shown_escapes_and_caps() {
+        assert_eq!(shown("abc"), "abc");
+        assert_eq!(shown("a\x1b[31mb\n"), "a\\u{1b}[31mb\\n");
+        let long = shown(&"x".repeat(5000));
+        assert_eq!(long.len(), 67);
+        assert!(FileHolder::parse(b"\x07id\r\neth0").describe() == "\\u{7}id:eth0");
     }
 }
