@@ -1,7 +1,9 @@
 //! Running another IPAM plugin, as the spec lays down: found in CNI_PATH, given the same
 //! environment (CNI_COMMAND set to the verb) and the same network config on stdin.
 
+use std::ffi::OsStr;
 use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::process::{Command as Process, Stdio};
 
@@ -18,7 +20,7 @@ pub fn exec(plugin: &str, command: Command, env: &Env, stdin: &[u8]) -> Result<O
         .env("CNI_CONTAINERID", &env.container_id)
         .env("CNI_NETNS", &env.netns)
         .env("CNI_IFNAME", &env.ifname)
-        .env("CNI_ARGS", &env.args)
+        .env("CNI_ARGS", OsStr::from_bytes(&env.args))
         .env("CNI_PATH", &env.path)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
