@@ -61,11 +61,15 @@ enum Pending<'a> {
     Named { dir: &'a Dir, name: String },
 }
 
+fn pending_identity(f: &File) -> io::Result<FileStat> {
+    nix::sys::stat::fstat(f).map_err(io::Error::from)
+}
+
 impl Pending<'_> {
     /// The inode the reservation will have once linked.
     fn identity(&self) -> io::Result<FileStat> {
         match self {
-            Pending::Unnamed(f) => nix::sys::stat::fstat(f).map_err(io::Error::from),
+            Pending::Unnamed(f) => pending_identity(f),
             Pending::Named { dir, name } => dir
                 .stat(name)?
                 .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound)),
@@ -836,7 +840,8 @@ impl Store {
     }
 
     /// Gives `pending` the name `name`; EEXIST when someone holds it already. Exclusive
-    /// because linkat(2) never replaces an existing name. Records what it linked.
+    /// because linkat(2) never replaces an existing name. Records what it linked; the
+    /// inode is read before linking, so a failure there leaves nothing linked.
     fn link<'a>(
         &'a self,
         pending: &mut Pending<'a>,
@@ -844,8 +849,12 @@ impl Store {
         holder: &Holder,
     ) -> io::Result<()> {
         if let Pending::Unnamed(f) = pending {
+            let identity = pending_identity(f)?;
             match self.dir.link_unnamed(f, name) {
-                Ok(()) => return self.record_link(pending, name),
+                Ok(()) => {
+                    self.record_link(name, identity);
+                    return Ok(());
+                }
                 // No /proc (or no magic links there): switch to a named temp for good.
                 Err(e) if not_found(&e) => {
                     self.no_tmpfile.store(true, Ordering::Relaxed);
@@ -859,22 +868,20 @@ impl Store {
                 Err(e) => return Err(e),
             }
         }
+        let identity = pending.identity()?;
         let Pending::Named { name: from, .. } = pending else {
             unreachable!("an unnamed pending file either linked, failed or was replaced")
         };
         self.dir.link(from, name)?;
-        self.record_link(pending, name)
+        self.record_link(name, identity);
+        Ok(())
     }
 
-    fn record_link(&self, pending: &Pending, name: &str) -> io::Result<()> {
-        // Without the inode the undo could not tell this reservation from a later one,
-        // so an unknown identity is an error (and the caller's undo frees it by index).
-        let stat = pending.identity()?;
+    fn record_link(&self, name: &str, identity: FileStat) {
         self.linked
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push((name.to_string(), stat));
-        Ok(())
+            .push((name.to_string(), identity));
     }
 
     /// Entries of `dir` as (name, is a regular file), for GC only.
