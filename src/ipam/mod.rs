@@ -19,6 +19,7 @@
 //! ```
 //!
 //! I/O failures are code 5 with the path and errno in the message.
+//! `has_index(&holder)` tells ADD's last check a vanished index from a released address.
 //!
 //! # On disk, under `<dataDir>/<network>/` (mode 0700)
 //!
@@ -31,7 +32,13 @@
 //!   can always clean up by reading this one file, whatever instant a previous ADD died at.
 //!   It may name addresses someone else won; release checks the reservation's content.
 //! - `last_reserved_ip.<rangeSet>`: round-robin hint, the last address handed out (host-local).
-//! - `.tmp.*` (in either directory): leftovers of an interrupted write, swept by GC after 60 s.
+//! - `.tmp.<containerID>:<ifname>` (in either directory): a holder's temp file. A killed
+//!   write's leftover is replaced by the holder's next write and removed by its release;
+//!   GC also sweeps any `.tmp.*` older than 60 s.
+//!
+//! The folder and holders/ must be real directories owned by the running user and not
+//! writable by group or others. Only regular files are academy's: anything else by a
+//! store name is never opened blocking, followed, read, written or removed (files.rs).
 //!
 //! Two concurrent reserves for the *same* holder are not serialised (the runtime never issues
 //! them); the worst outcome is an address missing from the index, which GC recovers.
