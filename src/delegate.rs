@@ -52,7 +52,11 @@ pub fn exec(plugin: &str, command: Command, env: &Env, stdin: &[u8]) -> Result<O
         ),
         _ => (
             code::IO_FAILURE,
-            format!("exited with {} and printed {:?}", out.status, text.trim()),
+            format!(
+                "exited with {} and printed {:?}",
+                out.status,
+                brief(text.trim())
+            ),
             String::new(),
         ),
     };
@@ -82,4 +86,14 @@ fn find(plugin: &str, cni_path: &str) -> Result<PathBuf> {
                 "install it there, or use \"type\": \"host-local\" to use academy's own allocator",
             )
         })
+}
+
+/// What a failed plugin printed, for the message: escaped by the caller's `{:?}`, and cut
+/// short, since a broken plugin may print anything, and at any length.
+fn brief(text: &str) -> String {
+    const MAX: usize = 200;
+    match text.char_indices().nth(MAX) {
+        Some((at, _)) => format!("{}...", &text[..at]),
+        None => text.to_string(),
+    }
 }

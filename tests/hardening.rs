@@ -21,6 +21,7 @@
 //! | 163 | prev_result_must_be_an_object_with_valid_interface_indexes  | 8    |
 //! | 164 | read_only_store_undo_does_not_warn_about_an_index_never_made | 8   |
 //! | 165 | stale_holder_temp_of_a_killed_add_goes_with_its_del         | 8    |
+//! | 166 | a_failing_ipam_plugin_s_output_is_capped                    | 8 (class) |
 
 mod common;
 mod faults;
@@ -564,4 +565,25 @@ fn stale_holder_temp_of_a_killed_add_goes_with_its_del() {
         "DEL left the killed ADD's temp files: {:?}",
         tmp_files(&lab)
     );
+}
+
+/// The class of item 8's raw echo: what a failing delegated IPAM plugin printed goes
+/// into the message escaped and cut short, not 20 kB of it.
+#[test]
+fn a_failing_ipam_plugin_s_output_is_capped() {
+    let lab = Lab::new("hnoisy", 166);
+    lab.install_script(
+        "noisy",
+        "#!/bin/sh\nprintf '\\033[31m'\nhead -c 20000 /dev/zero | tr '\\0' x\nexit 3\n",
+    );
+    let config = json!({
+        "cniVersion": "1.1.0", "name": lab.network, "type": "academy",
+        "bridge": lab.bridge, "ipam": {"type": "noisy"},
+    });
+    let out = lab.call("ADD").config(&config).run();
+    let err = assert_cni_error(&out, 5, &["noisy"]);
+    let msg = err["msg"].as_str().unwrap();
+    assert!(msg.len() < 600, "{} bytes of message", msg.len());
+    assert!(!msg.chars().any(|c| c.is_control()), "{msg:?}");
+    no_lab_links(&lab, "after the failed ADD");
 }

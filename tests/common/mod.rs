@@ -32,7 +32,7 @@
 //! | 51 | protocol.rs    | foreign_link_on_the_host_veth_name_is_kept    |
 //! | 61 | netns_entry.rs | add_enters_the_netns_at_most_twice_off_main   |
 //! | 62 | netns_entry.rs | del_never_enters_the_netns                    |
-//! | 150-165 | hardening.rs | one per test, listed at the top of tests/hardening.rs |
+//! | 150-166 | hardening.rs | one per test, listed at the top of tests/hardening.rs |
 //!
 //! Network safety: tests only ping addresses of their own lab's subnet, from their own
 //! netns, through their own bridge.
