@@ -10,6 +10,7 @@ use std::process::{Command as Process, Stdio};
 use serde_json::Value;
 
 use crate::cni::env::{Command, Env};
+use crate::cni::error::cut_short;
 use crate::cni::{code, Error, Result};
 
 /// Runs `plugin` for `command`. Returns its parsed stdout (the result, for ADD).
@@ -55,7 +56,7 @@ pub fn exec(plugin: &str, command: Command, env: &Env, stdin: &[u8]) -> Result<O
             format!(
                 "exited with {} and printed {:?}",
                 out.status,
-                brief(text.trim())
+                cut_short(text.trim(), 200)
             ),
             String::new(),
         ),
@@ -86,14 +87,4 @@ fn find(plugin: &str, cni_path: &str) -> Result<PathBuf> {
                 "install it there, or use \"type\": \"host-local\" to use academy's own allocator",
             )
         })
-}
-
-/// What a failed plugin printed, for the message: escaped by the caller's `{:?}`, and cut
-/// short, since a broken plugin may print anything, and at any length.
-fn brief(text: &str) -> String {
-    const MAX: usize = 200;
-    match text.char_indices().nth(MAX) {
-        Some((at, _)) => format!("{}...", &text[..at]),
-        None => text.to_string(),
-    }
 }

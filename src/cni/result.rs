@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use ipnetwork::IpNetwork;
 use serde_json::{json, Map, Value};
 
+use crate::cni::error::cut_short;
 use crate::cni::{version, Error, Result};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -184,11 +185,7 @@ impl CniResult {
 
 /// A JSON value for a message, cut short: a prevResult may be large, or hostile.
 fn brief(v: &Value) -> String {
-    let text = v.to_string();
-    match text.char_indices().nth(80) {
-        Some((at, _)) => format!("{}...", &text[..at]),
-        None => text,
-    }
+    cut_short(&v.to_string(), 80)
 }
 
 pub fn format_mac(mac: [u8; 6]) -> String {

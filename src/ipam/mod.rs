@@ -50,6 +50,7 @@ mod store;
 pub use allocator::{Candidates, Pool};
 pub use store::{status, GcReport, Store};
 
+use crate::cni::error::cut_short;
 use crate::cni::{Error, Result};
 
 /// Who holds an address: the runtime's container ID and the interface inside it.
@@ -166,13 +167,8 @@ impl FileHolder {
 /// escaped (a terminal or a log must not interpret them) and cut after 64 characters
 /// (a garbage file may hold up to 4 KiB).
 pub(crate) fn shown(text: &str) -> String {
-    const MAX: usize = 64;
     let mut out = String::new();
-    for (i, c) in text.chars().enumerate() {
-        if i == MAX {
-            out.push_str("...");
-            break;
-        }
+    for c in cut_short(text, 64).chars() {
         if c.is_control() {
             out.extend(c.escape_default());
         } else {
