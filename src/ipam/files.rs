@@ -14,6 +14,7 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use nix::dir::{Dir as DirStream, Type};
 use nix::errno::Errno;
@@ -274,8 +275,21 @@ impl Dir {
 }
 
 /// Takes an exclusive flock on `file`, released when the returned guard is dropped.
-pub fn lock_exclusive(file: File) -> io::Result<Flock<File>> {
-    Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| errno(e))
+/// Another academy remover holds it for microseconds; whoever holds it longer than
+/// `wait` is not academy, and waiting on it would hang DEL or GC: EWOULDBLOCK then.
+pub fn lock_exclusive(file: File, wait: Duration) -> io::Result<Flock<File>> {
+    let deadline = Instant::now() + wait;
+    let mut file = file;
+    loop {
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(locked) => return Ok(locked),
+            Err((f, Errno::EWOULDBLOCK)) if Instant::now() < deadline => {
+                file = f;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err((_, e)) => return Err(errno(e)),
+        }
+    }
 }
 
 /// Reads all of `file`, failing when it holds more than `limit` bytes: a garbage file

@@ -29,6 +29,8 @@ const STALE_TMP: Duration = Duration::from_secs(60);
 const MAX_RESERVATION: usize = 4096;
 const MAX_INDEX: usize = 64 * 1024;
 const MAX_HINT: usize = 64;
+/// Removers hold a reservation's lock for microseconds; a holder this long is not academy.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
 
 static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
 
@@ -43,6 +45,8 @@ pub struct Store {
     /// The reservations this Store linked, by name and inode: an undo frees them even if
     /// the holder index that names them was removed meanwhile (a racing GC or DEL).
     linked: Mutex<Vec<(String, FileStat)>>,
+    /// How long a remover waits for another's lock on a reservation (see remove_reservation).
+    lock_wait: Duration,
 }
 
 /// A reservation's content waiting to be linked under an address name. An O_TMPFILE that
@@ -190,6 +194,7 @@ impl Store {
             holders,
             no_tmpfile: AtomicBool::new(false),
             linked: Mutex::new(Vec::new()),
+            lock_wait: LOCK_WAIT,
         })
     }
 
@@ -545,6 +550,14 @@ impl Store {
         );
         if is_not_regular(e) {
             err.details("academy did not write it; remove it if nothing else uses it")
+        } else if is_errno(e, libc::EWOULDBLOCK) {
+            // Someone other than academy holds the reservation's lock: retrying may work.
+            let mut err = err.details(format!(
+                "another process has held its lock for over {} s; nothing was removed, retry",
+                self.lock_wait.as_secs()
+            ));
+            err.code = code::TRY_AGAIN_LATER;
+            err
         } else {
             err
         }
@@ -664,7 +677,7 @@ impl Store {
             return Ok(None);
         }
         let read = opened.stat;
-        let mut locked = files::lock_exclusive(opened.file)?;
+        let mut locked = files::lock_exclusive(opened.file, self.lock_wait)?;
         let content = match files::read_capped(&mut locked, MAX_RESERVATION) {
             Ok(c) => c,
             Err(e) if e.kind() == io::ErrorKind::InvalidData => return Ok(None),

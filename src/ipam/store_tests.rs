@@ -814,3 +814,29 @@ fn a_killed_holder_write_is_replaced_and_removed_by_release() {
     assert_eq!(s.release(&h("a")).unwrap(), [ip("10.98.1.2")]);
     assert_eq!(everything(&s), ["holders", "last_reserved_ip.0"]);
 }
+
+#[test]
+fn a_lock_held_by_someone_else_is_not_waited_on_forever() {
+    let t = TempDir::new("flock");
+    let mut s = open(&t);
+    s.lock_wait = Duration::from_millis(200);
+    let p = pool("10.98.1.0/29", "10.98.1.1");
+    let addr = s.reserve(&h("a"), &p).unwrap();
+    let hostile = fs::File::open(s.dir().join(addr.to_string())).unwrap();
+    let _held = nix::fcntl::Flock::lock(hostile, nix::fcntl::FlockArg::LockExclusive).unwrap();
+    let started = std::time::Instant::now();
+    let e = s.release(&h("a")).unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(e.code, code::TRY_AGAIN_LATER, "{e}");
+    assert!(e.details.contains("lock"), "{e}");
+    // Nothing was removed: a retried DEL still finds the index and the reservation.
+    assert_eq!(reservations(&s), [addr.to_string()]);
+    assert_eq!(s.held_by(&h("a")).unwrap(), [addr]);
+    let report = s.gc(&HashSet::new());
+    assert_eq!(report.errors.len(), 1);
+    assert_eq!(report.errors[0].code, code::TRY_AGAIN_LATER);
+}
