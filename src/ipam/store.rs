@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use nix::sys::stat::FileStat;
 
 use super::files::{self, is_not_regular, Dir};
-use super::{shown, FileHolder, Holder, Pool};
+use super::{Holder, Pool};
 use crate::cni::{code, Error, Result};
 
 const HOLDERS: &str = "holders";
@@ -108,23 +108,6 @@ fn holder_tmp_name(holder: &Holder) -> String {
     format!("{TMP_PREFIX}{}", holder.key())
 }
 
-fn parse_index(content: &[u8]) -> Vec<IpAddr> {
-    // Unparseable lines cannot name a reservation, so skipping them loses nothing.
-    String::from_utf8_lossy(content)
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
-}
-
-fn index_bytes(addrs: &[IpAddr]) -> Vec<u8> {
-    let mut out = String::new();
-    for a in addrs {
-        out.push_str(&a.to_string());
-        out.push('\n');
-    }
-    out.into_bytes()
-}
-
 fn validate_network(network: &str) -> Result<()> {
     if network.is_empty() || network == "." || network == ".." || network.contains(['/', '\0']) {
         return Err(Error::config(format!(
@@ -133,15 +116,6 @@ fn validate_network(network: &str) -> Result<()> {
         .details("the network name must be a single path component: not empty, '.', '..', and without '/' or NUL"));
     }
     Ok(())
-}
-
-/// A store directory that is not a directory, or not private to the running user.
-fn refuse_dir(path: &Path, problem: impl std::fmt::Display, details: &str) -> Error {
-    Error::new(
-        code::IO_FAILURE,
-        format!("IPAM store {} {problem}", path.display()),
-    )
-    .details(details)
 }
 
 impl Store {
@@ -470,150 +444,6 @@ impl Store {
         Ok(held)
     }
 
-    /// Whether `holder` has a holder index (ADD's last check tells a vanished index from
-    /// a released address with it).
-    pub fn has_index(&self, holder: &Holder) -> Result<bool> {
-        holder.validate()?;
-        let key = holder.key();
-        self.holders
-            .stat(&key)
-            .map(|st| st.is_some())
-            .map_err(|e| self.io_err_in(&self.holders, "check holder index", &key, &e))
-    }
-
-    fn exhausted(&self, pool: &Pool, held: u128) -> Error {
-        Error::new(
-            code::ADDRESS_EXHAUSTED,
-            format!(
-                "network {}: no free address in {} ({held} of {} held)",
-                self.network,
-                pool.subnet(),
-                pool.size()
-            ),
-        )
-        .details(format!(
-            "every allocatable address of {}{} is reserved; free the addresses of containers that are gone (DEL, or GC with the live list), or widen the subnet or rangeStart/rangeEnd",
-            pool.range_text(),
-            pool.gateway()
-                .filter(|g| (pool.first()..=pool.last()).contains(g))
-                .map(|g| format!(" except the gateway {g}"))
-                .unwrap_or_default()
-        ))
-    }
-
-    /// A requested address someone else holds. The file's content is shown escaped and
-    /// cut short: it may be anything, and it goes into the runtime's logs.
-    fn taken(&self, addr: IpAddr, content: &[u8]) -> Error {
-        let who = match FileHolder::parse(content) {
-            FileHolder::Full { id, ifname } => {
-                format!("container {} (interface {})", shown(&id), shown(&ifname))
-            }
-            FileHolder::Legacy(id) => format!("container {}", shown(&id)),
-        };
-        Error::new(
-            code::ADDRESS_UNAVAILABLE,
-            format!(
-                "network {}: requested address {addr} is already held by {who}",
-                self.network
-            ),
-        )
-        .details("request another address, or free this one with DEL of that container (or GC if it is gone)")
-    }
-
-    /// A requested address whose name in the store is taken by something that is not a
-    /// reservation (a FIFO, a directory, a symlink): not academy's, so never removed.
-    fn occupied(&self, addr: IpAddr, e: &io::Error) -> Error {
-        Error::new(
-            code::ADDRESS_UNAVAILABLE,
-            format!(
-                "network {}: requested address {addr} cannot be reserved: {} {e}",
-                self.network,
-                self.dir.path_of(&addr.to_string()).display()
-            ),
-        )
-        .details("academy did not make it and leaves it alone; remove it if nothing uses it, or request another address")
-    }
-
-    fn io_err(&self, what: &str, name: &str, e: &io::Error) -> Error {
-        self.io_err_in(&self.dir, what, name, e)
-    }
-
-    fn io_err_in(&self, dir: &Dir, what: &str, name: &str, e: &io::Error) -> Error {
-        let path = if name == "." {
-            dir.path().to_path_buf()
-        } else {
-            dir.path_of(name)
-        };
-        let err = Error::io(
-            format!("network {}: cannot {what} {}", self.network, path.display()),
-            e,
-        );
-        if is_not_regular(e) {
-            err.details("academy did not write it; remove it if nothing else uses it")
-        } else if is_errno(e, libc::EWOULDBLOCK) {
-            // Someone other than academy holds the reservation's lock: retrying may work.
-            let mut err = err.details(format!(
-                "another process has held its lock for over {} s; nothing was removed, retry",
-                self.lock_wait.as_secs()
-            ));
-            err.code = code::TRY_AGAIN_LATER;
-            err
-        } else {
-            err
-        }
-    }
-
-    /// The holder's index; None when it has none. Anything but a regular file there is
-    /// an error (code 5): academy cannot record what it reserves.
-    fn read_index(&self, holder: &Holder) -> Result<Option<Vec<u8>>> {
-        let key = holder.key();
-        self.holders
-            .read(&key, MAX_INDEX)
-            .map_err(|e| self.io_err_in(&self.holders, "read holder index", &key, &e))
-    }
-
-    /// Atomically replaces the holder's index (its temp file, then rename), so readers see
-    /// the old or the new content, never a torn one.
-    fn write_index(&self, holder: &Holder, addrs: &[IpAddr]) -> Result<()> {
-        let key = holder.key();
-        let tmp = holder_tmp_name(holder);
-        let written = self
-            .create_holder_tmp(&self.holders, &tmp)
-            .and_then(|mut f| {
-                f.write_all(&index_bytes(addrs))?;
-                self.holders.rename(&tmp, &key)
-            });
-        if written.is_err() {
-            let _ = self.holders.unlink(&tmp);
-        }
-        written.map_err(|e| self.io_err_in(&self.holders, "write holder index", &key, &e))
-    }
-
-    /// Creates the holder's temp file in `dir`; a leftover of a killed run of the same
-    /// holder is replaced.
-    fn create_holder_tmp(&self, dir: &Dir, tmp: &str) -> io::Result<File> {
-        match dir.create_new(tmp) {
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                dir.unlink(tmp)?;
-                dir.create_new(tmp)
-            }
-            other => other,
-        }
-    }
-
-    /// Puts an index back as it was before a failed reserve, best-effort: an index that
-    /// still names a candidate is harmless, release checks the reservation's content.
-    fn restore_index(&self, holder: &Holder, original: Option<&[u8]>) {
-        match original {
-            Some(bytes) => {
-                let _ = self.write_index(holder, &parse_index(bytes));
-            }
-            None => {
-                let _ = self.holders.unlink(&holder.key());
-            }
-        }
-    }
-
     /// A reservation's content; None when there is none. Something that is not a regular
     /// file by that name is code 111 (see `occupied`).
     fn read_reservation(&self, name: &str) -> Result<Option<Vec<u8>>> {
@@ -781,9 +611,17 @@ impl Store {
     }
 }
 
+// Children of the store in files beside it (they share its private parts): how its
+// failures read, the GC and STATUS sweeps, the holder index.
+#[path = "errors.rs"]
+mod errors;
 #[path = "gc.rs"]
 mod gc;
+#[path = "index.rs"]
+mod index;
+use errors::refuse_dir;
 pub use gc::{status, GcReport};
+use index::parse_index;
 
 #[cfg(test)]
 #[path = "store_tests.rs"]
