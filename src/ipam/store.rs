@@ -42,9 +42,10 @@ pub struct Store {
     holders: Dir,
     /// Set once O_TMPFILE (or linking it via /proc) is found unusable, to stop retrying it.
     no_tmpfile: AtomicBool,
-    /// The reservations this Store linked, by name and inode: an undo frees them even if
-    /// the holder index that names them was removed meanwhile (a racing GC or DEL).
-    linked: Mutex<Vec<(String, FileStat)>>,
+    /// The reservations this Store linked, by holder key, address and inode: an undo
+    /// frees them even if the holder index that names them was removed meanwhile (a
+    /// racing GC or DEL).
+    linked: Mutex<Vec<(String, IpAddr, FileStat)>>,
     /// How long a remover waits for another's lock on a reservation (see remove_reservation).
     lock_wait: Duration,
 }
@@ -375,15 +376,12 @@ impl Store {
                 .into_iter()
                 .map(|a| (a, None))
                 .collect();
-        for (name, stat) in self
-            .linked
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain(..)
         {
-            if let Ok(addr) = name.parse() {
-                targets.push((addr, Some(stat)));
-            }
+            let mut linked = self.linked.lock().unwrap_or_else(|p| p.into_inner());
+            let (mine, others): (Vec<_>, Vec<_>) =
+                linked.drain(..).partition(|(owner, _, _)| *owner == key);
+            *linked = others;
+            targets.extend(mine.into_iter().map(|(_, addr, stat)| (addr, Some(stat))));
         }
         let mut freed = Vec::new();
         let mut first_err = None;
@@ -578,7 +576,7 @@ impl Store {
             let identity = pending_identity(f)?;
             match self.dir.link_unnamed(f, name) {
                 Ok(()) => {
-                    self.record_link(name, identity);
+                    self.record_link(holder, name, identity);
                     return Ok(());
                 }
                 // No /proc (or no magic links there): switch to a named temp for good.
@@ -599,15 +597,18 @@ impl Store {
             unreachable!("an unnamed pending file either linked, failed or was replaced")
         };
         self.dir.link(from, name)?;
-        self.record_link(name, identity);
+        self.record_link(holder, name, identity);
         Ok(())
     }
 
-    fn record_link(&self, name: &str, identity: FileStat) {
+    fn record_link(&self, holder: &Holder, name: &str, identity: FileStat) {
+        let addr = name
+            .parse()
+            .expect("reservations are named by their address");
         self.linked
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push((name.to_string(), identity));
+            .push((holder.key(), addr, identity));
     }
 }
 
