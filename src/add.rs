@@ -18,7 +18,7 @@ use crate::config::Config;
 use crate::masquerade;
 use crate::netlink::Netlink;
 use crate::netns::{Netns, OpenError};
-use crate::teardown::{self, Addresses};
+use crate::teardown::{self, Removing};
 use crate::wire::{self, BridgeSpec, ContainerRoute};
 
 pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
@@ -42,8 +42,7 @@ pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
     let assigned = addressing::acquire(env, conf, &requests.ips)?;
     let who = Attachment::of(env, conf);
     let interfaces = make(&netns, &who, conf, &assigned, requests.mac).inspect_err(|_| {
-        let mine = assigned.ips.iter().map(|ip| ip.address.ip()).collect();
-        if let Err(e) = teardown::attachment(env, conf, Addresses::Known(mine)) {
+        if let Err(e) = teardown::attachment(env, conf, Removing::FailedAdd(&assigned)) {
             eprintln!("academy: while undoing a failed ADD: {e}");
         }
     })?;

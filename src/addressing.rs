@@ -27,6 +27,12 @@ pub struct Assigned {
     store: Option<Store>,
 }
 
+impl Assigned {
+    pub fn addresses(&self) -> Vec<IpAddr> {
+        self.ips.iter().map(|ip| ip.address.ip()).collect()
+    }
+}
+
 pub fn holder(env: &Env) -> Holder {
     Holder::new(env.container_id.clone(), env.ifname.clone())
 }
@@ -79,11 +85,16 @@ fn reserve(env: &Env, conf: &Config, b: &Builtin, requested: &[IpAddr]) -> Resul
     let holder = holder(env);
     let mut wanted: Vec<Option<(IpAddr, &Pool)>> = vec![None; b.range_sets.len()];
     for ip in requested {
-        let found = b
-            .range_sets
-            .iter()
-            .enumerate()
-            .find_map(|(i, set)| set.iter().find(|p| p.contains(*ip)).map(|p| (i, p)));
+        // The range that may hand it out, else one whose subnet holds it, so that the
+        // gateway, network or broadcast address is refused for what it is (by
+        // reserve_requested) and not as "in no range".
+        let in_set = |pick: &dyn Fn(&Pool) -> bool| {
+            b.range_sets
+                .iter()
+                .enumerate()
+                .find_map(|(i, set)| set.iter().find(|p| pick(p)).map(|p| (i, p)))
+        };
+        let found = in_set(&|p| p.contains(*ip)).or_else(|| in_set(&|p| p.subnet().contains(*ip)));
         let Some((set, pool)) = found else {
             return Err(Error::new(
                 code::ADDRESS_UNAVAILABLE,
@@ -197,9 +208,15 @@ pub fn verify_still_held(who: &Attachment, assigned: &Assigned) -> Result<()> {
     let Some(store) = &assigned.store else {
         return Ok(());
     };
-    let held = store.held_by(&who.holder())?;
+    let holder = who.holder();
+    let held = store.held_by(&holder)?;
     match assigned.ips.iter().find(|ip| !held.contains(&ip.address.ip())) {
         None => Ok(()),
+        Some(_) if !store.has_index(&holder)? => Err(Error::new(
+            code::TRY_AGAIN_LATER,
+            "the holder index of this container was removed while ADD ran, most likely by a concurrent GC that did not list this container (or a DEL of it)",
+        )
+        .details("ADD was undone, including the reservations it had made; retry it")),
         Some(lost) => Err(Error::new(
             code::TRY_AGAIN_LATER,
             format!(
@@ -208,6 +225,15 @@ pub fn verify_still_held(who: &Attachment, assigned: &Assigned) -> Result<()> {
             ),
         )
         .details("ADD was undone; retry it")),
+    }
+}
+
+/// The undo of a failed ADD: frees what the attachment holds and, from the store ADD
+/// reserved with, what that ADD linked itself even if its holder index is gone.
+pub fn undo(env: &Env, conf: &Config, assigned: &Assigned) -> Result<()> {
+    match &assigned.store {
+        Some(store) => store.release(&holder(env)).map(drop),
+        None => release(env, conf),
     }
 }
 

@@ -5,8 +5,8 @@
 use crate::cni::env::Env;
 use crate::cni::Result;
 use crate::config::Config;
-use crate::teardown::{self, Addresses};
+use crate::teardown::{self, Removing};
 
 pub fn del(env: &Env, conf: &Config) -> Result<()> {
-    teardown::attachment(env, conf, Addresses::LookUp)
+    teardown::attachment(env, conf, Removing::Del)
 }

@@ -1,13 +1,16 @@
 //! Running another IPAM plugin, as the spec lays down: found in CNI_PATH, given the same
 //! environment (CNI_COMMAND set to the verb) and the same network config on stdin.
 
+use std::ffi::OsStr;
 use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::process::{Command as Process, Stdio};
 
 use serde_json::Value;
 
 use crate::cni::env::{Command, Env};
+use crate::cni::error::cut_short;
 use crate::cni::{code, Error, Result};
 
 /// Runs `plugin` for `command`. Returns its parsed stdout (the result, for ADD).
@@ -18,7 +21,7 @@ pub fn exec(plugin: &str, command: Command, env: &Env, stdin: &[u8]) -> Result<O
         .env("CNI_CONTAINERID", &env.container_id)
         .env("CNI_NETNS", &env.netns)
         .env("CNI_IFNAME", &env.ifname)
-        .env("CNI_ARGS", &env.args)
+        .env("CNI_ARGS", OsStr::from_bytes(&env.args))
         .env("CNI_PATH", &env.path)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -50,7 +53,11 @@ pub fn exec(plugin: &str, command: Command, env: &Env, stdin: &[u8]) -> Result<O
         ),
         _ => (
             code::IO_FAILURE,
-            format!("exited with {} and printed {:?}", out.status, text.trim()),
+            format!(
+                "exited with {} and printed {:?}",
+                out.status,
+                cut_short(text.trim(), 200)
+            ),
             String::new(),
         ),
     };

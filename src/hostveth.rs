@@ -7,6 +7,7 @@
 //! digits, so the two never collide.
 //! Alias: "academy:<network>:<container id>:<ifname>" (':' is allowed in none of the parts).
 
+use crate::cni::{Error, Result};
 use crate::netlink::{Link, LinkKind};
 
 pub fn name(container_id: &str, ifname: &str) -> String {
@@ -37,6 +38,28 @@ pub fn is_derived_name(name: &str) -> bool {
 
 pub fn alias(network: &str, container_id: &str, ifname: &str) -> String {
     format!("academy:{network}:{container_id}:{ifname}")
+}
+
+/// The kernel's limit for an interface alias (IFALIASZ 256, with its NUL).
+pub const MAX_ALIAS: usize = 255;
+
+/// ADD's validation: the owner alias must fit, or the kernel refuses to label the pair
+/// after it was made. The network name (up to 128 bytes) and the container id (up to
+/// 200) are each valid alone, so only the pair can be checked. Code 4: it is this
+/// container id that cannot join this network.
+pub fn check_alias_fits(network: &str, container_id: &str, ifname: &str) -> Result<()> {
+    let len = alias(network, container_id, ifname).len();
+    if len <= MAX_ALIAS {
+        return Ok(());
+    }
+    Err(Error::env(format!(
+        "CNI_CONTAINERID is {} bytes long: with network name {network:?} and CNI_IFNAME {ifname:?}, the host veth's owner alias would be {len} bytes, over the kernel's limit of {MAX_ALIAS}",
+        container_id.len()
+    ))
+    .details(format!(
+        "network name, container id and interface name together may be at most {} bytes; use a shorter network name",
+        MAX_ALIAS - "academy:::".len()
+    )))
 }
 
 /// The (network, container id, ifname) an academy alias names.
@@ -87,6 +110,20 @@ mod tests {
             .map(|i| name(&format!("container{i}"), "eth0"))
             .collect();
         assert_eq!(many.len(), 20_000);
+    }
+
+    #[test]
+    fn alias_length_is_checked_before_the_kernel() {
+        let fits = "n".repeat(245 - 200 - 4);
+        assert!(check_alias_fits(&fits, &"c".repeat(200), "eth0").is_ok());
+        assert_eq!(alias(&fits, &"c".repeat(200), "eth0").len(), MAX_ALIAS);
+        let e = check_alias_fits(&"n".repeat(128), &"c".repeat(200), "eth0").unwrap_err();
+        assert_eq!(e.code, crate::cni::code::INVALID_ENVIRONMENT);
+        assert!(
+            e.msg.contains("CNI_CONTAINERID") && e.msg.contains("255"),
+            "{}",
+            e.msg
+        );
     }
 
     #[test]

@@ -25,3 +25,6 @@ pub mod plugin;
 mod status;
 mod teardown;
 mod wire;
+
+#[cfg(test)]
+mod property_tests;

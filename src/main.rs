@@ -1,11 +1,14 @@
 //! The academy binary: read the CNI environment and stdin, run, print, exit.
 
+use std::ffi::OsString;
 use std::io::{Read, Write};
+use std::os::unix::ffi::OsStringExt;
 
 use academy::plugin;
 
 fn main() {
-    let env = plugin::Env::from_lookup(|name| std::env::var(name).ok());
+    // Bytes, not String: one non-UTF-8 byte must not make a variable read as unset.
+    let env = plugin::Env::from_lookup(|name| std::env::var_os(name).map(OsString::into_vec));
     let mut stdin = Vec::new();
     // Read once, whole; a person running the binary by hand gets the about text instead.
     if !matches!(env, Ok(None)) {

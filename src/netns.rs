@@ -6,7 +6,7 @@
 
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 
 use nix::sched::{setns, CloneFlags};
 
@@ -33,7 +33,13 @@ pub enum OpenError {
 impl Netns {
     pub fn open(path: &str) -> std::result::Result<Netns, OpenError> {
         let unusable = |msg: String| OpenError::Unusable(Error::new(code::NETNS_UNUSABLE, msg));
-        let file = match File::open(path) {
+        // Non-blocking: a FIFO at CNI_NETNS must be refused below, not waited on forever
+        // for a writer (the nsfs check then rejects it, and anything else not a netns).
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+            .open(path);
+        let file = match opened {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(OpenError::Missing),
             Err(e) => return Err(unusable(format!("cannot open CNI_NETNS {path}: {e}"))),

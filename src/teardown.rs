@@ -10,7 +10,7 @@
 
 use std::net::IpAddr;
 
-use crate::addressing;
+use crate::addressing::{self, Assigned};
 use crate::attachment::Attachment;
 use crate::cni::env::Env;
 use crate::cni::result::CniResult;
@@ -21,15 +21,16 @@ use crate::masquerade;
 use crate::netlink::Netlink;
 use crate::wire::{self, PairRemoval};
 
-/// Which addresses the attachment has, when the caller knows them.
-pub enum Addresses {
-    /// A failed ADD knows exactly what it was given.
-    Known(Vec<IpAddr>),
+/// Who is removing the attachment, which says how its addresses are known.
+pub enum Removing<'a> {
     /// DEL looks them up: academy's store, a prevResult, or (last resort) the sets.
-    LookUp,
+    Del,
+    /// A failed ADD knows exactly what it was given, and the store it reserved in (which
+    /// frees what it linked even if a racing GC took its holder index).
+    FailedAdd(&'a Assigned),
 }
 
-pub fn attachment(env: &Env, conf: &Config, addresses: Addresses) -> Result<()> {
+pub fn attachment(env: &Env, conf: &Config, removing: Removing) -> Result<()> {
     let who = Attachment::of(env, conf);
     let mut nl = Netlink::open()?;
     // A foreign link under academy's derived name is not ours to delete, and must not
@@ -38,13 +39,16 @@ pub fn attachment(env: &Env, conf: &Config, addresses: Addresses) -> Result<()> 
         eprintln!("academy: {why}");
     }
     if conf.ip_masq {
-        let addresses = match addresses {
-            Addresses::Known(list) => list,
-            Addresses::LookUp => held(&who, conf)?,
+        let addresses = match &removing {
+            Removing::FailedAdd(assigned) => assigned.addresses(),
+            Removing::Del => held(&who, conf)?,
         };
         masquerade::remove(conf, &addresses)?;
     }
-    addressing::release(env, conf)
+    match removing {
+        Removing::FailedAdd(assigned) => addressing::undo(env, conf, assigned),
+        Removing::Del => addressing::release(env, conf),
+    }
 }
 
 /// The attachment's addresses as DEL can learn them, cheapest source first.

@@ -357,6 +357,7 @@ pub fn kind_name(kind: &LinkKind) -> String {
 pub fn random_mac() -> [u8; 6] {
     let mut mac = [0u8; 6];
     // getrandom(2) on 6 bytes cannot be interrupted and never blocks after boot.
+    // SAFETY: the kernel writes at most mac.len() bytes into `mac`, a live local buffer.
     let n = unsafe { libc::getrandom(mac.as_mut_ptr().cast(), mac.len(), 0) };
     if n != mac.len() as isize {
         let nanos = std::time::SystemTime::now()

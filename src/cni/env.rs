@@ -36,38 +36,58 @@ pub struct Env {
     /// Empty when not given (DEL may come without it).
     pub netns: String,
     pub ifname: String,
-    pub args: String,
+    /// CNI_ARGS as the runtime sent it: bytes, since only the keys academy reads (IP=,
+    /// MAC=) need to be text, and a delegated IPAM plugin gets them unchanged.
+    pub args: Vec<u8>,
     pub path: String,
 }
 
 impl Env {
-    /// Reads and validates the environment through `get` (std::env::var in the binary).
-    /// Ok(None) when CNI_COMMAND is absent: a person ran the binary by hand.
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Option<Env>> {
+    /// Reads and validates the environment through `get` (the variable's bytes; in the
+    /// binary, std::env::var_os). Ok(None) when CNI_COMMAND is absent: a person ran the
+    /// binary by hand. A variable that must be text and is not UTF-8 is code 4 naming it,
+    /// never read as unset.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<Vec<u8>>) -> Result<Option<Env>> {
         let command = match get("CNI_COMMAND").as_deref() {
-            None | Some("") => return Ok(None),
-            Some("ADD") => Command::Add,
-            Some("DEL") => Command::Del,
-            Some("CHECK") => Command::Check,
-            Some("GC") => Command::Gc,
-            Some("STATUS") => Command::Status,
-            Some("VERSION") => Command::Version,
+            None | Some(b"") => return Ok(None),
+            Some(b"ADD") => Command::Add,
+            Some(b"DEL") => Command::Del,
+            Some(b"CHECK") => Command::Check,
+            Some(b"GC") => Command::Gc,
+            Some(b"STATUS") => Command::Status,
+            Some(b"VERSION") => Command::Version,
             Some(other) => {
-                return Err(
-                    Error::env(format!("CNI_COMMAND {other:?} is not a CNI command"))
-                        .details("use one of ADD, DEL, CHECK, GC, STATUS, VERSION"),
-                )
+                return Err(Error::env(format!(
+                    "CNI_COMMAND {:?} is not a CNI command",
+                    String::from_utf8_lossy(other)
+                ))
+                .details("use one of ADD, DEL, CHECK, GC, STATUS, VERSION"))
             }
         };
-        let var = |name: &str| get(name).unwrap_or_default();
+        let mut not_text = None;
+        let mut text = |name: &'static str| match String::from_utf8(get(name).unwrap_or_default()) {
+            Ok(s) => s,
+            Err(e) => {
+                not_text.get_or_insert((name, String::from_utf8_lossy(e.as_bytes()).into_owned()));
+                String::new()
+            }
+        };
         let env = Env {
             command,
-            container_id: var("CNI_CONTAINERID"),
-            netns: var("CNI_NETNS"),
-            ifname: var("CNI_IFNAME"),
-            args: var("CNI_ARGS"),
-            path: var("CNI_PATH"),
+            container_id: text("CNI_CONTAINERID"),
+            netns: text("CNI_NETNS"),
+            ifname: text("CNI_IFNAME"),
+            path: text("CNI_PATH"),
+            args: get("CNI_ARGS").unwrap_or_default(),
         };
+        // VERSION is answered whatever the rest holds (see validate).
+        if let (Some((name, lossy)), false) = (not_text, command == Command::Version) {
+            return Err(
+                Error::env(format!("{name} {lossy:?} is not valid UTF-8")).details(format!(
+                    "academy reads {name} as text; fix the runtime's value"
+                )),
+            );
+        }
         env.validate()?;
         Ok(Some(env))
     }
@@ -156,11 +176,47 @@ mod tests {
     use std::collections::HashMap;
 
     fn env(vars: &[(&str, &str)]) -> Result<Option<Env>> {
-        let map: HashMap<String, String> = vars
+        let map: HashMap<String, Vec<u8>> = vars
             .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
             .collect();
         Env::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn non_utf8_is_named_never_unset() {
+        let base: Vec<(&str, Vec<u8>)> = vec![
+            ("CNI_COMMAND", b"ADD".to_vec()),
+            ("CNI_CONTAINERID", b"c1".to_vec()),
+            ("CNI_NETNS", b"/x".to_vec()),
+            ("CNI_IFNAME", b"eth0".to_vec()),
+            ("CNI_PATH", b"/opt".to_vec()),
+        ];
+        let with = |var: &str, value: &[u8]| {
+            let mut map: HashMap<String, Vec<u8>> = base
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect();
+            map.insert(var.to_string(), value.to_vec());
+            Env::from_lookup(|k| map.get(k).cloned())
+        };
+        for var in [
+            "CNI_COMMAND",
+            "CNI_CONTAINERID",
+            "CNI_NETNS",
+            "CNI_IFNAME",
+            "CNI_PATH",
+        ] {
+            let err = with(var, b"a\xffb").unwrap_err();
+            assert_eq!(err.code, 4, "{var}");
+            assert!(err.msg.contains(var), "{var}: {}", err.msg);
+            assert!(!err.msg.contains("not set"), "{var}: {}", err.msg);
+        }
+        // CNI_ARGS stays bytes; VERSION ignores everything else.
+        let env = with("CNI_ARGS", b"K=\xff;IP=10.0.0.1").unwrap().unwrap();
+        assert_eq!(env.args, b"K=\xff;IP=10.0.0.1");
+        let v = with("CNI_COMMAND", b"VERSION").unwrap().unwrap();
+        assert_eq!(v.command, Command::Version);
     }
 
     #[test]

@@ -89,6 +89,15 @@ impl Error {
     }
 }
 
+/// `text` cut after `max` characters (with "..."), for quoting something of unknown size
+/// (a file's content, another program's output, a prevResult) in a message.
+pub fn cut_short(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}...", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.msg)?;

@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use ipnetwork::IpNetwork;
 use serde_json::{json, Map, Value};
 
+use crate::cni::error::cut_short;
 use crate::cni::{version, Error, Result};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,11 +107,14 @@ impl CniResult {
     /// ignored; the ones it reads must be well-formed.
     pub fn from_json(value: &Value) -> Result<CniResult> {
         let bad = |what: String| Error::config(format!("prevResult: {what}"));
+        if !value.is_object() {
+            return Err(bad(format!("must be a JSON object, got {}", brief(value))));
+        }
         let list = |key: &str| -> Result<Vec<Value>> {
             match value.get(key) {
                 None | Some(Value::Null) => Ok(Vec::new()),
                 Some(Value::Array(a)) => Ok(a.clone()),
-                Some(other) => Err(bad(format!("{key} must be a list, got {other}"))),
+                Some(other) => Err(bad(format!("{key} must be a list, got {}", brief(other)))),
             }
         };
         let text = |v: &Value, key: &str| -> Option<String> {
@@ -138,10 +142,19 @@ impl CniResult {
                 ),
                 None => None,
             };
-            let interface = ip
-                .get("interface")
-                .and_then(Value::as_u64)
-                .map(|i| i as usize);
+            let interface = match ip.get("interface") {
+                None | Some(Value::Null) => None,
+                Some(i) => match i.as_u64().and_then(|i| usize::try_from(i).ok()) {
+                    Some(i) if i < result.interfaces.len() => Some(i),
+                    _ => {
+                        return Err(bad(format!(
+                            "ips entry {address} names interface {}, but there are {} interfaces",
+                            brief(i),
+                            result.interfaces.len()
+                        )))
+                    }
+                },
+            };
             result.ips.push(IpConfig {
                 address,
                 gateway,
@@ -168,6 +181,11 @@ impl CniResult {
             .cloned();
         Ok(result)
     }
+}
+
+/// A JSON value for a message, cut short: a prevResult may be large, or hostile.
+fn brief(v: &Value) -> String {
+    cut_short(&v.to_string(), 80)
 }
 
 pub fn format_mac(mac: [u8; 6]) -> String {
@@ -252,5 +270,22 @@ mod tests {
     fn malformed_prev_result_is_an_error() {
         let v = serde_json::json!({"ips": [{"address": "nonsense"}]});
         assert_eq!(CniResult::from_json(&v).unwrap_err().code, 7);
+        for v in [
+            serde_json::json!(5),
+            serde_json::json!(["x"]),
+            serde_json::json!("x".repeat(5000)),
+            serde_json::json!({"interfaces": [{"name": "a"}],
+                               "ips": [{"address": "10.0.0.2/24", "interface": 1}]}),
+            serde_json::json!({"ips": [{"address": "10.0.0.2/24", "interface": -1}]}),
+            serde_json::json!({"ips": [{"address": "10.0.0.2/24", "interface": "0"}]}),
+        ] {
+            let e = CniResult::from_json(&v).unwrap_err();
+            assert_eq!(e.code, 7, "{v}");
+            assert!(
+                e.msg.starts_with("prevResult") && e.msg.len() < 200,
+                "{}",
+                e.msg
+            );
+        }
     }
 }

@@ -63,22 +63,41 @@ impl Requests {
     }
 
     /// Adds CNI_ARGS's `IP=` (comma-separated) and `MAC=`. Other keys are the runtime's
-    /// business (K8S_POD_NAME, IgnoreUnknown, ...) and are ignored.
-    pub fn with_cni_args(mut self, cni_args: &str) -> Result<Requests> {
+    /// business (K8S_POD_NAME, IgnoreUnknown, ...) and are ignored, whatever bytes they
+    /// hold: CNI_ARGS is read as bytes, so a non-UTF-8 pod name cannot make academy drop
+    /// the IP= beside it. An IP= or MAC= that is not UTF-8 is code 4, never skipped.
+    pub fn with_cni_args(mut self, cni_args: impl AsRef<[u8]>) -> Result<Requests> {
         let mut from_env = Vec::new();
-        for pair in cni_args.split(';').filter(|p| !p.is_empty()) {
-            let Some((key, value)) = pair.split_once('=') else {
+        for pair in cni_args
+            .as_ref()
+            .split(|&b| b == b';')
+            .filter(|p| !p.is_empty())
+        {
+            let Some(eq) = pair.iter().position(|&b| b == b'=') else {
                 return Err(Error::env(format!(
-                    "CNI_ARGS item {pair:?} is not KEY=VALUE"
+                    "CNI_ARGS item {:?} is not KEY=VALUE",
+                    String::from_utf8_lossy(pair)
                 )));
             };
+            let (key, value) = (&pair[..eq], &pair[eq + 1..]);
+            let text = || {
+                std::str::from_utf8(value).map_err(|_| {
+                    Error::env(format!(
+                        "CNI_ARGS {} {:?} is not valid UTF-8",
+                        String::from_utf8_lossy(key),
+                        String::from_utf8_lossy(value)
+                    ))
+                    .details("academy honours IP= and MAC= or fails; it never drops them")
+                })
+            };
             match key {
-                "IP" => {
-                    for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                b"IP" => {
+                    for item in text()?.split(',').map(str::trim).filter(|s| !s.is_empty()) {
                         from_env.push(parse_ip(item, "CNI_ARGS IP", code::INVALID_ENVIRONMENT)?);
                     }
                 }
-                "MAC" if self.mac.is_none() => {
+                b"MAC" if self.mac.is_none() => {
+                    let value = text()?;
                     self.mac = Some(
                         parse_mac(value)
                             .map_err(|why| Error::env(format!("CNI_ARGS MAC {value:?} {why}")))?,
@@ -136,6 +155,10 @@ pub fn parse_mac(text: &str) -> std::result::Result<[u8; 6], &'static str> {
 mod tests {
     use super::*;
 
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
     fn from(json: &str) -> Result<Requests> {
         let v: Value = serde_json::from_str(json).unwrap();
         Requests::from_config(v.as_object().unwrap())
@@ -188,6 +211,18 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.code, 4);
         assert!(e.msg.contains("CNI_ARGS IP"));
+        // Bytes that are not UTF-8: ignored in other keys, refused in IP= and MAC=.
+        let r = from("{}")
+            .unwrap()
+            .with_cni_args(b"POD=\xff;IP=10.0.0.9;MAC=02:00:00:00:00:09")
+            .unwrap();
+        assert_eq!(r.ips, [ip("10.0.0.9")]);
+        assert_eq!(r.mac, Some([2, 0, 0, 0, 0, 9]));
+        for bad in [&b"IP=10.0.0.9\xff"[..], b"MAC=\xfe02:00:00:00:00:09"] {
+            let e = from("{}").unwrap().with_cni_args(bad).unwrap_err();
+            assert_eq!(e.code, 4);
+            assert!(e.msg.contains("CNI_ARGS"), "{}", e.msg);
+        }
         assert_eq!(
             from("{}")
                 .unwrap()

@@ -105,6 +105,25 @@ impl Pool {
         };
 
         let gateway_pos = gateway.map(|g| check("gateway", g)).transpose()?;
+        // Both config forms and runtimeConfig.ipRanges come through here, so this is the
+        // one place that keeps a gateway off the network and broadcast addresses (the
+        // kernel would refuse it, or the container would route via the network address).
+        if let Some(g) = gateway_pos {
+            let what = if g == net {
+                Some("network address")
+            } else if !v6 && g == top {
+                Some("broadcast address")
+            } else {
+                None
+            };
+            if let Some(what) = what {
+                return Err(Error::config(format!(
+                    "gateway {} is the {what} of subnet {subnet}",
+                    from_u128(v6, g)
+                ))
+                .details("a gateway must be a host address of the subnet, e.g. its first"));
+            }
+        }
         let start = range_start.map(|a| check("rangeStart", a)).transpose()?;
         let end = range_end.map(|a| check("rangeEnd", a)).transpose()?;
         if let (Some(s), Some(e)) = (start, end) {
@@ -443,6 +462,13 @@ mod tests {
             Some("10.0.0.5")
         )
         .contains("no allocatable"));
+        // The gateway must be a host address, as in the flat form.
+        assert_eq!(
+            err("10.0.0.0/24", Some("10.0.0.0"), None, None),
+            "gateway 10.0.0.0 is the network address of subnet 10.0.0.0/24"
+        );
+        assert!(err("10.0.0.0/24", Some("10.0.0.255"), None, None).contains("broadcast address"));
+        assert!(err("fd00::/64", Some("fd00::"), None, None).contains("network address"));
     }
 
     #[test]

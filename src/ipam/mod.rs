@@ -19,6 +19,7 @@
 //! ```
 //!
 //! I/O failures are code 5 with the path and errno in the message.
+//! `has_index(&holder)` tells ADD's last check a vanished index from a released address.
 //!
 //! # On disk, under `<dataDir>/<network>/` (mode 0700)
 //!
@@ -31,17 +32,25 @@
 //!   can always clean up by reading this one file, whatever instant a previous ADD died at.
 //!   It may name addresses someone else won; release checks the reservation's content.
 //! - `last_reserved_ip.<rangeSet>`: round-robin hint, the last address handed out (host-local).
-//! - `.tmp.*` (in either directory): leftovers of an interrupted write, swept by GC after 60 s.
+//! - `.tmp.<containerID>:<ifname>` (in either directory): a holder's temp file. A killed
+//!   write's leftover is replaced by the holder's next write and removed by its release;
+//!   GC also sweeps any `.tmp.*` older than 60 s.
+//!
+//! The folder and holders/ must be real directories owned by the running user and not
+//! writable by group or others. Only regular files are academy's: anything else by a
+//! store name is never opened blocking, followed, read, written or removed (files.rs).
 //!
 //! Two concurrent reserves for the *same* holder are not serialised (the runtime never issues
 //! them); the worst outcome is an address missing from the index, which GC recovers.
 
 mod allocator;
+mod files;
 mod store;
 
 pub use allocator::Pool;
 pub use store::{status, Store};
 
+use crate::cni::error::cut_short;
 use crate::cni::{Error, Result};
 
 /// Who holds an address: the runtime's container ID and the interface inside it.
@@ -51,8 +60,8 @@ pub struct Holder {
     pub ifname: String,
 }
 
-/// NAME_MAX: the index file is named by the key.
-const MAX_KEY_LEN: usize = 255;
+/// The index file is named by the key and its temp file by ".tmp." + key, within NAME_MAX.
+const MAX_KEY_LEN: usize = 250;
 
 impl Holder {
     pub fn new(container_id: impl Into<String>, ifname: impl Into<String>) -> Holder {
@@ -145,13 +154,28 @@ impl FileHolder {
         }
     }
 
-    /// `id:ifname`, or the bare id for legacy content.
+    /// `id:ifname`, or the bare id for legacy content, escaped and capped (see [`shown`]).
     pub(crate) fn describe(&self) -> String {
         match self {
-            FileHolder::Full { id, ifname } => format!("{id}:{ifname}"),
-            FileHolder::Legacy(id) => id.clone(),
+            FileHolder::Full { id, ifname } => format!("{}:{}", shown(id), shown(ifname)),
+            FileHolder::Legacy(id) => shown(id),
         }
     }
+}
+
+/// Text read from a file in the store, made fit for a message: control characters
+/// escaped (a terminal or a log must not interpret them) and cut after 64 characters
+/// (a garbage file may hold up to 4 KiB).
+pub(crate) fn shown(text: &str) -> String {
+    let mut out = String::new();
+    for c in cut_short(text, 64).chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -190,5 +214,17 @@ mod tests {
             assert_eq!(e.code, code::INVALID_ENVIRONMENT, "{id:?} {ifname:?}");
         }
         assert!(Holder::new("a".repeat(300), "eth0").validate().is_err());
+        // Its temp file, ".tmp." + key, must fit in NAME_MAX too.
+        assert!(Holder::new("a".repeat(246), "eth0").validate().is_err());
+        assert!(Holder::new("a".repeat(200), "eth0").validate().is_ok());
+    }
+
+    #[test]
+    fn shown_escapes_and_caps() {
+        assert_eq!(shown("abc"), "abc");
+        assert_eq!(shown("a\x1b[31mb\n"), "a\\u{1b}[31mb\\n");
+        let long = shown(&"x".repeat(5000));
+        assert_eq!(long.len(), 67);
+        assert!(FileHolder::parse(b"\x07id\r\neth0").describe() == "\\u{7}id:eth0");
     }
 }

@@ -514,7 +514,41 @@ fn world_writable_or_symlinked_store_refused() {
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
     let e = Store::open(&t.0, "harness").unwrap_err();
     assert_eq!(e.code, code::IO_FAILURE);
-    assert!(e.msg.contains("world-writable"), "{}", e.msg);
+    assert!(e.msg.contains("writable by group or others"), "{}", e.msg);
+    assert!(e.details.contains("chmod 0700"), "{}", e.details);
+    for mode in [0o770, 0o720] {
+        fs::set_permissions(&dir, fs::Permissions::from_mode(mode)).unwrap();
+        assert_eq!(
+            Store::open(&t.0, "harness").unwrap_err().code,
+            code::IO_FAILURE
+        );
+    }
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).unwrap();
+    let s = Store::open(&t.0, "harness").unwrap();
+    drop(s);
+    fs::set_permissions(dir.join("holders"), fs::Permissions::from_mode(0o777)).unwrap();
+    let e = Store::open(&t.0, "harness").unwrap_err();
+    assert!(e.msg.contains("harness/holders"), "{}", e.msg);
+    fs::set_permissions(dir.join("holders"), fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::chown(&dir, Some(4242), None).unwrap();
+    let e = Store::open(&t.0, "harness").unwrap_err();
+    assert!(e.msg.contains("owned by uid 4242"), "{}", e.msg);
+    assert!(e.details.contains("chown"), "{}", e.details);
+    std::os::unix::fs::chown(&dir, Some(0), None).unwrap();
+
+    // holders/ as a symlink to a folder outside the store is refused, never followed.
+    fs::remove_dir(dir.join("holders")).unwrap();
+    fs::create_dir(t.0.join("outside")).unwrap();
+    fs::write(t.0.join("outside/victim:eth0"), "x").unwrap();
+    std::os::unix::fs::symlink(t.0.join("outside"), dir.join("holders")).unwrap();
+    let e = Store::open(&t.0, "harness").unwrap_err();
+    assert_eq!(e.code, code::IO_FAILURE);
+    assert!(
+        e.msg.contains("holders") && e.msg.contains("symlink"),
+        "{}",
+        e.msg
+    );
+    assert!(t.0.join("outside/victim:eth0").exists());
 
     fs::create_dir(t.0.join("real")).unwrap();
     std::os::unix::fs::symlink(t.0.join("real"), t.0.join("link")).unwrap();
@@ -568,7 +602,9 @@ fn lost_race_moves_to_next_candidate() {
     let t = TempDir::new("race");
     let s = open(&t);
     let p = pool("10.98.1.0/29", "10.98.1.1");
-    let mut pending = s.pending(".", b"rival\r\neth0").unwrap();
+    let mut pending = s
+        .pending(&s.dir, b"rival\r\neth0", ".tmp.rival:eth0")
+        .unwrap();
     s.link(&mut pending, "10.98.1.2", &h("rival")).unwrap();
     // The same unnamed file can be linked again under another name only by its owner's
     // loop; here just check EEXIST is what a taken name gives.
@@ -617,12 +653,16 @@ fn status_reports_full_and_unwritable() {
         .reserve(&h("b"), &pool("10.1.0.0/24", "10.1.0.1"))
         .unwrap_err();
     assert_eq!(e.code, code::IO_FAILURE);
-    assert!(e.msg.contains("cannot read holder index"), "{}", e.msg);
+    assert!(e.msg.contains("holder index"), "{}", e.msg);
+    // Opened afresh, the store refuses a holders/ that is not a directory.
+    let e = status(&t.0, "harness", &[]).unwrap_err();
+    assert_eq!(e.code, code::NOT_AVAILABLE);
+    assert!(e.msg.contains("harness/holders"), "{}", e.msg);
     fs::remove_file(s.dir().join("holders")).unwrap();
     fs::create_dir(s.dir().join("holders")).unwrap();
 
     // Root ignores directory permissions, so this half only means something unprivileged.
-    if unsafe { libc::geteuid() } != 0 {
+    if !nix::unistd::geteuid().is_root() {
         fs::set_permissions(s.dir(), fs::Permissions::from_mode(0o500)).unwrap();
         let e = s.status(&[]).unwrap_err();
         assert_eq!(e.code, code::NOT_AVAILABLE);
@@ -683,4 +723,120 @@ fn concurrent_reserves_never_share_an_address() {
             assert_eq!(s.held_by(&h(&format!("t{th}-{i}"))).unwrap().len(), 1);
         }
     }
+}
+
+fn mkfifo(path: &std::path::Path) {
+    nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+}
+
+#[test]
+fn fifos_are_never_waited_on() {
+    let t = TempDir::new("fifo");
+    let s = open(&t);
+    let p = pool("10.98.1.0/29", "10.98.1.1");
+    // At the hint: no hint, and the FIFO stays.
+    mkfifo(&s.dir().join("last_reserved_ip.0"));
+    assert_eq!(s.reserve(&h("a"), &p).unwrap(), ip("10.98.1.2"));
+    s.status(std::slice::from_ref(&p)).unwrap();
+    // At an address this holder's index names: not ours, another address is taken.
+    fs::write(s.dir().join("holders/b:eth0"), "10.98.1.3\n").unwrap();
+    mkfifo(&s.dir().join("10.98.1.3"));
+    assert_eq!(s.reserve(&h("b"), &p).unwrap(), ip("10.98.1.4"));
+    assert_eq!(s.release(&h("b")).unwrap(), [ip("10.98.1.4")]);
+    // Requested, it is code 111 naming what is there.
+    let e = s
+        .reserve_requested(&h("c"), &p, ip("10.98.1.3"))
+        .unwrap_err();
+    assert_eq!(e.code, code::ADDRESS_UNAVAILABLE);
+    assert!(e.msg.contains("FIFO"), "{}", e.msg);
+    // At the holder index: ADD cannot record, code 5; release leaves it and succeeds.
+    mkfifo(&s.dir().join("holders/d:eth0"));
+    let e = s.reserve(&h("d"), &p).unwrap_err();
+    assert_eq!(e.code, code::IO_FAILURE);
+    assert!(e.msg.contains("not a regular file"), "{}", e.msg);
+    assert_eq!(s.release(&h("d")).unwrap(), Vec::<IpAddr>::new());
+    // GC leaves every FIFO alone.
+    let report = s.gc(&HashSet::new());
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    for f in ["last_reserved_ip.0", "10.98.1.3", "holders/d:eth0"] {
+        assert!(fs::symlink_metadata(s.dir().join(f)).is_ok(), "{f} removed");
+    }
+}
+
+#[test]
+fn non_files_at_indexed_addresses_do_not_wedge_release() {
+    let t = TempDir::new("nonfile");
+    let s = open(&t);
+    fs::create_dir(s.dir().join("10.98.1.6")).unwrap();
+    fs::write(t.0.join("target"), "a\r\neth0").unwrap();
+    std::os::unix::fs::symlink(t.0.join("target"), s.dir().join("10.98.1.7")).unwrap();
+    fs::write(s.dir().join("holders/a:eth0"), "10.98.1.6\n10.98.1.7\n").unwrap();
+    assert_eq!(s.release(&h("a")).unwrap(), Vec::<IpAddr>::new());
+    assert!(s.dir().join("10.98.1.6").is_dir());
+    assert!(fs::symlink_metadata(s.dir().join("10.98.1.7")).is_ok());
+    assert!(t.0.join("target").exists());
+    assert!(!s.dir().join("holders/a:eth0").exists());
+}
+
+#[test]
+fn release_frees_what_it_linked_after_its_index_vanished() {
+    let t = TempDir::new("vanished");
+    let s = open(&t);
+    let p = pool("10.98.1.0/29", "10.98.1.1");
+    assert_eq!(s.reserve(&h("a"), &p).unwrap(), ip("10.98.1.2"));
+    let five = ip("10.98.1.5");
+    assert_eq!(s.reserve_requested(&h("a"), &p, five).unwrap(), five);
+    assert_eq!(s.reserve(&h("z"), &p).unwrap(), ip("10.98.1.3"));
+    fs::remove_file(s.dir().join("holders/a:eth0")).unwrap();
+    assert!(!s.has_index(&h("a")).unwrap());
+    assert_eq!(s.release(&h("a")).unwrap(), [ip("10.98.1.2"), five]);
+    assert_eq!(reservations(&s), ["10.98.1.3"]);
+    // Releasing one holder keeps what the Store remembers of another.
+    fs::remove_file(s.dir().join("holders/z:eth0")).unwrap();
+    assert_eq!(s.release(&h("z")).unwrap(), [ip("10.98.1.3")]);
+    assert!(reservations(&s).is_empty());
+    // Another Store (a later DEL) never frees by memory: only by index and content.
+    let other = open(&t);
+    let b = s.reserve(&h("b"), &p).unwrap();
+    assert_eq!(other.release(&h("a")).unwrap(), Vec::<IpAddr>::new());
+    assert_eq!(reservations(&s), [b.to_string()]);
+}
+
+#[test]
+fn a_killed_holder_write_is_replaced_and_removed_by_release() {
+    let t = TempDir::new("stale");
+    let s = open(&t);
+    let p = pool("10.98.1.0/29", "10.98.1.1");
+    // What a run killed between writing its index's temp file and renaming it leaves.
+    write(&s, "holders/.tmp.a:eth0", "10.98.1.9\n");
+    write(&s, ".tmp.a:eth0", "a\r\neth0");
+    assert_eq!(s.reserve(&h("a"), &p).unwrap(), ip("10.98.1.2"));
+    assert_eq!(s.release(&h("a")).unwrap(), [ip("10.98.1.2")]);
+    assert_eq!(everything(&s), ["holders", "last_reserved_ip.0"]);
+}
+
+#[test]
+fn a_lock_held_by_someone_else_is_not_waited_on_forever() {
+    let t = TempDir::new("flock");
+    let mut s = open(&t);
+    s.lock_wait = Duration::from_millis(200);
+    let p = pool("10.98.1.0/29", "10.98.1.1");
+    let addr = s.reserve(&h("a"), &p).unwrap();
+    let hostile = fs::File::open(s.dir().join(addr.to_string())).unwrap();
+    let _held = nix::fcntl::Flock::lock(hostile, nix::fcntl::FlockArg::LockExclusive).unwrap();
+    let started = std::time::Instant::now();
+    let e = s.release(&h("a")).unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(e.code, code::TRY_AGAIN_LATER, "{e}");
+    assert!(e.details.contains("lock"), "{e}");
+    // Nothing was removed: a retried DEL still finds the index and the reservation.
+    assert_eq!(reservations(&s), [addr.to_string()]);
+    assert_eq!(s.held_by(&h("a")).unwrap(), [addr]);
+    let report = s.gc(&HashSet::new());
+    assert_eq!(report.errors.len(), 1);
+    assert_eq!(report.errors[0].code, code::TRY_AGAIN_LATER);
 }

@@ -15,7 +15,7 @@ use netlink_packet_core::{
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL,
     NLM_F_REQUEST,
 };
-use netlink_packet_route::address::{AddressAttribute, AddressMessage};
+use netlink_packet_route::address::{AddressAttribute, AddressHeaderFlags, AddressMessage};
 use netlink_packet_route::link::{
     InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
 };
@@ -253,11 +253,16 @@ impl Netlink {
         msg.header.index = index;
         msg.attributes.push(AddressAttribute::Local(addr.ip()));
         msg.attributes.push(AddressAttribute::Address(addr.ip()));
-        if let IpNetwork::V4(v4) = addr {
-            if v4.prefix() < 31 {
+        match addr {
+            IpNetwork::V4(v4) if v4.prefix() < 31 => {
                 msg.attributes
                     .push(AddressAttribute::Broadcast(v4.broadcast()));
             }
+            // Every address academy adds is unique by construction (the gateway of its
+            // own network, a container's from its store): usable at once, not after a
+            // second of duplicate address detection.
+            IpNetwork::V6(_) => msg.header.flags |= AddressHeaderFlags::Nodad,
+            _ => {}
         }
         self.create(
             RouteNetlinkMessage::NewAddress(msg),

@@ -39,6 +39,7 @@ mod common;
 mod dropin;
 mod failure;
 mod gate;
+mod hardening;
 mod ipam_lab;
 mod masquerade;
 mod netns_entry;

@@ -124,24 +124,26 @@ fn ipmasq_podman_network_create_conflist_reaches_the_outside() {
     link_chained_plugins(&lab);
     let dir = lab.root.join("podman-net");
     let v6 = pod_v6(&lab);
-    let created = run(
-        "podman",
-        &[
-            "--network-backend",
-            "cni",
-            "--network-config-dir",
-            dir.to_str().unwrap(),
-            "network",
-            "create",
-            "--subnet",
-            &lab.subnet(),
-            "--ipv6",
-            "--subnet",
-            &v6,
-            &lab.network,
-        ],
-        &[],
-    );
+    let created = retried_while_links_vanish(|| {
+        run(
+            "podman",
+            &[
+                "--network-backend",
+                "cni",
+                "--network-config-dir",
+                dir.to_str().unwrap(),
+                "network",
+                "create",
+                "--subnet",
+                &lab.subnet(),
+                "--ipv6",
+                "--subnet",
+                &v6,
+                &lab.network,
+            ],
+            &[],
+        )
+    });
     assert_eq!(created.code, 0, "podman network create: {created}");
     let file = dir.join(format!("{}.conflist", lab.network));
     let list: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();

@@ -442,9 +442,8 @@ fn step(t0: Instant, what: &str) {
 #[test]
 fn academy_under_podman() {
     let t0 = Instant::now();
-    // SAFETY: geteuid has no preconditions.
     assert_eq!(
-        unsafe { libc::geteuid() },
+        nix::unistd::geteuid().as_raw(),
         0,
         "the podman test must run as root (it runs rootful podman, makes bridges)"
     );
@@ -806,7 +805,7 @@ fn academy_under_podman() {
         );
     }
     let v6 = format!("{}::/64", masq.slot.v6_prefix());
-    p.must(&[
+    let create = [
         "network",
         "create",
         "--subnet",
@@ -815,7 +814,9 @@ fn academy_under_podman() {
         "--subnet",
         &v6,
         &masq.network,
-    ]);
+    ];
+    let created = retried_while_links_vanish(|| p.run(&create));
+    assert_eq!(created.code, 0, "podman network create:\n{created}");
     let file = p.conf_dir().join(format!("{}.conflist", masq.network));
     let mut list: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(&file).expect("podman's conflist")).unwrap();

@@ -233,3 +233,18 @@ pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// Runs `attempt` again (up to five more times) while it fails because a link vanished
+/// under it: podman lists the host's interfaces and then reads each one's addresses, and
+/// the links other tests delete concurrently make that fail with "no such network
+/// interface".
+pub fn retried_while_links_vanish(attempt: impl Fn() -> Out) -> Out {
+    let mut out = attempt();
+    for _ in 0..5 {
+        if !out.stderr.contains("no such network interface") {
+            break;
+        }
+        out = attempt();
+    }
+    out
+}

@@ -1,0 +1,326 @@
+//! The store's file plumbing: one directory, opened once, every name resolved inside it.
+//!
+//! A store is only as safe as its name resolution, so everything here holds to three
+//! rules (issue 14): names are single components resolved relative to a directory fd
+//! opened with O_NOFOLLOW|O_DIRECTORY, so a swapped path or a symlinked subdirectory
+//! can never redirect a read, a write or an unlink outside the store; no symlink inside
+//! the store is followed; and only regular files are read or written, opened
+//! non-blocking so a FIFO or a device in their place cannot hang academy. What is not a
+//! regular file is reported as [`NotRegular`] and treated by the store as not academy's.
+//!
+//! Only nix's safe wrappers are used: no `unsafe` here.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::dir::{Dir as DirStream, Type};
+use nix::errno::Errno;
+use nix::fcntl::{self, AtFlags, Flock, FlockArg, OFlag};
+use nix::sys::stat::{self, FileStat, Mode, SFlag};
+use nix::unistd::{self, UnlinkatFlags};
+
+/// Why a name in the store is not something academy reads or writes: it exists, but is
+/// not a regular file (a FIFO, a directory, a symlink, a socket, a device).
+#[derive(Debug)]
+pub struct NotRegular(pub &'static str);
+
+impl std::fmt::Display for NotRegular {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "it is {}, not a regular file", self.0)
+    }
+}
+
+impl std::error::Error for NotRegular {}
+
+/// Whether `e` says the name holds something other than a regular file.
+pub fn is_not_regular(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<NotRegular>())
+}
+
+fn not_regular(kind: &'static str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, NotRegular(kind))
+}
+
+fn kind_of(mode: libc::mode_t) -> &'static str {
+    match SFlag::from_bits_truncate(mode & SFlag::S_IFMT.bits()) {
+        SFlag::S_IFREG => "a regular file",
+        SFlag::S_IFDIR => "a directory",
+        SFlag::S_IFLNK => "a symlink",
+        SFlag::S_IFIFO => "a FIFO",
+        SFlag::S_IFSOCK => "a socket",
+        SFlag::S_IFCHR | SFlag::S_IFBLK => "a device",
+        _ => "of an unknown type",
+    }
+}
+
+fn is_regular(mode: libc::mode_t) -> bool {
+    mode & SFlag::S_IFMT.bits() == SFlag::S_IFREG.bits()
+}
+
+fn errno(e: Errno) -> io::Error {
+    io::Error::from_raw_os_error(e as i32)
+}
+
+/// The flags every open here carries: never follow a final symlink, never block on a
+/// FIFO's missing peer, never become a controlling terminal, never leak into a child.
+fn guarded(flags: OFlag) -> OFlag {
+    flags | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC
+}
+
+/// Maps the errors an open with O_NOFOLLOW|O_NONBLOCK gives for non-files to [`NotRegular`].
+fn open_error(e: Errno) -> io::Error {
+    match e {
+        // O_NOFOLLOW on a symlink.
+        Errno::ELOOP => not_regular("a symlink"),
+        // A socket, or a FIFO opened for writing with no reader.
+        Errno::ENXIO => not_regular("a socket or a FIFO"),
+        Errno::EISDIR => not_regular("a directory"),
+        other => errno(other),
+    }
+}
+
+/// The file a name holds and its identity, so a remover can check the name still points
+/// at the inode it read (see `Store::remove_reservation`).
+pub struct Opened {
+    pub file: File,
+    pub stat: FileStat,
+}
+
+/// One directory of the store (the network folder, or holders/ inside it).
+#[derive(Debug)]
+pub struct Dir {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+impl Dir {
+    /// Opens the directory at `path`, refusing a symlink in its last component.
+    pub fn open(path: &Path) -> io::Result<Dir> {
+        let fd = fcntl::open(path, dir_flags(), Mode::empty()).map_err(dir_open_error)?;
+        Ok(Dir {
+            fd,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Opens the subdirectory `name`, itself not a symlink.
+    pub fn subdir(&self, name: &str) -> io::Result<Dir> {
+        let fd =
+            fcntl::openat(&self.fd, name, dir_flags(), Mode::empty()).map_err(dir_open_error)?;
+        Ok(Dir {
+            fd,
+            path: self.path.join(name),
+        })
+    }
+
+    /// Creates the subdirectory `name`; AlreadyExists when there is one (or anything else
+    /// by that name).
+    pub fn mkdir(&self, name: &str, mode: u32) -> io::Result<()> {
+        stat::mkdirat(&self.fd, name, Mode::from_bits_truncate(mode)).map_err(errno)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The path of `name` inside this directory, for messages.
+    pub fn path_of(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// Refuses a directory anyone but the running user could change: owned by another
+    /// user, or writable by group or others. Returns what is wrong and how to fix it.
+    pub fn check_private(&self) -> Result<(), (String, String)> {
+        let st =
+            stat::fstat(&self.fd).map_err(|e| (format!("cannot stat it: {e}"), String::new()))?;
+        let me = unistd::geteuid().as_raw();
+        let path = self.path.display();
+        if st.st_uid != me {
+            return Err((
+                format!("is owned by uid {}, not by the running user (uid {me})", st.st_uid),
+                format!("another user could forge or delete reservations; run chown {me} {path}, or use a dataDir of academy's own"),
+            ));
+        }
+        if st.st_mode & 0o022 != 0 {
+            return Err((
+                format!("is writable by group or others (mode {:o})", st.st_mode & 0o7777),
+                format!("anyone who can write there could forge or delete reservations; run chmod 0700 {path}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Opens the regular file `name` for reading; None when nothing has that name.
+    pub fn open_read(&self, name: &str) -> io::Result<Option<Opened>> {
+        match self.open_regular(name, OFlag::O_RDONLY, 0) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            other => other.map(Some),
+        }
+    }
+
+    /// Reads the regular file `name`, at most `limit` bytes; None when it does not exist.
+    pub fn read(&self, name: &str, limit: usize) -> io::Result<Option<Vec<u8>>> {
+        let Some(mut opened) = self.open_read(name)? else {
+            return Ok(None);
+        };
+        read_capped(&mut opened.file, limit).map(Some)
+    }
+
+    /// Overwrites (or creates) the regular file `name`. Something else by that name is
+    /// left alone and reported as [`NotRegular`].
+    pub fn overwrite(&self, name: &str, content: &[u8]) -> io::Result<()> {
+        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC;
+        let mut opened = self.open_regular(name, flags, 0o600)?;
+        opened.file.write_all(content)
+    }
+
+    /// Creates `name`, which must not exist (O_EXCL never follows a symlink either).
+    pub fn create_new(&self, name: &str) -> io::Result<File> {
+        let flags = guarded(OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL);
+        let fd =
+            fcntl::openat(&self.fd, name, flags, Mode::from_bits_truncate(0o600)).map_err(errno)?;
+        Ok(File::from(fd))
+    }
+
+    /// An unnamed regular file in this directory (O_TMPFILE), to be named with
+    /// [`Dir::link_unnamed`].
+    pub fn create_unnamed(&self) -> io::Result<File> {
+        let flags = OFlag::O_TMPFILE | OFlag::O_WRONLY | OFlag::O_CLOEXEC;
+        let fd =
+            fcntl::openat(&self.fd, ".", flags, Mode::from_bits_truncate(0o600)).map_err(errno)?;
+        Ok(File::from(fd))
+    }
+
+    /// Gives an O_TMPFILE file the name `name`; EEXIST if taken (linkat never replaces).
+    /// Linking through /proc/self/fd needs no privilege (AT_EMPTY_PATH would).
+    pub fn link_unnamed(&self, file: &File, name: &str) -> io::Result<()> {
+        let proc = format!("/proc/self/fd/{}", file.as_raw_fd());
+        unistd::linkat(
+            fcntl::AT_FDCWD,
+            proc.as_str(),
+            &self.fd,
+            name,
+            AtFlags::AT_SYMLINK_FOLLOW,
+        )
+        .map_err(errno)
+    }
+
+    /// Links `from` to `to`, both in this directory; EEXIST if `to` is taken.
+    pub fn link(&self, from: &str, to: &str) -> io::Result<()> {
+        unistd::linkat(&self.fd, from, &self.fd, to, AtFlags::empty()).map_err(errno)
+    }
+
+    /// Renames `from` over `to`, both in this directory.
+    pub fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        fcntl::renameat(&self.fd, from, &self.fd, to).map_err(errno)
+    }
+
+    /// Removes the name `name` (a symlink itself, never its target).
+    pub fn unlink(&self, name: &str) -> io::Result<()> {
+        unistd::unlinkat(&self.fd, name, UnlinkatFlags::NoRemoveDir).map_err(errno)
+    }
+
+    /// lstat of `name`; None when nothing has that name.
+    pub fn stat(&self, name: &str) -> io::Result<Option<FileStat>> {
+        match stat::fstatat(&self.fd, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => Ok(Some(st)),
+            Err(Errno::ENOENT) => Ok(None),
+            Err(e) => Err(errno(e)),
+        }
+    }
+
+    /// The entries of this directory as (name, is a regular file); names that are not
+    /// UTF-8 are skipped (academy never writes one). Read through its own fd, never by path.
+    pub fn list(&self) -> io::Result<Vec<(String, bool)>> {
+        let mut stream =
+            DirStream::openat(&self.fd, ".", dir_flags(), Mode::empty()).map_err(errno)?;
+        let mut out = Vec::new();
+        for entry in stream.iter() {
+            let entry = entry.map_err(errno)?;
+            let Ok(name) = std::str::from_utf8(entry.file_name().to_bytes()) else {
+                continue;
+            };
+            if name == "." || name == ".." {
+                continue;
+            }
+            let regular = match entry.file_type() {
+                Some(t) => t == Type::File,
+                // Some file systems do not fill d_type: ask.
+                None => self.stat(name)?.is_some_and(|st| is_regular(st.st_mode)),
+            };
+            out.push((name.to_string(), regular));
+        }
+        Ok(out)
+    }
+
+    fn open_regular(&self, name: &str, flags: OFlag, mode: u32) -> io::Result<Opened> {
+        let fd = fcntl::openat(
+            &self.fd,
+            name,
+            guarded(flags),
+            Mode::from_bits_truncate(mode),
+        )
+        .map_err(open_error)?;
+        let stat = stat::fstat(&fd).map_err(errno)?;
+        if !is_regular(stat.st_mode) {
+            return Err(not_regular(kind_of(stat.st_mode)));
+        }
+        let file = File::from(fd);
+        // Regular files never block; reads and writes behave as without O_NONBLOCK.
+        Ok(Opened { file, stat })
+    }
+}
+
+/// Takes an exclusive flock on `file`, released when the returned guard is dropped.
+/// Another academy remover holds it for microseconds; whoever holds it longer than
+/// `wait` is not academy, and waiting on it would hang DEL or GC: EWOULDBLOCK then.
+pub fn lock_exclusive(file: File, wait: Duration) -> io::Result<Flock<File>> {
+    let deadline = Instant::now() + wait;
+    let mut file = file;
+    loop {
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(locked) => return Ok(locked),
+            Err((f, Errno::EWOULDBLOCK)) if Instant::now() < deadline => {
+                file = f;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err((_, e)) => return Err(errno(e)),
+        }
+    }
+}
+
+/// Reads all of `file`, failing when it holds more than `limit` bytes: a garbage file
+/// must not make academy allocate without bound.
+pub fn read_capped(file: &mut File, limit: usize) -> io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    file.take(limit as u64 + 1).read_to_end(&mut out)?;
+    if out.len() > limit {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("larger than {limit} bytes, not a file this store wrote"),
+        ));
+    }
+    Ok(out)
+}
+
+/// Whether two stats are of the same inode.
+pub fn same_inode(a: &FileStat, b: &FileStat) -> bool {
+    a.st_ino == b.st_ino && a.st_dev == b.st_dev
+}
+
+fn dir_flags() -> OFlag {
+    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
+}
+
+fn dir_open_error(e: Errno) -> io::Error {
+    match e {
+        Errno::ELOOP | Errno::ENOTDIR => io::Error::new(
+            io::ErrorKind::InvalidData,
+            "it is a symlink or not a directory, and academy follows no symlink in its store",
+        ),
+        other => errno(other),
+    }
+}
