@@ -14,6 +14,7 @@ use crate::cni::{code, Error, Result};
 use crate::config::Config;
 use crate::netlink::Netlink;
 use crate::netns::{Netns, OpenError};
+use crate::reclaim;
 use crate::wire::{self, kernel, Attachment, BridgeSpec, ContainerRoute};
 
 pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
@@ -34,7 +35,14 @@ pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
     };
     let requests = conf.requests.clone().with_cni_args(&env.args)?;
 
-    let assigned = addressing::acquire(env, conf, &requests.ips)?;
+    let assigned = match addressing::acquire(env, conf, &requests.ips) {
+        // A pool emptied by leaks (no DEL came) heals itself: free what has had no host
+        // veth for reclaimLeakedAfter, then try once more.
+        Err(e) if e.code == code::ADDRESS_EXHAUSTED && reclaim::heal(conf) > 0 => {
+            addressing::acquire(env, conf, &requests.ips)?
+        }
+        other => other?,
+    };
     let undo_addresses = |cause: Error| {
         if let Err(e) = addressing::release(env, conf) {
             eprintln!("academy: while undoing a failed ADD: {e}");

@@ -12,7 +12,7 @@ use crate::cni::result::{CniResult, IpConfig, RouteEntry};
 use crate::cni::{code, Error, Result};
 use crate::config::{unspecified, Builtin, Config, Ipam};
 use crate::delegate;
-use crate::ipam::{Holder, Pool, Store};
+use crate::ipam::{leaks, Holder, Pool, Store};
 
 /// What the container is given.
 #[derive(Debug, Default)]
@@ -196,14 +196,14 @@ pub fn verify_still_held(env: &Env, assigned: &Assigned) -> Result<()> {
     let Some(store) = &assigned.store else {
         return Ok(());
     };
-    let held = store.held_by(&holder(env))?;
-    match assigned.ips.iter().find(|ip| !held.contains(&ip.address.ip())) {
+    // With each reservation locked as a reclaimer locks it (src/ipam/leaks.rs).
+    let addresses: Vec<IpAddr> = assigned.ips.iter().map(|ip| ip.address.ip()).collect();
+    match leaks::confirm_held(store.dir(), &holder(env), &addresses)? {
         None => Ok(()),
         Some(lost) => Err(Error::new(
             code::TRY_AGAIN_LATER,
             format!(
-                "address {} was released while ADD ran, most likely by a concurrent GC that did not list this container",
-                lost.address.ip()
+                "address {lost} was released while ADD ran, most likely by a concurrent GC that did not list this container",
             ),
         )
         .details("ADD was undone; retry it")),

@@ -8,6 +8,7 @@
 pub mod add;
 pub mod addressing;
 pub mod check;
+pub mod cli;
 pub mod cni;
 pub mod config;
 pub mod del;
@@ -18,5 +19,6 @@ pub mod ipam;
 pub mod netlink;
 pub mod netns;
 pub mod plugin;
+pub mod reclaim;
 pub mod status;
 pub mod wire;

@@ -6,6 +6,19 @@ use academy::cni::env::Env;
 use academy::plugin;
 
 fn main() {
+    // An operator's subcommand (`academy list ...`): never when a runtime calls, since a
+    // runtime always sets CNI_COMMAND. No arguments still prints the about text below.
+    if std::env::var_os("CNI_COMMAND").is_none() && std::env::args_os().len() > 1 {
+        let args: Option<Vec<String>> = std::env::args_os()
+            .skip(1)
+            .map(|a| a.into_string().ok())
+            .collect();
+        let Some(args) = args else {
+            eprintln!("academy: arguments must be UTF-8");
+            std::process::exit(2);
+        };
+        std::process::exit(academy::cli::run(&args));
+    }
     let env = Env::from_lookup(|name| std::env::var(name).ok());
     let mut stdin = Vec::new();
     // Read once, whole; a person running the binary by hand gets the about text instead.

@@ -217,3 +217,17 @@ fn runtime_ip_ranges_come_first() {
     assert_eq!(b.range_sets[0][0].subnet().to_string(), "10.93.0.0/24");
     assert_eq!(b.range_sets[1][0].subnet().to_string(), "10.92.0.0/24");
 }
+
+#[test]
+fn reclaim_leaked_after_defaults_to_60_and_takes_whole_seconds() {
+    assert_eq!(parse(GOOD).unwrap().reclaim_leaked_after, 60);
+    let off = parse(&with(GOOD, "reclaimLeakedAfter", "0")).unwrap();
+    assert_eq!(off.reclaim_leaked_after, 0);
+    let long = parse(&with(GOOD, "reclaimLeakedAfter", "3600")).unwrap();
+    assert_eq!(long.reclaim_leaked_after, 3600);
+    for bad in [r#""60s""#, "-1", "1.5", "true"] {
+        let e = parse(&with(GOOD, "reclaimLeakedAfter", bad)).unwrap_err();
+        assert_eq!(e.code, code::INVALID_CONFIG, "{bad}");
+        assert!(e.msg.contains("reclaimLeakedAfter"), "{bad}: {}", e.msg);
+    }
+}

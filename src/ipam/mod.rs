@@ -37,6 +37,7 @@
 //! them); the worst outcome is an address missing from the index, which GC recovers.
 
 mod allocator;
+pub mod leaks;
 mod store;
 
 pub use allocator::{Candidates, Pool};
