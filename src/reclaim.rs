@@ -167,6 +167,18 @@ pub enum Freed {
     },
 }
 
+impl Freed {
+    /// "free"/"freed" for an address, "delete"/"deleted" for a link.
+    pub fn verb(&self, done: bool) -> &'static str {
+        match (self, done) {
+            (Freed::Address(_), false) => "free",
+            (Freed::Address(_), true) => "freed",
+            (Freed::HostVeth { .. }, false) => "delete",
+            (Freed::HostVeth { .. }, true) => "deleted",
+        }
+    }
+}
+
 impl std::fmt::Display for Freed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -382,8 +394,10 @@ pub fn heal(conf: &Config) -> usize {
         Ok(report) => {
             for f in &report.freed {
                 eprintln!(
-                    "academy: network {}: pool exhausted, reclaimed leaked {f}: no host veth, older than reclaimLeakedAfter {}s",
-                    conf.name, conf.reclaim_leaked_after
+                    "academy: network {}: no free address, so {} {f}: no host veth and older than reclaimLeakedAfter ({}s)",
+                    conf.name,
+                    f.verb(true),
+                    conf.reclaim_leaked_after
                 );
             }
             for e in &report.errors {

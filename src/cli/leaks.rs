@@ -185,7 +185,7 @@ pub fn reclaim(args: &[String]) -> Result<(), CliError> {
     if p.has("--dry-run") {
         let planned = reclaim::plan(&conf, &store, &mut nl, &selection).map_err(failed)?;
         for item in &planned {
-            println!("would free {item}");
+            println!("would {} {item}", item.verb(false));
         }
         println!(
             "dry run, nothing changed: {} of network {} {what}",
@@ -196,7 +196,7 @@ pub fn reclaim(args: &[String]) -> Result<(), CliError> {
     }
     let report = reclaim::reclaim(&conf, &store, &mut nl, &selection).map_err(failed)?;
     for item in &report.freed {
-        println!("freed {item}");
+        println!("{} {item}", item.verb(true));
     }
     println!(
         "reclaimed {} of network {} {what}",
