@@ -32,6 +32,11 @@
 //! | 51 | protocol.rs    | foreign_link_on_the_host_veth_name_is_kept    |
 //! | 61 | netns_entry.rs | add_enters_the_netns_at_most_twice_off_main   |
 //! | 62 | netns_entry.rs | del_never_enters_the_netns                    |
+//! | 170 | leaks.rs      | a_full_pool_heals_itself_from_old_leaks_only  |
+//! | 171 | leaks.rs      | list_shows_every_reservation_with_its_state_in_text_and_json |
+//! | 172 | leaks.rs      | reclaim_by_age_frees_old_leaks_only_and_dry_run_changes_nothing |
+//! | 173 | leaks.rs      | reclaim_by_keep_list_frees_unlisted_attachments_and_their_veths |
+//! | 174 | leaks.rs      | bad_operator_input_is_refused_and_changes_nothing |
 //!
 //! Network safety: tests only ping addresses of their own lab's subnet, from their own
 //! netns, through their own bridge.
