@@ -14,6 +14,7 @@
 //! | 172 | reclaim_by_age_frees_old_leaks_only_and_dry_run_changes_nothing |
 //! | 173 | reclaim_by_keep_list_frees_unlisted_attachments_and_their_veths |
 //! | 174 | bad_operator_input_is_refused_and_changes_nothing             |
+//! | 175 | an_add_reusing_its_old_reservation_is_never_reclaimed_under_it |
 
 mod common;
 mod faults;
@@ -686,4 +687,56 @@ fn bad_operator_input_is_refused_and_changes_nothing() {
         "the DEL was not run as a DEL"
     );
     assert_reaches_gateway(&lab, &w);
+}
+
+#[test]
+fn an_add_reusing_its_old_reservation_is_never_reclaimed_under_it() {
+    // The one ADD that can meet a reclaimer: the runtime retries the ADD of a killed
+    // attachment, which finds its old reservation (older than any grace period) and wires
+    // it while `academy reclaim` decides that attachment has no veth. The reclaimer is
+    // held for 3 s between that decision and the unlink; the ADD runs in that window.
+    let lab = Lab::new("lkrace", 175);
+    let conf = config(&lab, json!({}));
+    let list = conflist(&lab, json!({}));
+    let k = attach(&lab, "k");
+    let addr = leak(&lab, &k, &conf);
+    make_old(&lab, &addr, Duration::from_secs(3600));
+
+    let trace = lab.root.join("reclaim.trace");
+    let inject = Inject {
+        syscall: "unlinkat".into(),
+        when: 1,
+        action: Action::Delay(3_000_000),
+    };
+    let mut args = strace_args(&trace, "unlinkat,flock", Some(&inject));
+    args.extend(["reclaim", &list, "--older-than", "0"].map(String::from));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let reclaimer = start(&Call::bare(), "strace", &args, &[]);
+    // Until it holds the reservation's lock and has reached the unlink.
+    assert!(
+        wait_until(Duration::from_secs(5), || std::fs::read_to_string(&trace)
+            .is_ok_and(|t| t.contains("unlinkat("))),
+        "the reclaimer never reached its unlink"
+    );
+    let add = lab.call_for("ADD", &k).config(&conf).run();
+    let reclaimed = reclaimer.finish();
+    assert_eq!(reclaimed.code, 0, "{reclaimed}");
+    assert!(
+        reclaimed.stdout.contains(&format!("freed address {addr}")),
+        "{reclaimed}"
+    );
+    // The ADD lost its address before its last check: it must fail with 11 and undo
+    // itself, never report an address the store considers free.
+    assert_cni_error(&add, 11, &[&addr, "released while ADD ran"]);
+    assert_eq!(holder_of(&lab, &addr), None);
+    assert_eq!(store(&lab), Vec::<String>::new());
+    assert!(!link_exists(&hostveth(&k)), "the failed ADD left its veth");
+    // The runtime's next retry gets an address and works.
+    let r = lab
+        .call_for("ADD", &k)
+        .config(&conf)
+        .run()
+        .expect_result("retried ADD");
+    assert_result_valid(&lab, &r, &k, "1.1.0", None);
+    assert_reaches_gateway(&lab, &k);
 }

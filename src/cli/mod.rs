@@ -181,9 +181,11 @@ pub fn load_network(path: &str) -> Result<Config, CliError> {
         None if list.get("type").and_then(Value::as_str) == Some(crate::plugin::NAME) => {
             list.clone()
         }
-        None => return Err(CliError::Failed(format!(
+        None => {
+            return Err(CliError::Failed(format!(
             "{path} is neither a conflist (no plugins list) nor a network config of type academy"
-        ))),
+        )))
+        }
     };
     let bytes = serde_json::to_vec(&Value::Object(plugin)).expect("a JSON map serialises");
     Config::parse(&bytes).map_err(|e| {

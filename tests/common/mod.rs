@@ -37,6 +37,7 @@
 //! | 172 | leaks.rs      | reclaim_by_age_frees_old_leaks_only_and_dry_run_changes_nothing |
 //! | 173 | leaks.rs      | reclaim_by_keep_list_frees_unlisted_attachments_and_their_veths |
 //! | 174 | leaks.rs      | bad_operator_input_is_refused_and_changes_nothing |
+//! | 175 | leaks.rs      | an_add_reusing_its_old_reservation_is_never_reclaimed_under_it |
 //!
 //! Network safety: tests only ping addresses of their own lab's subnet, from their own
 //! netns, through their own bridge.
