@@ -2,6 +2,7 @@
 //! and freeing the leaked ones (see src/reclaim.rs for what "leaked" means).
 
 use std::collections::HashSet;
+use std::io::Write;
 use std::time::Duration;
 
 use serde_json::json;
@@ -40,32 +41,37 @@ pub fn list(args: &[String]) -> Result<(), CliError> {
         Some(store) => reclaim::survey(&conf, store, &mut nl).map_err(failed)?,
         None => Vec::new(),
     };
-    if p.has("--json") {
-        let reservations: Vec<_> = entries
-            .iter()
-            .map(|e| {
-                let r = &e.reservation;
-                json!({
-                    "address": r.address.to_string(),
-                    "containerID": r.container_id,
-                    "ifname": r.ifname,
-                    "ageSeconds": e.age.as_secs(),
-                    "state": e.state.name(),
-                    "hostVeth": e.host_veth,
-                })
-            })
-            .collect();
-        let out = json!({
-            "network": conf.name,
-            "bridge": conf.bridge,
-            "store": store_path(&conf),
-            "reservations": reservations,
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let written = if p.has("--json") {
+        write_json(&mut out, &conf, &entries)
+    } else {
+        out.write_all(table(&conf, &entries).as_bytes())
+    };
+    written
+        .and_then(|()| out.flush())
+        .map_err(|e| failed(format!("cannot write the list: {e}")))
+}
+
+/// The `--json` form: the network, then one reservation object per line (a full /16 is
+/// 65,534 of them; `jq` reads it whole, grep line by line).
+fn write_json(out: &mut impl Write, conf: &Config, entries: &[Entry]) -> std::io::Result<()> {
+    let head = json!({"network": conf.name, "bridge": conf.bridge, "store": store_path(conf)});
+    let head = head.to_string();
+    // `{...}` without its closing brace, to append the list.
+    write!(out, "{},\n\"reservations\": [", &head[..head.len() - 1])?;
+    for (i, e) in entries.iter().enumerate() {
+        let r = &e.reservation;
+        let row = json!({
+            "address": r.address.to_string(),
+            "containerID": r.container_id,
+            "ifname": r.ifname,
+            "ageSeconds": e.age.as_secs(),
+            "state": e.state.name(),
+            "hostVeth": e.host_veth,
         });
-        println!("{out:#}");
-        return Ok(());
+        write!(out, "{}\n  {row}", if i == 0 { "" } else { "," })?;
     }
-    print!("{}", table(&conf, &entries));
-    Ok(())
+    writeln!(out, "\n]}}")
 }
 
 /// The text form: a summary line, then one aligned row per reservation.

@@ -170,7 +170,7 @@ impl StoreDir {
     }
 
     fn read_reservation(&self, name: &str, address: IpAddr) -> io::Result<Option<Reservation>> {
-        let file = match self.openat(name) {
+        let mut file = match self.openat(name) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
@@ -179,11 +179,22 @@ impl StoreDir {
         if !meta.is_file() {
             return Ok(None);
         }
-        let mut content = Vec::new();
-        file.take(MAX_RESERVATION + 1).read_to_end(&mut content)?;
-        if content.len() as u64 > MAX_RESERVATION {
+        if meta.len() > MAX_RESERVATION {
             return Ok(None);
         }
+        // One read of the size fstat gave: a store's worth of files (a full /16 is 65,534)
+        // is read here, and a second read only to see end-of-file would cost a fifth more.
+        let mut content = vec![0u8; meta.len() as usize];
+        let mut filled = 0;
+        while filled < content.len() {
+            match file.read(&mut content[filled..]) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        content.truncate(filled);
         let made = UNIX_EPOCH + Duration::new(meta.mtime().max(0) as u64, meta.mtime_nsec() as u32);
         Ok(Some(match FileHolder::parse(&content) {
             FileHolder::Full { id, ifname } => Reservation {
