@@ -222,31 +222,40 @@ pub fn plan(
     sel: &Selection,
 ) -> Result<Vec<Freed>> {
     let entries = survey(conf, store, nl)?;
-    let picked: Vec<Entry> = entries.into_iter().filter(|e| sel.picks(e)).collect();
+    let (picked, kept): (Vec<Entry>, Vec<Entry>) = entries.into_iter().partition(|e| sel.picks(e));
     let mut out = Vec::new();
     if let Selection::NotKept { keep, .. } = sel {
-        out.extend(unkept_veths(nl, conf, keep, &picked)?);
+        // An unlisted attachment spared by --older-than keeps its veth too.
+        let spared: HashSet<(String, String)> = kept
+            .iter()
+            .filter_map(|e| {
+                let r = &e.reservation;
+                Some((r.container_id.clone(), r.ifname.clone()?))
+            })
+            .collect();
+        out.extend(unkept_veths(nl, conf, keep, &spared, &picked)?);
     }
     out.extend(picked.into_iter().map(Freed::Address));
     Ok(out)
 }
 
 /// The host veths of the attachments a keep-list frees: every veth of this network whose
-/// container is not kept (with or without a reservation), and the derived-name link of
-/// each picked wired attachment (an unlabelled pair has no alias to be found by).
+/// container is not kept, unless its reservation is `spared` (a veth with no reservation
+/// at all is an orphan and goes), and the derived-name link of each picked wired
+/// attachment (an unlabelled pair has no alias to be found by).
 fn unkept_veths(
     nl: &mut Netlink,
     conf: &Config,
     keep: &HashSet<String>,
+    spared: &HashSet<(String, String)>,
     picked: &[Entry],
 ) -> Result<Vec<Freed>> {
     let links = HostLinks::read(nl, &conf.name)?;
     let mut seen = HashSet::new();
     let mut out = Vec::new();
-    let aliased = links
-        .owned
-        .into_iter()
-        .filter(|(_, cid, _)| !keep.contains(cid));
+    let aliased = links.owned.into_iter().filter(|(_, cid, ifname)| {
+        !keep.contains(cid) && !spared.contains(&(cid.clone(), ifname.clone()))
+    });
     let derived = picked
         .iter()
         .filter(|e| e.state == State::Wired)

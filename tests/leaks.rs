@@ -466,13 +466,27 @@ fn reclaim_by_keep_list_frees_unlisted_attachments_and_their_veths() {
     let kept_addr = wire(&lab, &keep, &conf);
     let gone_addr = wire(&lab, &gone, &conf);
     let dead_addr = leak(&lab, &dead, &conf);
+    // Started after the list was taken: unlisted, but younger than --older-than.
+    let fresh = attach(&lab, "fresh");
+    let fresh_addr = wire(&lab, &fresh, &conf);
+    for addr in [&kept_addr, &gone_addr, &dead_addr] {
+        make_old(&lab, addr, Duration::from_secs(2 * 3600));
+    }
     // What `crictl pods -q` would print: only `keep` is still running.
     let ids = lab.root.join("running");
     std::fs::write(&ids, format!("# crictl pods -q\n\n{}\n", keep.cid)).unwrap();
     let ids = ids.to_string_lossy().into_owned();
 
     let before = settled_snapshot(&lab);
-    let out = academy(&["reclaim", &list, "--keep-ids", &ids, "--dry-run"]);
+    let out = academy(&[
+        "reclaim",
+        &list,
+        "--keep-ids",
+        &ids,
+        "--older-than",
+        "1h",
+        "--dry-run",
+    ]);
     assert_eq!(out.code, 0, "{out}");
     for needle in [
         format!(
@@ -487,13 +501,17 @@ fn reclaim_by_keep_list_frees_unlisted_attachments_and_their_veths() {
         assert!(out.stdout.contains(&needle), "no {needle:?}:\n{out}");
     }
     assert!(!out.stdout.contains(&keep.cid), "{out}");
+    assert!(
+        !out.stdout.contains(&fresh.cid),
+        "the young attachment is listed:\n{out}"
+    );
     assert_eq!(
         settled_snapshot(&lab).diff(&before),
         "",
         "the dry run changed something"
     );
 
-    let out = academy(&["reclaim", &list, "--keep-ids", &ids]);
+    let out = academy(&["reclaim", &list, "--keep-ids", &ids, "--older-than", "1h"]);
     assert_eq!(out.code, 0, "{out}");
     assert!(
         out.stdout
@@ -509,12 +527,21 @@ fn reclaim_by_keep_list_frees_unlisted_attachments_and_their_veths() {
         !netns_link_names(&gone.netns).contains(&"eth0".to_string()),
         "the unlisted container keeps its interface"
     );
-    assert_eq!(
-        store(&lab),
-        vec![kept_addr.clone(), format!("holders/{}:eth0", keep.cid)]
-    );
-    assert_eq!(lab.lab_veths(), vec![hostveth(&keep)]);
+    let mut left = vec![
+        kept_addr.clone(),
+        fresh_addr.clone(),
+        format!("holders/{}:eth0", keep.cid),
+        format!("holders/{}:eth0", fresh.cid),
+    ];
+    left.sort();
+    assert_eq!(store(&lab), left);
+    let mut veths = lab.lab_veths();
+    veths.sort();
+    let mut want = vec![hostveth(&keep), hostveth(&fresh)];
+    want.sort();
+    assert_eq!(veths, want);
     assert_reaches_gateway(&lab, &keep);
+    assert_reaches_gateway(&lab, &fresh);
     // The runtime's late DEL of a reclaimed attachment finds nothing and succeeds.
     lab.call_for("DEL", &gone)
         .config(&conf)
