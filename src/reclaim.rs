@@ -10,9 +10,10 @@
 //! it is safe whatever the runtime does (README, "Failure model").
 
 use std::collections::HashSet;
+use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
 
-use crate::cni::{Error, Result};
+use crate::cni::{code, Error, Result};
 use crate::config::Config;
 use crate::hostveth;
 use crate::ipam::leaks::{Reservation, StoreDir};
@@ -429,6 +430,53 @@ pub fn heal(conf: &Config) -> usize {
             0
         }
     }
+}
+
+/// STATUS's second look at a full pool: an ADD would free the leaks older than
+/// `reclaimLeakedAfter` and succeed, so a pool that holds one can still serve ADD (a
+/// runtime that believed STATUS would otherwise stop sending the ADDs that heal it).
+/// Returns `err` unchanged unless every exhausted pool has such a leak.
+pub fn status_despite_leaks(conf: &Config, err: Error) -> Result<()> {
+    let Some(b) = conf.builtin() else {
+        return Err(err);
+    };
+    if conf.reclaim_leaked_after == 0 || err.code != code::NOT_AVAILABLE {
+        return Err(err);
+    }
+    // Writability first: a store that cannot be written cannot be healed either.
+    crate::ipam::status(&b.data_dir, &conf.name, &[])?;
+    let grace = Selection::LeakedFor(Duration::from_secs(conf.reclaim_leaked_after));
+    let reclaimable = || -> Result<Vec<IpAddr>> {
+        let Some(store) = open_store(conf)? else {
+            return Ok(Vec::new());
+        };
+        let mut nl = Netlink::open().map_err(kernel)?;
+        Ok(plan(conf, &store, &mut nl, &grace)?
+            .into_iter()
+            .filter_map(|f| match f {
+                Freed::Address(e) => Some(e.reservation.address),
+                Freed::HostVeth { .. } => None,
+            })
+            .collect())
+    };
+    let Ok(reclaimable) = reclaimable() else {
+        return Err(err);
+    };
+    for pool in b.range_sets.iter().flatten() {
+        let full = crate::ipam::status(&b.data_dir, &conf.name, std::slice::from_ref(pool));
+        if let Err(full) = full {
+            if !reclaimable.iter().any(|a| pool.contains(*a)) {
+                return Err(full);
+            }
+        }
+    }
+    eprintln!(
+        "academy: network {}: no free address, but {} leaked for longer than reclaimLeakedAfter ({}s) will be reclaimed by the next ADD",
+        conf.name,
+        reclaimable.len(),
+        conf.reclaim_leaked_after
+    );
+    Ok(())
 }
 
 /// "3d4h", "2h13m", "5m7s", "42s": the two largest units, for people.

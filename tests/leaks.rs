@@ -151,9 +151,29 @@ fn a_full_pool_heals_itself_from_old_leaks_only() {
     assert_cni_error(&out, 110, &["no free address"]);
     assert_eq!(store(&lab), before, "a young leak was taken");
 
-    // One leak is now older than the grace period: the next ADD takes its address, and
-    // says so on stderr. The young one stays.
+    let status = || {
+        Call::bare()
+            .env("CNI_COMMAND", "STATUS")
+            .env("CNI_PATH", lab.bin_dir.to_str().unwrap())
+            .config(&conf)
+            .run()
+    };
+    assert_cni_error(&status(), 50, &["no free address"]);
+
+    // One leak is now older than the grace period: STATUS says ADD can be served, and
+    // the next ADD takes its address, saying so on stderr. The young one stays.
     make_old(&lab, &leaked1, Duration::from_secs(120));
+    let out = status();
+    out.expect_silent_success("STATUS of a full pool with an old leak");
+    assert!(
+        out.stderr.contains("will be reclaimed by the next ADD"),
+        "{out}"
+    );
+    assert_eq!(
+        holder_of(&lab, &leaked1),
+        Some(format!("{}\r\neth0", k1.cid)),
+        "STATUS freed it"
+    );
     let out = lab.call_for("ADD", &n1).config(&conf).run();
     let r = out.expect_result("ADD into a pool with an old leak");
     assert_result_valid(&lab, &r, &n1, "1.1.0", Some(&leaked1));
