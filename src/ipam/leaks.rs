@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::{FileHolder, Holder};
-use crate::cni::{Error, Result};
+use crate::cni::{code, Error, Result};
 
 const HOLDERS: &str = "holders";
 /// As the store: a reservation is `id\r\nifname`, far below this.
@@ -71,10 +71,33 @@ impl StoreDir {
             .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
             .open(path)
         {
-            Ok(dir) => Ok(Some(StoreDir {
-                path: path.to_path_buf(),
-                dir,
-            })),
+            Ok(dir) => {
+                // As Store::open: anyone could have forged what a world-writable store holds.
+                let mode = dir
+                    .metadata()
+                    .map_err(|e| {
+                        Error::io(format!("cannot stat IPAM store {}", path.display()), &e)
+                    })?
+                    .mode();
+                if mode & 0o002 != 0 {
+                    return Err(Error::new(
+                        code::IO_FAILURE,
+                        format!(
+                            "IPAM store {} is world-writable (mode {:o})",
+                            path.display(),
+                            mode & 0o7777
+                        ),
+                    )
+                    .details(format!(
+                        "its reservations cannot be trusted; run chmod 0700 {}",
+                        path.display()
+                    )));
+                }
+                Ok(Some(StoreDir {
+                    path: path.to_path_buf(),
+                    dir,
+                }))
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(
                 Error::io(format!("cannot open IPAM store {}", path.display()), &e)
@@ -395,6 +418,12 @@ mod tests {
         );
         assert!(found[0].age(SystemTime::now()) < Duration::from_secs(60));
         assert!(StoreDir::open(&data.join("absent")).unwrap().is_none());
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(store.dir(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = StoreDir::open(store.dir())
+            .err()
+            .expect("world-writable refused");
+        assert!(e.msg.contains("world-writable"), "{e}");
         std::fs::remove_dir_all(&data).unwrap();
     }
 
