@@ -245,7 +245,7 @@ impl StoreDir {
     ) -> Result<bool> {
         let name = address.to_string();
         self.try_remove(&name, decide)
-            .map_err(|e| self.io_err("remove reservation", &name, &e))
+            .map_err(|e| reservation_err(self, "remove reservation", &name, &e))
     }
 
     fn try_remove(
@@ -313,17 +313,45 @@ impl StoreDir {
     }
 }
 
+/// academy holds a reservation's lock for well under a millisecond (a read and, for a
+/// reclaimer, one netlink lookup); a process holding it longer is not academy, and
+/// waiting on it would hang ADD or the reclaimer behind it.
+const LOCK_WAIT: Duration = if cfg!(test) {
+    Duration::from_millis(200)
+} else {
+    Duration::from_secs(5)
+};
+
+/// flock `how` (LOCK_EX or LOCK_SH) tried without blocking until LOCK_WAIT has passed;
+/// then WouldBlock.
 fn lock(file: &File, how: libc::c_int) -> io::Result<()> {
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
     loop {
         // SAFETY: flock on an fd owned by `file`; released when it is closed.
-        if unsafe { libc::flock(file.as_raw_fd(), how) } == 0 {
+        if unsafe { libc::flock(file.as_raw_fd(), how | libc::LOCK_NB) } == 0 {
             return Ok(());
         }
         let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+        match e.kind() {
+            io::ErrorKind::Interrupted => {}
+            io::ErrorKind::WouldBlock if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            _ => return Err(e),
         }
     }
+}
+
+/// An I/O error on a reservation, code 11 when its lock stayed taken (retrying may work).
+fn reservation_err(dir: &StoreDir, what: &str, name: &str, e: &io::Error) -> Error {
+    let err = dir.io_err(what, name, e);
+    if e.kind() != io::ErrorKind::WouldBlock {
+        return err;
+    }
+    Error::new(code::TRY_AGAIN_LATER, err.msg).details(format!(
+        "another process has held its lock for over {:?}; nothing was changed, retry",
+        LOCK_WAIT
+    ))
 }
 
 /// ADD's last check of its addresses: each is still reserved for `holder`, checked with
@@ -341,7 +369,7 @@ pub fn confirm_held(
         let name = address.to_string();
         let held = dir
             .confirm_one(&name, holder)
-            .map_err(|e| dir.io_err("read reservation", &name, &e))?;
+            .map_err(|e| reservation_err(&dir, "read reservation", &name, &e))?;
         if !held {
             return Ok(Some(address));
         }
@@ -444,6 +472,14 @@ mod tests {
             "index kept while held"
         );
 
+        // A lock held by someone who is not academy: code 11 after LOCK_WAIT, nothing removed.
+        let squatter = File::open(store.dir().join(addr.to_string())).unwrap();
+        lock(&squatter, libc::LOCK_EX).unwrap();
+        let e = dir.remove_if(addr, |_, _| true).unwrap_err();
+        assert_eq!(e.code, code::TRY_AGAIN_LATER, "{e}");
+        let e = confirm_held(store.dir(), &holder, &[addr]).unwrap_err();
+        assert_eq!(e.code, code::TRY_AGAIN_LATER, "{e}");
+        drop(squatter);
         assert!(dir.remove_if(addr, |c, _| holder.matches(c)).unwrap());
         assert!(!dir.remove_if(addr, |_, _| true).unwrap(), "already gone");
         assert_eq!(
