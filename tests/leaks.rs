@@ -15,6 +15,7 @@
 //! | 173 | reclaim_by_keep_list_frees_unlisted_attachments_and_their_veths |
 //! | 174 | bad_operator_input_is_refused_and_changes_nothing             |
 //! | 175 | an_add_reusing_its_old_reservation_is_never_reclaimed_under_it |
+//! | 176 | a_dual_stack_leak_is_listed_and_reclaimed_whole               |
 
 mod common;
 mod faults;
@@ -786,4 +787,74 @@ fn an_add_reusing_its_old_reservation_is_never_reclaimed_under_it() {
         .expect_result("retried ADD");
     assert_result_valid(&lab, &r, &k, "1.1.0", None);
     assert_reaches_gateway(&lab, &k);
+}
+
+#[test]
+fn a_dual_stack_leak_is_listed_and_reclaimed_whole() {
+    let lab = Lab::new("lkdual", 176);
+    let parts: Vec<&str> = lab.prefix.split('.').collect();
+    let v6 = format!("fd00:{}:{}::/64", parts[1], parts[2]);
+    let plugin = json!({
+        "type": "academy", "bridge": lab.bridge, "isGateway": true, "isDefaultGateway": true,
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": lab.subnet()}], [{"subnet": v6}]],
+                 "dataDir": lab.data_dir}
+    });
+    let list = lab.conf_dir.join("10-lab.conflist");
+    let conflist = json!({"cniVersion": "1.0.0", "name": lab.network, "plugins": [plugin.clone()]});
+    std::fs::write(&list, conflist.to_string()).unwrap();
+    let list = list.to_string_lossy().into_owned();
+    let mut conf = plugin;
+    conf["cniVersion"] = json!("1.1.0");
+    conf["name"] = json!(lab.network);
+
+    let w = attach(&lab, "w");
+    let out = lab.call_for("ADD", &w).config(&conf).run();
+    out.expect_result("dual-stack ADD");
+    let k = attach(&lab, "k");
+    let inject = Inject {
+        syscall: "sendto".into(),
+        when: 1,
+        action: Action::Kill,
+    };
+    let call = lab.call_for("ADD", &k).config(&conf);
+    let (out, text) = run_strace(&call, &lab.root.join("k.trace"), "sendto", Some(&inject));
+    assert!(killed_by_strace(&text), "{out}");
+
+    let v = academy(&["list", &list, "--json"]).json();
+    let rows = v["reservations"].as_array().unwrap();
+    let of = |cid: &str| -> Vec<(String, String)> {
+        rows.iter()
+            .filter(|r| r["containerID"] == json!(cid))
+            .map(|r| {
+                (
+                    r["address"].as_str().unwrap().to_string(),
+                    r["state"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let leaked = of(&k.cid);
+    assert_eq!(leaked.len(), 2, "{v:#}");
+    assert!(
+        leaked[0].0.contains('.') && leaked[1].0.contains(':'),
+        "{leaked:?}"
+    );
+    assert!(leaked.iter().all(|(_, s)| s == "leaked"), "{leaked:?}");
+    assert!(of(&w.cid).iter().all(|(_, s)| s == "wired"), "{v:#}");
+
+    let out = academy(&["reclaim", &list, "--older-than", "0"]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.stdout.contains("reclaimed 2 addresses"), "{out}");
+    for (addr, _) in &leaked {
+        assert!(
+            !store_dir(&lab).join(addr).exists(),
+            "{addr} is still reserved"
+        );
+    }
+    assert!(!store_dir(&lab)
+        .join(format!("holders/{}:eth0", k.cid))
+        .exists());
+    let v = academy(&["list", &list, "--json"]).json();
+    assert_eq!(v["reservations"].as_array().unwrap().len(), 2, "{v:#}");
+    assert_reaches_gateway(&lab, &w);
 }

@@ -38,6 +38,7 @@
 //! | 173 | leaks.rs      | reclaim_by_keep_list_frees_unlisted_attachments_and_their_veths |
 //! | 174 | leaks.rs      | bad_operator_input_is_refused_and_changes_nothing |
 //! | 175 | leaks.rs      | an_add_reusing_its_old_reservation_is_never_reclaimed_under_it |
+//! | 176 | leaks.rs      | a_dual_stack_leak_is_listed_and_reclaimed_whole |
 //!
 //! Network safety: tests only ping addresses of their own lab's subnet, from their own
 //! netns, through their own bridge.
