@@ -9,15 +9,7 @@ fn main() {
     // An operator's subcommand (`academy list ...`): never when a runtime calls, since a
     // runtime always sets CNI_COMMAND. No arguments still prints the about text below.
     if std::env::var_os("CNI_COMMAND").is_none() && std::env::args_os().len() > 1 {
-        let args: Option<Vec<String>> = std::env::args_os()
-            .skip(1)
-            .map(|a| a.into_string().ok())
-            .collect();
-        let Some(args) = args else {
-            eprintln!("academy: arguments must be UTF-8");
-            std::process::exit(2);
-        };
-        std::process::exit(academy::cli::run(&args));
+        std::process::exit(academy::cli::main(std::env::args_os().skip(1)));
     }
     let env = Env::from_lookup(|name| std::env::var(name).ok());
     let mut stdin = Vec::new();

@@ -45,6 +45,15 @@ pub enum CliError {
     Failed(String),
 }
 
+/// main.rs's entry: the arguments after the program name. Returns the exit status.
+pub fn main(args: impl Iterator<Item = std::ffi::OsString>) -> i32 {
+    let args: Option<Vec<String>> = args.map(|a| a.into_string().ok()).collect();
+    match args {
+        Some(args) => run(&args),
+        None => usage_error("arguments must be UTF-8"),
+    }
+}
+
 /// Runs `academy ARGS` (without the program name). Returns the exit status.
 pub fn run(args: &[String]) -> i32 {
     let Some(first) = args.first() else {
