@@ -13,7 +13,7 @@ use crate::cni::result::{CniResult, IpConfig, RouteEntry};
 use crate::cni::{code, Error, Result};
 use crate::config::{unspecified, Builtin, Config, Ipam};
 use crate::delegate;
-use crate::ipam::{Holder, Pool, Store};
+use crate::ipam::{leaks, Holder, Pool, Store};
 
 /// What the container is given.
 #[derive(Debug, Default)]
@@ -209,19 +209,21 @@ pub fn verify_still_held(who: &Attachment, assigned: &Assigned) -> Result<()> {
         return Ok(());
     };
     let holder = who.holder();
-    let held = store.held_by(&holder)?;
-    match assigned.ips.iter().find(|ip| !held.contains(&ip.address.ip())) {
-        None => Ok(()),
-        Some(_) if !store.has_index(&holder)? => Err(Error::new(
+    // With each reservation locked as a reclaimer locks it (src/ipam/leaks.rs).
+    let addresses: Vec<IpAddr> = assigned.ips.iter().map(|ip| ip.address.ip()).collect();
+    match leaks::confirm_held(store.dir(), &holder, &addresses)? {
+        // Every reservation is still this container's, but without its index no DEL
+        // could find them: as good as lost.
+        None if !store.has_index(&holder)? => Err(Error::new(
             code::TRY_AGAIN_LATER,
             "the holder index of this container was removed while ADD ran, most likely by a concurrent GC that did not list this container (or a DEL of it)",
         )
         .details("ADD was undone, including the reservations it had made; retry it")),
+        None => Ok(()),
         Some(lost) => Err(Error::new(
             code::TRY_AGAIN_LATER,
             format!(
-                "address {} was released while ADD ran, most likely by a concurrent GC that did not list this container",
-                lost.address.ip()
+                "address {lost} was released while ADD ran, most likely by a concurrent GC that did not list this container",
             ),
         )
         .details("ADD was undone; retry it")),

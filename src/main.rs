@@ -7,6 +7,11 @@ use std::os::unix::ffi::OsStringExt;
 use academy::plugin;
 
 fn main() {
+    // An operator's subcommand (`academy list ...`): never when a runtime calls, since a
+    // runtime always sets CNI_COMMAND. No arguments still prints the about text below.
+    if std::env::var_os("CNI_COMMAND").is_none() && std::env::args_os().len() > 1 {
+        std::process::exit(academy::cli::main(std::env::args_os().skip(1)));
+    }
     // Bytes, not String: one non-UTF-8 byte must not make a variable read as unset.
     let env = plugin::Env::from_lookup(|name| std::env::var_os(name).map(OsString::into_vec));
     let mut stdin = Vec::new();

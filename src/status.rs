@@ -6,6 +6,7 @@ use crate::cni::env::Env;
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
 use crate::netlink::{LinkKind, Netlink};
+use crate::reclaim;
 use crate::wire::kind_name;
 
 pub fn status(env: &Env, conf: &Config) -> Result<()> {
@@ -29,5 +30,6 @@ pub fn status(env: &Env, conf: &Config) -> Result<()> {
             )))
         }
     }
-    addressing::status(env, conf)
+    // A full pool holding old leaks is served: the next ADD reclaims them.
+    addressing::status(env, conf).or_else(|e| reclaim::status_despite_leaks(conf, e))
 }

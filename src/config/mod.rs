@@ -28,6 +28,9 @@ pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/academy";
 /// address the reference already gave.
 pub const HOST_LOCAL_DATA_DIR: &str = "/var/lib/cni/networks";
 pub const DEFAULT_BRIDGE: &str = "cni0";
+/// `reclaimLeakedAfter` when absent: a reservation must have lost its host veth for at
+/// least this long before a starved ADD frees it (README, "Failure model").
+pub const DEFAULT_RECLAIM_LEAKED_AFTER: u64 = 60;
 
 /// Keys of the reference bridge plugin that academy does not implement. Silently ignoring
 /// one that is switched on would give a network other than the one asked for, so each is
@@ -67,6 +70,9 @@ pub struct Config {
     /// the verbs, which have the environment).
     pub requests: Requests,
     pub prev_result: Option<Value>,
+    /// Seconds after which an exhausted ADD may free a reservation with no host veth
+    /// (`reclaimLeakedAfter`); 0 never does.
+    pub reclaim_leaked_after: u64,
     /// GC's list of live attachments, (container id, ifname); None when absent.
     pub valid_attachments: Option<HashSet<(String, String)>>,
     /// The config exactly as received: a delegated IPAM plugin gets the same bytes.
@@ -209,6 +215,9 @@ impl Config {
             dns: f.get("dns").cloned(),
             requests,
             prev_result: f.get("prevResult").cloned(),
+            reclaim_leaked_after: f
+                .number("reclaimLeakedAfter")?
+                .unwrap_or(DEFAULT_RECLAIM_LEAKED_AFTER),
             valid_attachments: valid_attachments(&map)?,
             raw: stdin.to_vec(),
         })
@@ -283,6 +292,7 @@ impl Config {
             hairpin_mode: false,
             promisc_mode: false,
             ip_masq: map.get("ipMasq") == Some(&Value::Bool(true)),
+            reclaim_leaked_after: DEFAULT_RECLAIM_LEAKED_AFTER,
             ipam,
             dns: None,
             requests: Requests::default(),
@@ -293,7 +303,6 @@ impl Config {
     }
 
     /// The built-in allocator's settings, when the network uses it.
-    #[cfg(test)]
     pub fn builtin(&self) -> Option<&Builtin> {
         match &self.ipam {
             Ipam::Builtin(b) => Some(b),

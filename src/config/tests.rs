@@ -259,3 +259,17 @@ fn del_reads_where_things_are_from_a_config_add_refuses() {
     );
     assert_eq!(Config::parse_for_del(b"not json").unwrap_err().code, 6);
 }
+
+#[test]
+fn reclaim_leaked_after_defaults_to_60_and_takes_whole_seconds() {
+    assert_eq!(parse(GOOD).unwrap().reclaim_leaked_after, 60);
+    let off = parse(&with(GOOD, "reclaimLeakedAfter", "0")).unwrap();
+    assert_eq!(off.reclaim_leaked_after, 0);
+    let long = parse(&with(GOOD, "reclaimLeakedAfter", "3600")).unwrap();
+    assert_eq!(long.reclaim_leaked_after, 3600);
+    for bad in [r#""60s""#, "-1", "1.5", "true"] {
+        let e = parse(&with(GOOD, "reclaimLeakedAfter", bad)).unwrap_err();
+        assert_eq!(e.code, code::INVALID_CONFIG, "{bad}");
+        assert!(e.msg.contains("reclaimLeakedAfter"), "{bad}: {}", e.msg);
+    }
+}

@@ -41,6 +41,7 @@ mod failure;
 mod gate;
 mod hardening;
 mod ipam_lab;
+mod leaks;
 mod masquerade;
 mod netns_entry;
 mod podman;

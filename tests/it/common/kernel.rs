@@ -97,3 +97,19 @@ pub fn bridge_ports(bridge: &str) -> Vec<String> {
         .filter_map(|l| l["ifname"].as_str().map(str::to_string))
         .collect()
 }
+
+/// The host veth name academy derives for (container id, ifname): "veth" + 11 hex digits
+/// of FNV-1a over `id NUL ifname` with a final avalanche. Written here again on purpose,
+/// from the README's description rather than by calling academy: the tests hold the
+/// naming rule (which DEL, GC and operators rely on) to what is documented.
+pub fn derived_host_veth_name(container_id: &str, ifname: &str) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in container_id.bytes().chain([0]).chain(ifname.bytes()) {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash ^= hash >> 33;
+    hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    hash ^= hash >> 33;
+    format!("veth{:011x}", hash >> 20)
+}

@@ -1,0 +1,391 @@
+//! The store seen whole, for what looks for leaks (`academy list`, `academy reclaim`, an
+//! ADD that found its pool exhausted), and the removal of a reservation only while a
+//! condition still holds.
+//!
+//! These work beside `Store` through the same file plumbing (files.rs: no symlink
+//! followed, every name resolved from the directory's fd, only regular files read), and
+//! follow the same locking rule as every remover there: lock the reservation file that
+//! was read (flock on its inode), decide, and unlink only while the name still points at
+//! that inode. ADD's last check takes the
+//! same lock ([`confirm_held`]), so a decision made under it, such as "this attachment has
+//! no host veth", cannot be overtaken by an ADD that is just wiring the attachment: either
+//! the ADD's check comes first (its veth exists by then, so the reclaimer keeps it), or the
+//! reclaimer's removal does (and the ADD finds its address gone and fails with code 11).
+
+use std::io;
+use std::net::IpAddr;
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use nix::sys::stat::FileStat;
+
+use super::files::{self, Dir, Opened};
+use super::{FileHolder, Holder};
+use crate::cni::{code, Error, Result};
+
+const HOLDERS: &str = "holders";
+/// As the store: a reservation is `id\r\nifname`, far below this.
+const MAX_RESERVATION: usize = 4096;
+const MAX_INDEX: usize = 64 * 1024;
+
+/// One reservation file as found on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    pub address: IpAddr,
+    pub container_id: String,
+    /// None for a legacy file that names the container only.
+    pub ifname: Option<String>,
+    /// When the reservation was made: its content is written once, before it is linked
+    /// under the address, and never rewritten.
+    pub made: SystemTime,
+}
+
+impl Reservation {
+    pub fn holder(&self) -> Option<Holder> {
+        self.ifname
+            .as_ref()
+            .map(|ifname| Holder::new(self.container_id.clone(), ifname.clone()))
+    }
+
+    pub fn age(&self, now: SystemTime) -> Duration {
+        now.duration_since(self.made).unwrap_or_default()
+    }
+}
+
+/// An open store directory `<dataDir>/<network>/`, through the store's own file
+/// plumbing (files.rs): every name resolved from its fd, no symlink followed, nothing but
+/// regular files read.
+pub struct StoreDir {
+    dir: Dir,
+}
+
+impl StoreDir {
+    /// Opens an existing store; None when there is none (nothing was ever reserved).
+    /// Refused as Store::open refuses it when someone else could have forged its content.
+    pub fn open(path: &Path) -> Result<Option<StoreDir>> {
+        let dir = match Dir::open(path) {
+            Ok(dir) => dir,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                return Err(
+                    Error::io(format!("cannot open IPAM store {}", path.display()), &e)
+                        .details("it must be a real directory, not a symlink"),
+                )
+            }
+        };
+        if let Err((what, fix)) = dir.check_private() {
+            return Err(Error::new(
+                code::IO_FAILURE,
+                format!("IPAM store {} {what}", path.display()),
+            )
+            .details(fix));
+        }
+        Ok(Some(StoreDir { dir }))
+    }
+
+    fn io_err(&self, what: &str, name: &str, e: &io::Error) -> Error {
+        Error::io(
+            format!("cannot {what} {}", self.dir.path_of(name).display()),
+            e,
+        )
+    }
+
+    /// The regular file `name`; None when it is gone or is not academy's (not a regular
+    /// file: a FIFO, a symlink, a directory).
+    fn open_reservation(&self, name: &str) -> io::Result<Option<Opened>> {
+        match self.dir.open_read(name) {
+            Err(e) if files::is_not_regular(&e) => Ok(None),
+            other => other,
+        }
+    }
+
+    /// Every reservation of the store, sorted by address. Names that are not addresses
+    /// (holders/, the hint, temp files, a host-local `lock`) are not reservations; a file
+    /// that vanishes while being read was freed meanwhile and is skipped.
+    pub fn reservations(&self) -> Result<Vec<Reservation>> {
+        let entries = self.dir.list().map_err(|e| self.io_err("list", ".", &e))?;
+        let mut found = Vec::new();
+        for (name, regular) in entries {
+            let Ok(address) = name.parse::<IpAddr>() else {
+                continue;
+            };
+            if !regular {
+                continue;
+            }
+            match self.read_reservation(&name, address) {
+                Ok(Some(r)) => found.push(r),
+                Ok(None) => {}
+                Err(e) => return Err(self.io_err("read reservation", &name, &e)),
+            }
+        }
+        found.sort_by_key(|r| r.address);
+        Ok(found)
+    }
+
+    fn read_reservation(&self, name: &str, address: IpAddr) -> io::Result<Option<Reservation>> {
+        let Some(mut opened) = self.open_reservation(name)? else {
+            return Ok(None);
+        };
+        let Ok(content) = files::read_capped(&mut opened.file, MAX_RESERVATION) else {
+            return Ok(None); // far larger than any reservation: not one academy wrote
+        };
+        let made = made(&opened);
+        Ok(Some(match FileHolder::parse(&content) {
+            FileHolder::Full { id, ifname } => Reservation {
+                address,
+                container_id: id,
+                ifname: Some(ifname),
+                made,
+            },
+            FileHolder::Legacy(id) => Reservation {
+                address,
+                container_id: id,
+                ifname: None,
+                made,
+            },
+        }))
+    }
+
+    /// Removes the reservation of `address` if `decide`, called with the file locked and
+    /// given its content and when it was made, says so. True when it was removed; false
+    /// when it is gone, kept, or was replaced by another reservation meanwhile.
+    pub fn remove_if(
+        &self,
+        address: IpAddr,
+        decide: impl FnOnce(&[u8], SystemTime) -> bool,
+    ) -> Result<bool> {
+        let name = address.to_string();
+        self.try_remove(&name, decide)
+            .map_err(|e| reservation_err(self, "remove reservation", &name, &e))
+    }
+
+    fn try_remove(
+        &self,
+        name: &str,
+        decide: impl FnOnce(&[u8], SystemTime) -> bool,
+    ) -> io::Result<bool> {
+        let Some(opened) = self.open_reservation(name)? else {
+            return Ok(false);
+        };
+        let made = made(&opened);
+        let read = opened.stat;
+        let mut locked = files::lock_exclusive(opened.file, LOCK_WAIT)?;
+        let Ok(content) = files::read_capped(&mut locked, MAX_RESERVATION) else {
+            return Ok(false);
+        };
+        if !decide(&content, made) || !self.still_names(name, &read)? {
+            return Ok(false);
+        }
+        match self.dir.unlink(name) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether `name` still points at the inode that was read (a remover that got the
+    /// lock first may have unlinked it, and an ADD reserved the address anew).
+    fn still_names(&self, name: &str, read: &FileStat) -> io::Result<bool> {
+        Ok(self
+            .dir
+            .stat(name)?
+            .is_some_and(|now| files::same_inode(&now, read)))
+    }
+
+    /// Removes `holder`'s index once it names nothing the holder still holds, so DEL of
+    /// this attachment later has nothing to find. An index still naming a held address is
+    /// kept (an ADD of the same attachment may be under way).
+    pub fn drop_index_if_unused(&self, holder: &Holder) -> Result<()> {
+        let key = holder.key();
+        let holders = match self.dir.subdir(HOLDERS) {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(self.io_err("open", HOLDERS, &e)),
+        };
+        let listed = match holders.read(&key, MAX_INDEX) {
+            Ok(Some(content)) => content,
+            Ok(None) => return Ok(()),
+            // Not academy's index (a FIFO, a symlink): left alone, as DEL leaves it.
+            Err(e) if files::is_not_regular(&e) => return Ok(()),
+            Err(e) => return Err(self.io_err("read holder index", &key, &e)),
+        };
+        for line in String::from_utf8_lossy(&listed).lines() {
+            let Ok(addr) = line.trim().parse::<IpAddr>() else {
+                continue;
+            };
+            let name = addr.to_string();
+            match self.read_reservation(&name, addr) {
+                Ok(Some(r)) if r.holder().as_ref() == Some(holder) => return Ok(()),
+                Ok(_) => {}
+                Err(e) => return Err(self.io_err("read reservation", &name, &e)),
+            }
+        }
+        match holders.unlink(&key) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(self.io_err("remove holder index", &key, &e)),
+        }
+    }
+
+    /// ADD's check of one address, under the lock removers take.
+    fn confirm_one(&self, name: &str, holder: &Holder) -> io::Result<bool> {
+        let Some(opened) = self.open_reservation(name)? else {
+            return Ok(false);
+        };
+        let read = opened.stat;
+        let mut locked = files::lock_exclusive(opened.file, LOCK_WAIT)?;
+        let content = files::read_capped(&mut locked, MAX_RESERVATION)?;
+        Ok(holder.matches(&content) && self.still_names(name, &read)?)
+    }
+}
+
+/// When a reservation was made: its content is written once, before it is linked under
+/// the address, and never rewritten.
+fn made(opened: &Opened) -> SystemTime {
+    let st = &opened.stat;
+    UNIX_EPOCH + Duration::new(st.st_mtime.max(0) as u64, st.st_mtime_nsec as u32)
+}
+
+/// academy holds a reservation's lock for well under a millisecond (a read and, for a
+/// reclaimer, one netlink lookup); a process holding it longer is not academy, and
+/// waiting on it would hang ADD or the reclaimer behind it.
+const LOCK_WAIT: Duration = if cfg!(test) {
+    Duration::from_millis(200)
+} else {
+    Duration::from_secs(5)
+};
+
+/// An I/O error on a reservation, code 11 when its lock stayed taken (retrying may work).
+fn reservation_err(dir: &StoreDir, what: &str, name: &str, e: &io::Error) -> Error {
+    let err = dir.io_err(what, name, e);
+    if e.kind() != io::ErrorKind::WouldBlock {
+        return err;
+    }
+    Error::new(code::TRY_AGAIN_LATER, err.msg).details(format!(
+        "another process has held its lock for over {:?}; nothing was changed, retry",
+        LOCK_WAIT
+    ))
+}
+
+/// ADD's last check of its addresses: each is still reserved for `holder`, checked with
+/// the reservation locked as removers lock it (see the module comment for why). Returns
+/// the first address that is not.
+pub fn confirm_held(
+    store_dir: &Path,
+    holder: &Holder,
+    addresses: &[IpAddr],
+) -> Result<Option<IpAddr>> {
+    let Some(dir) = StoreDir::open(store_dir)? else {
+        return Ok(addresses.first().copied());
+    };
+    for &address in addresses {
+        let name = address.to_string();
+        let held = dir
+            .confirm_one(&name, holder)
+            .map_err(|e| reservation_err(&dir, "read reservation", &name, &e))?;
+        if !held {
+            return Ok(Some(address));
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs::File;
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::ipam::{Pool, Store};
+
+    fn tmp(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("academy-leaks-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    fn pool() -> Pool {
+        Pool::new(
+            "10.9.0.0/29".parse().unwrap(),
+            Some("10.9.0.1".parse().unwrap()),
+            None,
+            None,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn lists_reservations_with_holder_and_age_and_nothing_else() {
+        let data = tmp("list");
+        let store = Store::open(&data, "net").unwrap();
+        let a = store.reserve(&Holder::new("a", "eth0"), &pool()).unwrap();
+        let b = store.reserve(&Holder::new("b", "net1"), &pool()).unwrap();
+        std::fs::write(store.dir().join("10.9.0.6"), "legacy-id").unwrap();
+        std::fs::write(store.dir().join("lock"), "").unwrap();
+        let dir = StoreDir::open(store.dir()).unwrap().unwrap();
+        let found = dir.reservations().unwrap();
+        let got: Vec<(String, String, Option<String>)> = found
+            .iter()
+            .map(|r| {
+                (
+                    r.address.to_string(),
+                    r.container_id.clone(),
+                    r.ifname.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (a.to_string(), "a".into(), Some("eth0".into())),
+                (b.to_string(), "b".into(), Some("net1".into())),
+                ("10.9.0.6".into(), "legacy-id".into(), None),
+            ]
+        );
+        assert!(found[0].age(SystemTime::now()) < Duration::from_secs(60));
+        assert!(StoreDir::open(&data.join("absent")).unwrap().is_none());
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(store.dir(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = StoreDir::open(store.dir())
+            .err()
+            .expect("world-writable refused");
+        assert!(e.msg.contains("writable by group or others"), "{e}");
+        std::fs::remove_dir_all(&data).unwrap();
+    }
+
+    #[test]
+    fn remove_if_decides_under_the_lock_and_drops_the_unused_index() {
+        let data = tmp("remove");
+        let store = Store::open(&data, "net").unwrap();
+        let holder = Holder::new("a", "eth0");
+        let addr = store.reserve(&holder, &pool()).unwrap();
+        let dir = StoreDir::open(store.dir()).unwrap().unwrap();
+
+        assert!(!dir.remove_if(addr, |_, _| false).unwrap());
+        assert_eq!(confirm_held(store.dir(), &holder, &[addr]).unwrap(), None);
+        dir.drop_index_if_unused(&holder).unwrap();
+        assert_eq!(
+            store.held_by(&holder).unwrap(),
+            vec![addr],
+            "index kept while held"
+        );
+
+        // A lock held by someone who is not academy: code 11 after LOCK_WAIT, nothing removed.
+        let squatter = File::open(store.dir().join(addr.to_string())).unwrap();
+        let squatter = files::lock_exclusive(squatter, Duration::ZERO).unwrap();
+        let e = dir.remove_if(addr, |_, _| true).unwrap_err();
+        assert_eq!(e.code, code::TRY_AGAIN_LATER, "{e}");
+        let e = confirm_held(store.dir(), &holder, &[addr]).unwrap_err();
+        assert_eq!(e.code, code::TRY_AGAIN_LATER, "{e}");
+        drop(squatter);
+        assert!(dir.remove_if(addr, |c, _| holder.matches(c)).unwrap());
+        assert!(!dir.remove_if(addr, |_, _| true).unwrap(), "already gone");
+        assert_eq!(
+            confirm_held(store.dir(), &holder, &[addr]).unwrap(),
+            Some(addr)
+        );
+        dir.drop_index_if_unused(&holder).unwrap();
+        assert!(!store.dir().join("holders/a:eth0").exists());
+        std::fs::remove_dir_all(&data).unwrap();
+    }
+}
