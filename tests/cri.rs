@@ -1,0 +1,443 @@
+//! academy under containerd's CRI plugin, the way kubelet drives it on a Kubernetes node.
+//!
+//! Seed 001 names this seam as the one the cnitool loop cannot test: a runtime that
+//! starts pods concurrently, caches results, sends DEL twice (StopPodSandbox with the
+//! cached prevResult, RemovePodSandbox with an empty CNI_NETNS and nothing else), keeps
+//! pods across its own restart, writes the CNI config itself from the node's pod CIDR,
+//! and reads results back with its own libcni. Debian 12's containerd 1.6 has the CRI
+//! plugin built in; each test runs a private one (tests/cri/containerd.rs) and calls it
+//! through a CRI v1 client (tests/cri/cri_client.py on tests/cri/api.proto).
+//!
+//! Needs root and `make setup` (containerd, runc, gcc, Debian's python3-grpcio,
+//! python3-protobuf and protobuf-compiler, the reference loopback plugin). Each test
+//! has its own network name, bridge and subnet 10.203.N.0/24 (N below), and a lock
+//! file so two runs on one machine take turns. Pings go only between the test's own
+//! pods and the gateway on the test's own bridge.
+//!
+//! | N | test |
+//! |---|------|
+//! | 1 | cri_three_pods_at_once_get_academys_addresses_and_reach_each_other |
+//! | 2 | cri_stop_then_remove_sandbox_leaves_no_reservation_or_veth |
+//! | 3 | cri_pod_survives_a_containerd_restart |
+//! | 4 | cri_conflist_saying_1_1_0_fails_run_pod_sandbox_with_the_reason |
+//! | 5 | cri_conf_template_gives_pods_the_node_cidr_from_update_runtime_config |
+
+#[path = "cri/containerd.rs"]
+mod containerd;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::time::Instant;
+
+use containerd::{lock, ping_from_netns, Containerd, Net};
+use serde_json::{json, Value};
+
+fn net(n: u8, tag: &str) -> Net {
+    Net {
+        name: format!("cri-{tag}"),
+        bridge: format!("acri{n}"),
+    }
+}
+
+fn subnet(n: u8) -> String {
+    format!("10.203.{n}.0/24")
+}
+
+fn gateway(n: u8) -> String {
+    format!("10.203.{n}.1")
+}
+
+/// A conflist as a Kubernetes node would carry it: academy with host-local-style IPAM,
+/// the gateway on the bridge and as the pods' default route.
+fn conflist(c: &Containerd, version: &str, n: u8) -> Value {
+    json!({
+        "cniVersion": version,
+        "name": c.net.name,
+        "plugins": [{
+            "type": "academy",
+            "bridge": c.net.bridge,
+            "isGateway": true,
+            "isDefaultGateway": true,
+            "ipam": {
+                "type": "host-local",
+                "ranges": [[{ "subnet": subnet(n) }]],
+                "dataDir": c.store(),
+            }
+        }]
+    })
+}
+
+/// After every pod of the test is gone: no reservation, no holder index, no academy
+/// veth, no bridge port, no libcni cache entry, no sandbox.
+fn assert_nothing_left(c: &Containerd, when: &str) {
+    assert_eq!(
+        c.reservations(),
+        BTreeMap::new(),
+        "{when}: reservations left"
+    );
+    assert_eq!(
+        c.holder_files(),
+        Vec::<String>::new(),
+        "{when}: holder index left"
+    );
+    assert_eq!(
+        c.academy_veths(),
+        Vec::<String>::new(),
+        "{when}: host veths left"
+    );
+    assert_eq!(
+        c.bridge_ports(),
+        Vec::<String>::new(),
+        "{when}: bridge ports left"
+    );
+    assert_eq!(
+        c.cached_results(),
+        Vec::<String>::new(),
+        "{when}: libcni cache left"
+    );
+    assert_eq!(
+        c.sandboxes(),
+        Vec::<String>::new(),
+        "{when}: sandboxes left"
+    );
+}
+
+fn netns_of(status: &Value) -> String {
+    status["netns"]
+        .as_str()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| panic!("no netns path in the sandbox status: {status}"))
+        .to_string()
+}
+
+#[test]
+fn cri_three_pods_at_once_get_academys_addresses_and_reach_each_other() {
+    const N: u8 = 1;
+    let _lock = lock("three");
+    let c = Containerd::start("three", net(N, "three"), "");
+    c.write_conflist(&conflist(&c, "1.0.0", N));
+
+    let t0 = Instant::now();
+    let ids: Vec<String> = std::thread::scope(|s| {
+        let c = &c;
+        let started: Vec<_> = (0..3)
+            .map(|i| s.spawn(move || c.run_pod(&format!("pod{i}"))))
+            .collect();
+        started.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    eprintln!(
+        "cri: three RunPodSandbox at once took {:.2} s",
+        t0.elapsed().as_secs_f64()
+    );
+
+    let statuses: Vec<Value> = ids.iter().map(|id| c.status(id)).collect();
+    let mut by_ip = BTreeMap::new();
+    for (id, st) in ids.iter().zip(&statuses) {
+        assert_eq!(st["state"], "SANDBOX_READY", "{st}");
+        let ip: IpAddr = st["ip"].as_str().unwrap().parse().expect("pod ip");
+        assert!(
+            ip.to_string().starts_with(&format!("10.203.{N}.")),
+            "{ip} is not in {}",
+            subnet(N)
+        );
+        assert!(
+            by_ip.insert(ip.to_string(), id.clone()).is_none(),
+            "{ip} given twice"
+        );
+    }
+    // What containerd reports is exactly what academy's store holds, holder by holder.
+    assert_eq!(c.reservations(), by_ip, "CRI addresses vs academy's store");
+    assert_eq!(c.holder_files().len(), 3, "{:?}", c.holder_files());
+    assert_eq!(c.academy_veths().len(), 3, "{:?}", c.academy_veths());
+    assert_eq!(c.bridge_ports().len(), 3, "{:?}", c.bridge_ports());
+
+    // Each ADD came from containerd with the pod's Kubernetes identity and its netns.
+    let adds: Vec<_> = c
+        .plugin_calls()
+        .into_iter()
+        .filter(|call| call.command == "ADD")
+        .collect();
+    assert_eq!(adds.len(), 3, "{adds:?}");
+    for (i, st) in statuses.iter().enumerate() {
+        let netns = netns_of(st);
+        let add = adds
+            .iter()
+            .find(|a| a.netns == netns)
+            .unwrap_or_else(|| panic!("no ADD with CNI_NETNS {netns}: {adds:?}"));
+        assert!(
+            add.args.contains("K8S_POD_NAMESPACE=default")
+                && add.args.contains(&format!("K8S_POD_NAME=pod{i}")),
+            "pod{i}'s ADD: {add:?}"
+        );
+    }
+
+    let ips: Vec<String> = statuses
+        .iter()
+        .map(|s| s["ip"].as_str().unwrap().to_string())
+        .collect();
+    for st in &statuses {
+        let netns = netns_of(st);
+        ping_from_netns(&netns, &gateway(N)).unwrap();
+        for ip in &ips {
+            ping_from_netns(&netns, ip).unwrap();
+        }
+    }
+
+    for id in &ids {
+        c.stop_and_remove(id);
+    }
+    assert_nothing_left(&c, "after removing the three pods");
+}
+
+#[test]
+fn cri_stop_then_remove_sandbox_leaves_no_reservation_or_veth() {
+    const N: u8 = 2;
+    let _lock = lock("stop");
+    let c = Containerd::start("stop", net(N, "stop"), "");
+    c.write_conflist(&conflist(&c, "1.0.0", N));
+    let t0 = Instant::now();
+    let id = c.run_pod("pod");
+    eprintln!(
+        "cri: RunPodSandbox took {:.2} s",
+        t0.elapsed().as_secs_f64()
+    );
+    let st = c.status(&id);
+    let netns = netns_of(&st);
+    assert_eq!(c.reservations().len(), 1);
+    assert_eq!(c.academy_veths().len(), 1);
+    let calls_before = c.plugin_calls().len();
+
+    let t0 = Instant::now();
+    c.cri(&["stop", &id]);
+    eprintln!(
+        "cri: StopPodSandbox took {:.2} s",
+        t0.elapsed().as_secs_f64()
+    );
+    let calls = c.plugin_calls();
+    let stop_calls = &calls[calls_before..];
+    assert_eq!(
+        stop_calls.len(),
+        1,
+        "StopPodSandbox's calls: {stop_calls:?}"
+    );
+    let del = &stop_calls[0];
+    assert_eq!(del.command, "DEL", "{del:?}");
+    assert_eq!(
+        del.netns, netns,
+        "StopPodSandbox's DEL names the pod's netns"
+    );
+    assert!(
+        del.prev_result,
+        "StopPodSandbox's DEL carries the cached result"
+    );
+    assert_eq!(c.reservations(), BTreeMap::new(), "after StopPodSandbox");
+    assert_eq!(
+        c.academy_veths(),
+        Vec::<String>::new(),
+        "after StopPodSandbox"
+    );
+    assert_eq!(c.status(&id)["state"], "SANDBOX_NOTREADY");
+
+    let t0 = Instant::now();
+    c.cri(&["remove", &id]);
+    eprintln!(
+        "cri: RemovePodSandbox took {:.2} s",
+        t0.elapsed().as_secs_f64()
+    );
+    let calls = c.plugin_calls();
+    let remove_calls = &calls[calls_before + 1..];
+    assert_eq!(
+        remove_calls.len(),
+        1,
+        "RemovePodSandbox's calls: {remove_calls:?}"
+    );
+    let del = &remove_calls[0];
+    // The second DEL has nothing to go on: no netns, no prevResult. It must still succeed
+    // (RemovePodSandbox would fail otherwise) and change nothing.
+    assert_eq!(del.command, "DEL", "{del:?}");
+    assert_eq!(
+        del.netns, "",
+        "RemovePodSandbox's DEL has an empty CNI_NETNS"
+    );
+    assert!(!del.prev_result, "RemovePodSandbox's DEL has no prevResult");
+    assert_nothing_left(&c, "after RemovePodSandbox");
+    assert!(
+        !std::path::Path::new(&netns).exists(),
+        "the pod's netns file {netns} is still there"
+    );
+}
+
+#[test]
+fn cri_pod_survives_a_containerd_restart() {
+    const N: u8 = 3;
+    let _lock = lock("restart");
+    let mut c = Containerd::start("restart", net(N, "restart"), "");
+    c.write_conflist(&conflist(&c, "1.0.0", N));
+    let id = c.run_pod("pod");
+    let before = c.status(&id);
+    let netns = netns_of(&before);
+    ping_from_netns(&netns, &gateway(N)).unwrap();
+    let reserved = c.reservations();
+    let calls_before = c.plugin_calls();
+
+    c.restart();
+
+    let after = c.status(&id);
+    assert_eq!(after["state"], "SANDBOX_READY", "{after}");
+    assert_eq!(
+        after["ip"], before["ip"],
+        "the pod's address after the restart"
+    );
+    assert_eq!(after["pid"], before["pid"], "the same pause process");
+    assert_eq!(c.reservations(), reserved, "the store after the restart");
+    ping_from_netns(&netns, &gateway(N)).unwrap();
+    // A restart sends academy nothing (no VERSION, no CHECK, no GC).
+    assert_eq!(c.plugin_calls(), calls_before, "calls made by the restart");
+
+    c.stop_and_remove(&id);
+    assert_nothing_left(&c, "after removing the pod that outlived the restart");
+}
+
+#[test]
+fn cri_conflist_saying_1_1_0_fails_run_pod_sandbox_with_the_reason() {
+    const N: u8 = 4;
+    let _lock = lock("v110");
+    let c = Containerd::start("v110", net(N, "v110"), "");
+    c.write_conflist(&conflist(&c, "1.1.0", N));
+    let err = c
+        .try_cri(&["run", "pod", "uid-pod", "default"])
+        .expect_err("RunPodSandbox with a 1.1.0 conflist under containerd 1.6");
+    // containerd 1.6's libcni reads results up to 1.0.0; academy's ADD succeeds and
+    // prints a 1.1.0 result, which containerd then cannot parse.
+    assert!(
+        err.contains(r#"unsupported CNI result version \"1.1.0\""#)
+            || err.contains(r#"unsupported CNI result version "1.1.0""#),
+        "the error does not say the result version is the problem: {err}"
+    );
+    // containerd tears the half-made sandbox down: academy's DEL frees what ADD took.
+    let commands: Vec<String> = c.plugin_calls().into_iter().map(|c| c.command).collect();
+    assert!(commands.contains(&"DEL".to_string()), "{commands:?}");
+    assert_nothing_left(&c, "after the failed RunPodSandbox");
+}
+
+/// conflists/containerd-template.conflist.tmpl with this test's names substituted (the
+/// shipped template uses the node defaults: network "academy", bridge "cni0", the
+/// default store).
+fn template_for(c: &Containerd) -> String {
+    let shipped = include_str!("../conflists/containerd-template.conflist.tmpl");
+    let store = format!(
+        r#""type": "host-local", "dataDir": "{}","#,
+        c.store().display()
+    );
+    let mut out = shipped.to_string();
+    for (from, to) in [
+        (
+            r#""name": "academy","#.to_string(),
+            format!(r#""name": "{}","#, c.net.name),
+        ),
+        (
+            r#""bridge": "cni0","#.to_string(),
+            format!(r#""bridge": "{}","#, c.net.bridge),
+        ),
+        (r#""type": "host-local","#.to_string(), store),
+    ] {
+        assert_eq!(out.matches(&from).count(), 1, "{from} in the template");
+        out = out.replace(&from, &to);
+    }
+    out
+}
+
+#[test]
+fn cri_conf_template_gives_pods_the_node_cidr_from_update_runtime_config() {
+    const N: u8 = 5;
+    let _lock = lock("template");
+    let dir = std::env::temp_dir().join(format!("academy-cri-template-{}", std::process::id()));
+    let template = dir.with_extension("tmpl");
+    // The template must exist before containerd starts; its final text needs the
+    // store path, which is under the test folder: write it after, it is read at update.
+    std::fs::write(&template, "{}").unwrap();
+    let _template_guard = RemoveOnDrop(template.clone());
+    let extra = format!("    conf_template = \"{}\"\n", template.display());
+    let c = Containerd::start("template", net(N, "template"), &extra);
+    std::fs::write(&template, template_for(&c)).unwrap();
+
+    // Before kubelet sends the node's CIDR there is no network config at all.
+    // containerd keeps the failed sandbox (NOT_READY); it cannot be stopped either until
+    // there is a network config ("failed to destroy network"), so kubelet retries later.
+    let early = c.try_cri(&["run", "early", "uid-early", "default"]);
+    assert!(
+        early
+            .as_ref()
+            .is_err_and(|e| e.contains("cni plugin not initialized")),
+        "RunPodSandbox before UpdateRuntimeConfig: {early:?}"
+    );
+    assert_eq!(
+        c.plugin_calls(),
+        vec![],
+        "academy was called without a config"
+    );
+    let early_ids = c.sandboxes();
+    assert_eq!(early_ids.len(), 1, "{early_ids:?}");
+
+    let v6 = format!("fd00:ac:{N}::/64");
+    c.cri(&["update-cidr", &format!("{},{v6}", subnet(N))]);
+    let written = std::fs::read_dir(c.conf_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect::<BTreeSet<_>>();
+    assert!(
+        !written.is_empty(),
+        "containerd wrote no config from the template"
+    );
+
+    // kubelet's retry: the early sandbox's teardown now reaches academy as DELs for an
+    // attachment that was never added, which must succeed and leave nothing.
+    c.stop_and_remove(&early_ids[0]);
+    let calls = c.plugin_calls();
+    assert!(calls.iter().all(|call| call.command == "DEL"), "{calls:?}");
+    assert_nothing_left(&c, "after removing the sandbox that never got a network");
+
+    let a = c.run_pod("a");
+    let b = c.run_pod("b");
+    let (sa, sb) = (c.status(&a), c.status(&b));
+    for st in [&sa, &sb] {
+        let v4 = st["ip"].as_str().unwrap();
+        assert!(v4.starts_with(&format!("10.203.{N}.")), "{st}");
+        let extra = st["additional_ips"].as_array().unwrap();
+        assert_eq!(
+            extra.len(),
+            1,
+            "one IPv6 address besides the IPv4 one: {st}"
+        );
+        let v6addr: std::net::Ipv6Addr = extra[0].as_str().unwrap().parse().unwrap();
+        assert_eq!(v6addr.segments()[..4], [0xfd00, 0xac, N as u16, 0], "{st}");
+    }
+    let mut expected: BTreeMap<String, String> = BTreeMap::new();
+    for (id, st) in [(&a, &sa), (&b, &sb)] {
+        expected.insert(st["ip"].as_str().unwrap().to_string(), id.clone());
+        expected.insert(
+            st["additional_ips"][0].as_str().unwrap().to_string(),
+            id.clone(),
+        );
+    }
+    assert_eq!(
+        c.reservations(),
+        expected,
+        "CRI addresses vs academy's store"
+    );
+    ping_from_netns(&netns_of(&sa), &gateway(N)).unwrap();
+    ping_from_netns(&netns_of(&sa), sb["ip"].as_str().unwrap()).unwrap();
+
+    c.stop_and_remove(&a);
+    c.stop_and_remove(&b);
+    assert_nothing_left(&c, "after removing the template's pods");
+}
+
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
