@@ -39,7 +39,7 @@ setup:
 	@scripts/check-toolchain.sh
 
 # Unit tests (no root needed) and the root integration tests against real namespaces.
-test: setup
+test: setup build
 	$(CARGO) test --all-targets -- --test-threads=$${TEST_THREADS:-4}
 
 unit:

@@ -5,7 +5,14 @@ use std::io::{Read, Write};
 use academy::cni::env::Env;
 use academy::plugin;
 
+mod install;
+
 fn main() {
+    // `academy install ...` for a node's installer; a runtime always sets CNI_COMMAND.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == "install") && std::env::var_os("CNI_COMMAND").is_none() {
+        std::process::exit(install::run(&args[2..]));
+    }
     let env = Env::from_lookup(|name| std::env::var(name).ok());
     let mut stdin = Vec::new();
     // Read once, whole; a person running the binary by hand gets the about text instead.

@@ -21,6 +21,7 @@
 //! | 3 | cri_pod_survives_a_containerd_restart |
 //! | 4 | cri_conflist_saying_1_1_0_fails_run_pod_sandbox_with_the_reason |
 //! | 5 | cri_conf_template_gives_pods_the_node_cidr_from_update_runtime_config |
+//! | 6 | cri_academy_install_replaces_the_conflist_under_a_running_containerd (and 7) |
 
 #[path = "cri/containerd.rs"]
 mod containerd;
@@ -432,6 +433,94 @@ fn cri_conf_template_gives_pods_the_node_cidr_from_update_runtime_config() {
     c.stop_and_remove(&a);
     c.stop_and_remove(&b);
     assert_nothing_left(&c, "after removing the template's pods");
+}
+
+/// Why `academy install` writes a temp file inside the config folder and renames it
+/// there: containerd 1.6 does not see a conflist moved in from another folder (the
+/// control below), and does see the installer's.
+#[test]
+fn cri_academy_install_replaces_the_conflist_under_a_running_containerd() {
+    const N: u8 = 6;
+    const NEXT: u8 = 7;
+    let _lock = lock("reinstall");
+    let c = Containerd::start("reinstall", net(N, "reinstall"), "");
+    c.write_conflist(&conflist(&c, "1.0.0", N));
+    let first = c.run_pod("first");
+    assert!(c.status(&first)["ip"]
+        .as_str()
+        .unwrap()
+        .starts_with(&format!("10.203.{N}.")));
+
+    // The same network on the next subnet, prepared outside the config folder.
+    let mut next = conflist(&c, "1.0.0", NEXT);
+    next["plugins"][0]["bridge"] = json!(format!("acri{NEXT}"));
+    let outside = c.dir.join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let source = outside.join("10-academy.conflist");
+    std::fs::write(&source, next.to_string()).unwrap();
+    let _next_bridge = DeleteLinkOnDrop(format!("acri{NEXT}"));
+
+    // Control: `mv` from another folder. containerd keeps the old config. (Other bytes
+    // than the installer's, which would otherwise find its file current and skip it.)
+    let moved = outside.join("moved.conflist");
+    std::fs::write(&moved, serde_json::to_string_pretty(&next).unwrap()).unwrap();
+    std::fs::rename(&moved, c.conf_dir().join("10-academy.conflist")).unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let control = c.run_pod("control");
+    let control_ip = c.status(&control)["ip"].as_str().unwrap().to_string();
+    assert!(
+        control_ip.starts_with(&format!("10.203.{N}.")),
+        "containerd picked up a conflist moved in from another folder ({control_ip}); \
+         the premise of the installer's in-folder rename has changed"
+    );
+
+    // academy install: temp file in the folder, then rename. containerd sees it.
+    let install = std::process::Command::new(env!("CARGO_BIN_EXE_academy"))
+        .arg("install")
+        .arg("--bin-dir")
+        .arg(&outside)
+        .arg("--conf-dir")
+        .arg(c.conf_dir())
+        .arg("--conflist")
+        .arg(&source)
+        .env_remove("CNI_COMMAND")
+        .output()
+        .unwrap();
+    assert!(install.status.success(), "{}", containerd::text(&install));
+    let installed_line = format!(
+        "installed {}",
+        c.conf_dir().join("10-academy.conflist").display()
+    );
+    assert!(
+        String::from_utf8_lossy(&install.stdout).contains(&installed_line),
+        "{}",
+        containerd::text(&install)
+    );
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let after = c.run_pod("after");
+    let after_ip = c.status(&after)["ip"].as_str().unwrap().to_string();
+    assert!(
+        after_ip.starts_with(&format!("10.203.{NEXT}.")),
+        "the pod after academy install got {after_ip}, not an address of the new conflist"
+    );
+
+    // Pods made under the old config are still torn down by academy (DEL with their
+    // cached result), and nothing is left of either.
+    for id in [&first, &control, &after] {
+        c.stop_and_remove(id);
+    }
+    assert_nothing_left(&c, "after removing pods of both configs");
+    assert!(containerd::links(&["master", &format!("acri{NEXT}")]).is_empty());
+}
+
+struct DeleteLinkOnDrop(String);
+
+impl Drop for DeleteLinkOnDrop {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["link", "del", &self.0])
+            .output();
+    }
 }
 
 struct RemoveOnDrop(std::path::PathBuf);
