@@ -430,8 +430,20 @@ fn cri_conf_template_gives_pods_the_node_cidr_from_update_runtime_config() {
     ping_from_netns(&netns_of(&sa), &gateway(N)).unwrap();
     ping_from_netns(&netns_of(&sa), sb["ip"].as_str().unwrap()).unwrap();
 
-    c.stop_and_remove(&a);
-    c.stop_and_remove(&b);
+    // Once a config loads, containerd 1.6 does not render the template again: a later
+    // UpdateRuntimeConfig with another CIDR leaves the network as it is.
+    let config_file = c.conf_dir().join("10-containerd-net.conflist");
+    let rendered = std::fs::read_to_string(&config_file).expect("containerd's rendered config");
+    eprintln!("cri: containerd rendered the template as:\n{rendered}");
+    c.cri(&["update-cidr", "10.203.99.0/24"]);
+    assert_eq!(std::fs::read_to_string(&config_file).unwrap(), rendered);
+    let late = c.run_pod("late");
+    let late_ip = c.status(&late)["ip"].as_str().unwrap().to_string();
+    assert!(late_ip.starts_with(&format!("10.203.{N}.")), "{late_ip}");
+
+    for id in [&a, &b, &late] {
+        c.stop_and_remove(id);
+    }
     assert_nothing_left(&c, "after removing the template's pods");
 }
 

@@ -367,3 +367,78 @@ fn installer_replaces_a_binary_being_executed_and_a_conflist_in_place() {
     );
     assert_eq!(fs::read_to_string(&conf).unwrap(), changed);
 }
+
+/// deploy/kubernetes/academy.yaml as JSON (Debian's python3-yaml reads it).
+fn manifest() -> serde_json::Value {
+    let path = Path::new(REPO).join("deploy/kubernetes/academy.yaml");
+    let out = Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            "import json, sys, yaml; print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))",
+        ])
+        .arg(&path)
+        .output()
+        .expect("run /usr/bin/python3 (make setup installs python3-yaml)");
+    assert!(out.status.success(), "{}: {}", path.display(), text(&out));
+    let docs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(docs.as_array().map(Vec::len), Some(1), "one object: {docs}");
+    docs[0].clone()
+}
+
+/// The DaemonSet runs the installer the way the tests above do: the image's own CMD
+/// (so the podman runs stand for it), into the host folders a runtime reads, on the
+/// host network, on every node.
+#[test]
+fn installer_daemonset_mounts_the_host_cni_folders_the_image_writes() {
+    let ds = manifest();
+    assert_eq!(ds["kind"], "DaemonSet");
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["hostNetwork"], true,
+        "the pod network needs academy first"
+    );
+    assert!(
+        pod["tolerations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["operator"] == "Exists" && t.get("key").is_none()),
+        "it must run on not-ready, tainted nodes too: {}",
+        pod["tolerations"]
+    );
+    let init = &pod["initContainers"][0];
+    let containerfile = fs::read_to_string(Path::new(REPO).join("Containerfile")).unwrap();
+    let cmd = containerfile
+        .lines()
+        .find_map(|l| l.strip_prefix("CMD "))
+        .expect("a CMD line in Containerfile");
+    let cmd: serde_json::Value = serde_json::from_str(cmd).expect("CMD in exec form");
+    assert_eq!(init["args"], cmd, "the DaemonSet's args vs the image's CMD");
+
+    // Each folder the args name is mounted from the host path a runtime reads.
+    let host_path = |mount: &str| -> String {
+        let volume = init["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["mountPath"] == mount)
+            .unwrap_or_else(|| panic!("nothing mounted at {mount}"))["name"]
+            .clone();
+        let v = pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == volume)
+            .unwrap_or_else(|| panic!("no volume {volume}"));
+        v["hostPath"]["path"].as_str().unwrap().to_string()
+    };
+    let args: Vec<&str> = cmd
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let after = |flag: &str| args[args.iter().position(|a| *a == flag).unwrap() + 1];
+    assert_eq!(host_path(after("--bin-dir")), "/opt/cni/bin");
+    assert_eq!(host_path(after("--conf-dir")), "/etc/cni/net.d");
+}
