@@ -22,9 +22,12 @@
 //! | 4 | cri_conflist_saying_1_1_0_fails_run_pod_sandbox_with_the_reason |
 //! | 5 | cri_conf_template_gives_pods_the_node_cidr_from_update_runtime_config |
 //! | 6 | cri_academy_install_replaces_the_conflist_under_a_running_containerd (and 7) |
+//! | 8 | cri_ipmasq_pods_reach_an_outside_netns_and_leave_no_masquerade (outside: 108) |
 
 #[path = "cri/containerd.rs"]
 mod containerd;
+#[path = "cri/outside.rs"]
+mod outside;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -523,6 +526,72 @@ fn cri_academy_install_replaces_the_conflist_under_a_running_containerd() {
     }
     assert_nothing_left(&c, "after removing pods of both configs");
     assert!(containerd::links(&["master", &format!("acri{NEXT}")]).is_empty());
+}
+
+/// ipMasq (outbound NAT over nf_tables, academy's `inet academy` table) under
+/// containerd: pods reach an outside netns that has no route back to them, each pod's
+/// address is in the network's masquerade set while it runs, and StopPodSandbox takes
+/// it out.
+#[test]
+fn cri_ipmasq_pods_reach_an_outside_netns_and_leave_no_masquerade() {
+    const N: u8 = 8;
+    let _lock = lock("masq");
+    // Declared first, dropped last: after containerd's DELs have run.
+    let _masquerade = RemoveMasqueradeOnDrop(net(N, "masq").name);
+    let out = outside::Outside::new("acri-out8", "acrio8", &format!("10.203.1{N:02}"));
+    let c = Containerd::start("masq", net(N, "masq"), "");
+    let mut list = conflist(&c, "1.0.0", N);
+    list["plugins"][0]["ipMasq"] = json!(true);
+    c.write_conflist(&list);
+
+    // The outside cannot answer a pod address unless it was rewritten to the host's.
+    let route_back = std::process::Command::new("ip")
+        .args(["-n", &out.netns, "route", "get", &format!("10.203.{N}.2")])
+        .output()
+        .unwrap();
+    assert!(
+        !route_back.status.success(),
+        "the outside has a route to the pods"
+    );
+
+    let ids = [c.run_pod("a"), c.run_pod("b")];
+    let statuses: Vec<Value> = ids.iter().map(|id| c.status(id)).collect();
+    let ips: BTreeSet<String> = statuses
+        .iter()
+        .map(|s| s["ip"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ips.len(), 2);
+    assert_eq!(
+        outside::masquerade_elements(&c.net.name),
+        ips,
+        "masquerade set"
+    );
+    for st in &statuses {
+        ping_from_netns(&netns_of(st), &out.far).unwrap();
+        ping_from_netns(&netns_of(st), &gateway(N)).unwrap();
+    }
+
+    // StopPodSandbox's DEL takes the pod's address out of the set; the other stays.
+    c.cri(&["stop", &ids[0]]);
+    let left: BTreeSet<String> = [statuses[1]["ip"].as_str().unwrap().to_string()].into();
+    assert_eq!(
+        outside::masquerade_elements(&c.net.name),
+        left,
+        "after one StopPodSandbox"
+    );
+    ping_from_netns(&netns_of(&statuses[1]), &out.far).unwrap();
+    c.cri(&["remove", &ids[0]]);
+    c.stop_and_remove(&ids[1]);
+    assert_eq!(outside::masquerade_elements(&c.net.name), BTreeSet::new());
+    assert_nothing_left(&c, "after removing the ipMasq pods");
+}
+
+struct RemoveMasqueradeOnDrop(String);
+
+impl Drop for RemoveMasqueradeOnDrop {
+    fn drop(&mut self) {
+        outside::remove_masquerade(&self.0);
+    }
 }
 
 struct DeleteLinkOnDrop(String);
