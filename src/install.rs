@@ -63,7 +63,7 @@ pub fn run(args: &[OsString]) -> i32 {
     let options = match parse(args) {
         Ok(Some(o)) => o,
         Ok(None) => {
-            println!("{USAGE}");
+            say(USAGE);
             return 0;
         }
         Err(e) => {
@@ -145,7 +145,13 @@ fn report(path: &Path, outcome: Outcome) {
         Outcome::Installed => "installed",
         Outcome::Unchanged => "unchanged",
     };
-    println!("{what} {}", path.display());
+    say(&format!("{what} {}", path.display()));
+}
+
+/// One line on stdout; a closed stdout (`| head`) is not the installer's failure.
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
 }
 
 /// A conflist to install: its file name and bytes, after checking it is a network

@@ -442,3 +442,35 @@ fn installer_daemonset_mounts_the_host_cni_folders_the_image_writes() {
     assert_eq!(host_path(after("--bin-dir")), "/opt/cni/bin");
     assert_eq!(host_path(after("--conf-dir")), "/etc/cni/net.d");
 }
+
+/// `academy install ... | head` must not turn a closed stdout into a panic: the files
+/// were installed, and the exit status says so.
+#[test]
+fn installer_output_into_a_closed_pipe_is_not_a_failure() {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: pipe(2) fills both descriptors, which are owned right below.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: fresh descriptors from pipe(2), each owned once.
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read_end); // every write to write_end now fails with EPIPE
+    let dir = std::env::temp_dir().join(format!("academy-installer-pipe-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_academy"))
+        .args(["install", "--bin-dir"])
+        .arg(&dir)
+        .env_remove("CNI_COMMAND")
+        .stdout(std::process::Stdio::from(write_end))
+        .output()
+        .unwrap();
+    let installed = dir.join("academy").exists();
+    fs::remove_dir_all(&dir).unwrap();
+    assert!(installed, "{}", text(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("panicked"),
+        "{}",
+        text(&out)
+    );
+}
