@@ -355,6 +355,22 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
     /// One CRI call through the Python client: Ok(JSON answer) or Err(the gRPC error's
     /// JSON, or the client's own output when it failed otherwise).
     pub fn try_cri(&self, args: &[&str]) -> Result<Value, String> {
+        self.invoke(args).0
+    }
+
+    /// [`Containerd::cri`] and how long the gRPC call itself took, in seconds (the
+    /// client's start-up, hundreds of ms on a loaded machine, left out).
+    pub fn timed_cri(&self, args: &[&str]) -> (Value, f64) {
+        let (answer, seconds) = self.invoke(args);
+        let answer =
+            answer.unwrap_or_else(|e| panic!("CRI {args:?} failed: {e}\n{}", self.log_tail()));
+        (
+            answer,
+            seconds.expect("the client reports the call's duration"),
+        )
+    }
+
+    fn invoke(&self, args: &[&str]) -> (Result<Value, String>, Option<f64>) {
         let out = Command::new(PYTHON)
             .arg(concat!(
                 env!("CARGO_MANIFEST_DIR"),
@@ -368,12 +384,17 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             .stdin(Stdio::null())
             .output()
             .unwrap_or_else(|e| panic!("cannot run {PYTHON} (make setup installs it): {e}"));
+        let seconds = String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .rev()
+            .find_map(|l| l.split_once(" seconds=")?.1.parse::<f64>().ok());
         let stdout = String::from_utf8_lossy(&out.stdout);
-        match serde_json::from_str::<Value>(stdout.trim()) {
+        let answer = match serde_json::from_str::<Value>(stdout.trim()) {
             Ok(v) if out.status.success() => Ok(v),
             Ok(v) if v.get("error").is_some() => Err(v.to_string()),
             _ => Err(format!("cri_client.py {args:?}: {}", text(&out))),
-        }
+        };
+        (answer, seconds)
     }
 
     pub fn cri(&self, args: &[&str]) -> Value {
