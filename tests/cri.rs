@@ -10,8 +10,9 @@
 //!
 //! Needs root and `make setup` (containerd, runc, gcc, Debian's python3-grpcio,
 //! python3-protobuf and protobuf-compiler, the reference loopback plugin). Each test
-//! has its own network name, bridge and subnet 10.203.N.0/24 (N below), and a lock
-//! file so two runs on one machine take turns. Pings go only between the test's own
+//! has its own network name, bridge and subnet 10.A.N.0/24 (N below; A is picked per
+//! process among second octets no host address uses, see `containerd::second_octet`),
+//! and a lock file so two runs of one test on one machine take turns. Pings go only between the test's own
 //! pods and the gateway on the test's own bridge.
 //!
 //! | N | test |
@@ -32,7 +33,7 @@ mod outside;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use containerd::{lock, ping_from_netns, Containerd, Net};
+use containerd::{lock, ping_from_netns, second_octet, Containerd, Net};
 use serde_json::{json, Value};
 
 fn net(n: u8, tag: &str) -> Net {
@@ -42,12 +43,22 @@ fn net(n: u8, tag: &str) -> Net {
     }
 }
 
+/// "10.A.n": the test's /24 without its last octet.
+fn block(n: u8) -> String {
+    format!("10.{}.{n}", second_octet())
+}
+
+/// Whether `addr` is in the test's /24.
+fn in_block(addr: &str, n: u8) -> bool {
+    addr.starts_with(&format!("{}.", block(n)))
+}
+
 fn subnet(n: u8) -> String {
-    format!("10.203.{n}.0/24")
+    format!("{}.0/24", block(n))
 }
 
 fn gateway(n: u8) -> String {
-    format!("10.203.{n}.1")
+    format!("{}.1", block(n))
 }
 
 /// A conflist as a Kubernetes node would carry it: academy with host-local-style IPAM,
@@ -147,11 +158,7 @@ fn cri_three_pods_at_once_get_academys_addresses_and_reach_each_other() {
     for (id, st) in ids.iter().zip(&statuses) {
         assert_eq!(st["state"], "SANDBOX_READY", "{st}");
         let ip: IpAddr = st["ip"].as_str().unwrap().parse().expect("pod ip");
-        assert!(
-            ip.to_string().starts_with(&format!("10.203.{N}.")),
-            "{ip} is not in {}",
-            subnet(N)
-        );
+        assert!(in_block(&ip.to_string(), N), "{ip} is not in {}", subnet(N));
         assert!(
             by_ip.insert(ip.to_string(), id.clone()).is_none(),
             "{ip} given twice"
@@ -380,7 +387,7 @@ fn cri_conf_template_gives_pods_the_node_cidr_from_update_runtime_config() {
     let early_ids = c.sandboxes();
     assert_eq!(early_ids.len(), 1, "{early_ids:?}");
 
-    let v6 = format!("fd00:ac:{N}::/64");
+    let v6 = format!("fd00:ac:{}:{N}::/64", second_octet());
     c.cri(&["update-cidr", &format!("{},{v6}", subnet(N))]);
     let written = std::fs::read_dir(c.conf_dir())
         .unwrap()
@@ -404,7 +411,7 @@ fn cri_conf_template_gives_pods_the_node_cidr_from_update_runtime_config() {
     let (sa, sb) = (c.status(&a), c.status(&b));
     for st in [&sa, &sb] {
         let v4 = st["ip"].as_str().unwrap();
-        assert!(v4.starts_with(&format!("10.203.{N}.")), "{st}");
+        assert!(in_block(v4, N), "{st}");
         let extra = st["additional_ips"].as_array().unwrap();
         assert_eq!(
             extra.len(),
@@ -412,7 +419,13 @@ fn cri_conf_template_gives_pods_the_node_cidr_from_update_runtime_config() {
             "one IPv6 address besides the IPv4 one: {st}"
         );
         let v6addr: std::net::Ipv6Addr = extra[0].as_str().unwrap().parse().unwrap();
-        assert_eq!(v6addr.segments()[..4], [0xfd00, 0xac, N as u16, 0], "{st}");
+        let want = [
+            0xfd00,
+            0xac,
+            u16::from_str_radix(&second_octet().to_string(), 16).unwrap(),
+            N.into(),
+        ];
+        assert_eq!(v6addr.segments()[..4], want, "{st}");
     }
     let mut expected: BTreeMap<String, String> = BTreeMap::new();
     for (id, st) in [(&a, &sa), (&b, &sb)] {
@@ -435,11 +448,11 @@ fn cri_conf_template_gives_pods_the_node_cidr_from_update_runtime_config() {
     let config_file = c.conf_dir().join("10-containerd-net.conflist");
     let rendered = std::fs::read_to_string(&config_file).expect("containerd's rendered config");
     eprintln!("cri: containerd rendered the template as:\n{rendered}");
-    c.cri(&["update-cidr", "10.203.99.0/24"]);
+    c.cri(&["update-cidr", &subnet(99)]);
     assert_eq!(std::fs::read_to_string(&config_file).unwrap(), rendered);
     let late = c.run_pod("late");
     let late_ip = c.status(&late)["ip"].as_str().unwrap().to_string();
-    assert!(late_ip.starts_with(&format!("10.203.{N}.")), "{late_ip}");
+    assert!(in_block(&late_ip, N), "{late_ip}");
 
     for id in [&a, &b, &late] {
         c.stop_and_remove(id);
@@ -461,7 +474,7 @@ fn cri_academy_install_replaces_the_conflist_under_a_running_containerd() {
     assert!(c.status(&first)["ip"]
         .as_str()
         .unwrap()
-        .starts_with(&format!("10.203.{N}.")));
+        .starts_with(&format!("{}.", block(N))));
 
     // The same network on the next subnet, prepared outside the config folder.
     let mut next = conflist(&c, "1.0.0", NEXT);
@@ -481,7 +494,7 @@ fn cri_academy_install_replaces_the_conflist_under_a_running_containerd() {
     let control = c.run_pod("control");
     let control_ip = c.status(&control)["ip"].as_str().unwrap().to_string();
     assert!(
-        control_ip.starts_with(&format!("10.203.{N}.")),
+        in_block(&control_ip, N),
         "containerd picked up a conflist moved in from another folder ({control_ip}); \
          the premise of the installer's in-folder rename has changed"
     );
@@ -512,7 +525,7 @@ fn cri_academy_install_replaces_the_conflist_under_a_running_containerd() {
     let after = c.run_pod("after");
     let after_ip = c.status(&after)["ip"].as_str().unwrap().to_string();
     assert!(
-        after_ip.starts_with(&format!("10.203.{NEXT}.")),
+        in_block(&after_ip, NEXT),
         "the pod after academy install got {after_ip}, not an address of the new conflist"
     );
 
@@ -535,7 +548,7 @@ fn cri_ipmasq_pods_reach_an_outside_netns_and_leave_no_masquerade() {
     let _lock = lock("masq");
     // Declared first, dropped last: after containerd's DELs have run.
     let _masquerade = RemoveMasqueradeOnDrop(net(N, "masq").name);
-    let out = outside::Outside::new("acri-out8", "acrio8", &format!("10.203.1{N:02}"));
+    let out = outside::Outside::new("acri-out8", "acrio8", &block(100 + N));
     let c = Containerd::start("masq", net(N, "masq"), "");
     let mut list = conflist(&c, "1.0.0", N);
     list["plugins"][0]["ipMasq"] = json!(true);
@@ -543,7 +556,7 @@ fn cri_ipmasq_pods_reach_an_outside_netns_and_leave_no_masquerade() {
 
     // The outside cannot answer a pod address unless it was rewritten to the host's.
     let route_back = std::process::Command::new("ip")
-        .args(["-n", &out.netns, "route", "get", &format!("10.203.{N}.2")])
+        .args(["-n", &out.netns, "route", "get", &format!("{}.2", block(N))])
         .output()
         .unwrap();
     assert!(

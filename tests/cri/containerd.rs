@@ -24,6 +24,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -96,6 +97,26 @@ pub struct PluginCall {
 pub struct Net {
     pub name: String,
     pub bridge: String,
+}
+
+/// The second octet A of every subnet 10.A.n.0/24 the CRI tests use in this process:
+/// the first of 200 to 249 (starting from the pid) that no address on the host is in,
+/// so that concurrent test runs of other files and processes, which pick theirs the
+/// same way, do not share a subnet. Chosen once per process.
+pub fn second_octet() -> u8 {
+    static CHOSEN: OnceLock<u8> = OnceLock::new();
+    *CHOSEN.get_or_init(|| {
+        let out = Command::new("ip")
+            .args(["-o", "-4", "addr", "show"])
+            .output()
+            .expect("run ip");
+        let used = String::from_utf8_lossy(&out.stdout).into_owned();
+        let start = std::process::id() % 50;
+        (0..50)
+            .map(|i| 200 + ((start + i) % 50) as u8)
+            .find(|a| !used.contains(&format!(" 10.{a}.")))
+            .expect("a free 10.A.0.0/16 among 10.200 to 10.249")
+    })
 }
 
 /// Serializes runs of the same test across processes (its names and subnet are fixed).
