@@ -38,9 +38,10 @@ setup:
 	scripts/setup.sh
 	@scripts/check-toolchain.sh
 
-# Unit tests (no root needed), the Python of scripts/ and bench/, and the root
+# The static release binary (the installer image test needs it), unit tests (no root
+# needed), the Python of scripts/ and bench/, and the root
 # integration tests against real namespaces: one binary, tests/it (`cargo test --test it`).
-test: setup pyunit
+test: setup build pyunit
 	$(CARGO) test --all-targets -- --test-threads=$${TEST_THREADS:-4}
 
 # The docs tooling and the bench's report logic (standard library only, no root).

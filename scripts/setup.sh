@@ -12,6 +12,7 @@
 #   gcc libc6-dev                            the static pause binary of the containerd test
 #   python3 python3-grpcio python3-protobuf protobuf-compiler
 #                                 the CRI client of the containerd test (tests/cri/)
+#   python3-yaml                  the installer test reads deploy/kubernetes/academy.yaml
 # Produces:
 #   /usr/local/bin/cnitool                            (CNITOOL_DEST)
 #   /opt/cni/lab-bin/{bridge,host-local,loopback,portmap}   (LAB_BIN)
@@ -37,7 +38,7 @@ PKGS=(
   nftables iptables
   podman runc containerd busybox-static
   gcc libc6-dev
-  python3 python3-grpcio python3-protobuf protobuf-compiler
+  python3 python3-grpcio python3-protobuf protobuf-compiler python3-yaml
 )
 CNITOOL_SRC_PKG=golang-github-appc-cni
 CNITOOL_SHA256=996324788ccae4f7a2208ebd9e3b78ee8a48860c4f6568628bc514129588f79c # v1.1.2

@@ -5,6 +5,7 @@
 //! A subcommand is one row of [`SUBCOMMANDS`]. Messages go to stderr as plain text; exit
 //! status 0 on success, 1 when the work failed, 2 when the command line is wrong.
 
+mod install;
 mod leaks;
 
 use std::collections::HashMap;
@@ -22,6 +23,12 @@ struct Subcommand {
 }
 
 const SUBCOMMANDS: &[Subcommand] = &[
+    Subcommand {
+        name: "install",
+        args: "[--bin-dir DIR] [--conf-dir DIR] [--conflist FILE | --template]",
+        about: "copy this binary (and a conflist, or containerd's conf_template) into a node's CNI folders, each atomically",
+        run: install::run,
+    },
     Subcommand {
         name: "list",
         args: "CONFLIST [--json]",

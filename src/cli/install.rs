@@ -1,0 +1,353 @@
+//! `academy install`: puts this binary into a CNI bin folder, and a conflist or the
+//! containerd conf_template into a CNI config folder, the way a DaemonSet's init
+//! container does it on every node (deploy/kubernetes/, docs/kubernetes.md).
+//!
+//! Every file is written as a temp file in its destination folder, fsync'd, then renamed
+//! over the old one:
+//! - a runtime executing the old binary keeps its inode (the old file is never opened
+//!   for writing, which would fail with ETXTBSY or corrupt a running plugin), and the
+//!   next invocation gets the whole new binary, never a half-copied one;
+//! - containerd 1.6 ignores files moved into its conf_dir from another folder (it
+//!   watches for writes, not creates), but sees a rename within the folder.
+//!
+//! A destination that already has the same bytes and mode is left alone, so running
+//! the installer again (every pod restart) changes nothing. Not a CNI verb: a runtime
+//! always sets CNI_COMMAND and passes no arguments, and main.rs only comes here (through
+//! cli/) when CNI_COMMAND is unset.
+
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use super::CliError;
+
+/// academy's containerd conf_template (dual stack through .PodCIDRRanges).
+const TEMPLATE: &str = include_str!("../../conflists/containerd-template.conflist.tmpl");
+/// Its file name in the config folder: containerd's libcni only loads *.conf,
+/// *.conflist and *.json from conf_dir, so the template itself is never read as a network.
+pub const TEMPLATE_NAME: &str = "academy.conflist.tmpl";
+
+const USAGE: &str =
+    "usage: academy install [--bin-dir DIR] [--conf-dir DIR] [--conflist FILE | --template]
+
+Copies this academy binary to DIR/academy (default bin dir /opt/cni/bin) and, with
+--conflist, FILE into the config folder under its own name, or with --template, academy's
+containerd conf_template to <conf-dir>/academy.conflist.tmpl (default conf dir
+/etc/cni/net.d). Each file is written beside its destination, fsync'd and renamed over it,
+so a runtime executing the old binary is not disturbed and containerd sees the new
+config. Files that are already current are left alone. Exit 0 on success, 1 on a failed
+copy, 2 on a usage error.";
+
+#[derive(Debug, PartialEq)]
+struct Options {
+    bin_dir: PathBuf,
+    conf_dir: PathBuf,
+    config: Option<ConfigSource>,
+}
+
+#[derive(Debug, PartialEq)]
+enum ConfigSource {
+    Conflist(PathBuf),
+    Template,
+}
+
+/// What happened to one destination file.
+#[derive(Debug, PartialEq)]
+enum Outcome {
+    Installed,
+    Unchanged,
+}
+
+/// Runs `academy install ARGS` (ARGS without "install").
+pub fn run(args: &[String]) -> Result<(), CliError> {
+    let args: Vec<OsString> = args.iter().map(OsString::from).collect();
+    match parse(&args).map_err(CliError::Usage)? {
+        Some(options) => install(&options).map_err(CliError::Failed),
+        None => {
+            say(USAGE);
+            Ok(())
+        }
+    }
+}
+
+fn parse(args: &[OsString]) -> Result<Option<Options>, String> {
+    let mut o = Options {
+        bin_dir: PathBuf::from("/opt/cni/bin"),
+        conf_dir: PathBuf::from("/etc/cni/net.d"),
+        config: None,
+    };
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .map(PathBuf::from)
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        match arg.to_str() {
+            Some("-h" | "--help") => return Ok(None),
+            Some("--bin-dir") => o.bin_dir = value("--bin-dir")?,
+            Some("--conf-dir") => o.conf_dir = value("--conf-dir")?,
+            Some("--conflist") => {
+                let file = value("--conflist")?;
+                set_config(&mut o, ConfigSource::Conflist(file))?;
+            }
+            Some("--template") => set_config(&mut o, ConfigSource::Template)?,
+            _ => return Err(format!("unknown argument {}", arg.to_string_lossy())),
+        }
+    }
+    Ok(Some(o))
+}
+
+fn set_config(o: &mut Options, source: ConfigSource) -> Result<(), String> {
+    if o.config.is_some() {
+        return Err("give one of --conflist FILE and --template, once".into());
+    }
+    o.config = Some(source);
+    Ok(())
+}
+
+fn install(o: &Options) -> Result<(), String> {
+    // Read everything first: nothing is written unless every source is good.
+    let binary = fs::read("/proc/self/exe")
+        .map_err(|e| format!("cannot read this binary (/proc/self/exe): {e}; is /proc mounted?"))?;
+    let config = match &o.config {
+        None => None,
+        Some(ConfigSource::Template) => {
+            Some((TEMPLATE_NAME.to_string(), TEMPLATE.as_bytes().to_vec()))
+        }
+        Some(ConfigSource::Conflist(file)) => Some(read_conflist(file)?),
+    };
+    report(
+        &o.bin_dir.join("academy"),
+        put(&o.bin_dir, "academy", &binary, 0o755)?,
+    );
+    if let Some((name, bytes)) = config {
+        report(
+            &o.conf_dir.join(&name),
+            put(&o.conf_dir, &name, &bytes, 0o644)?,
+        );
+    }
+    Ok(())
+}
+
+fn report(path: &Path, outcome: Outcome) {
+    let what = match outcome {
+        Outcome::Installed => "installed",
+        Outcome::Unchanged => "unchanged",
+    };
+    say(&format!("{what} {}", path.display()));
+}
+
+/// One line on stdout; a closed stdout (`| head`) is not the installer's failure.
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+}
+
+/// A conflist to install: its file name and bytes, after checking it is a network
+/// configuration list a runtime can load (a JSON object with a name and plugins).
+fn read_conflist(file: &Path) -> Result<(String, Vec<u8>), String> {
+    let bytes = fs::read(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    let doc: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| format!("{} is not JSON: {e}; give a CNI conflist", file.display()))?;
+    let has_name = doc.get("name").is_some_and(|n| n.is_string());
+    let has_plugins = doc.get("plugins").is_some_and(|p| p.is_array());
+    if !has_name || !has_plugins {
+        return Err(format!(
+            "{} is not a conflist: it needs a \"name\" string and a \"plugins\" list",
+            file.display()
+        ));
+    }
+    let name = file
+        .file_name()
+        .and_then(OsStr::to_str)
+        .filter(|n| n.ends_with(".conflist"))
+        .ok_or_else(|| {
+            format!(
+                "{}: name the file *.conflist (runtimes load a list only by that extension)",
+                file.display()
+            )
+        })?;
+    Ok((name.to_string(), bytes))
+}
+
+/// Writes `bytes` to `dir/name` with `mode` atomically, unless it is already there.
+fn put(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> Result<Outcome, String> {
+    let dest = dir.join(name);
+    if is_current(&dest, bytes, mode) {
+        return Ok(Outcome::Unchanged);
+    }
+    if !dir.is_dir() {
+        return Err(format!(
+            "{} is not a folder; mount the host's folder there (or create it)",
+            dir.display()
+        ));
+    }
+    // Hidden, and unique per process, so two installers never write the same temp file
+    // and no runtime picks it up as a plugin or a config.
+    let tmp = dir.join(format!(".{name}.academy-install.{}", std::process::id()));
+    let written = write_synced(&tmp, bytes, mode).and_then(|()| {
+        fs::rename(&tmp, &dest)?;
+        // The rename itself is durable only once the folder is synced.
+        fs::File::open(dir)?.sync_all()
+    });
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(format!("cannot write {}: {e}", dest.display()));
+    }
+    Ok(Outcome::Installed)
+}
+
+fn is_current(dest: &Path, bytes: &[u8], mode: u32) -> bool {
+    let Ok(meta) = fs::symlink_metadata(dest) else {
+        return false;
+    };
+    meta.is_file()
+        && meta.permissions().mode() & 0o7777 == mode
+        && meta.len() == bytes.len() as u64
+        && fs::read(dest).is_ok_and(|old| old == bytes)
+}
+
+fn write_synced(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)?;
+    // The umask may have narrowed the mode given at create.
+    f.set_permissions(fs::Permissions::from_mode(mode))?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<OsString> {
+        list.iter().map(OsString::from).collect()
+    }
+
+    fn temp_dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("academy-install-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn defaults_are_the_kubernetes_node_folders() {
+        let o = parse(&[]).unwrap().unwrap();
+        assert_eq!(o.bin_dir, Path::new("/opt/cni/bin"));
+        assert_eq!(o.conf_dir, Path::new("/etc/cni/net.d"));
+        assert_eq!(o.config, None);
+    }
+
+    #[test]
+    fn usage_errors() {
+        assert!(parse(&args(&["--bin-dir"]))
+            .unwrap_err()
+            .contains("needs a value"));
+        assert!(parse(&args(&["--bogus"])).unwrap_err().contains("--bogus"));
+        let both = parse(&args(&["--template", "--conflist", "x.conflist"])).unwrap_err();
+        assert!(both.contains("one of"), "{both}");
+        assert_eq!(parse(&args(&["--help"])).unwrap(), None);
+        let usage = run(&["--bogus".to_string()]).unwrap_err();
+        assert!(matches!(usage, CliError::Usage(m) if m.contains("--bogus")));
+    }
+
+    #[test]
+    fn put_replaces_by_rename_and_then_leaves_the_file_alone() {
+        let d = temp_dir("put");
+        assert_eq!(
+            put(&d, "academy", b"one", 0o755).unwrap(),
+            Outcome::Installed
+        );
+        let first = fs::metadata(d.join("academy")).unwrap();
+        assert_eq!(first.permissions().mode() & 0o7777, 0o755);
+        assert_eq!(
+            put(&d, "academy", b"one", 0o755).unwrap(),
+            Outcome::Unchanged
+        );
+
+        // A reader holding the old file keeps its bytes: the new content is a new inode.
+        let held = fs::File::open(d.join("academy")).unwrap();
+        assert_eq!(
+            put(&d, "academy", b"two", 0o755).unwrap(),
+            Outcome::Installed
+        );
+        use std::os::unix::fs::MetadataExt;
+        assert_ne!(
+            held.metadata().unwrap().ino(),
+            fs::metadata(d.join("academy")).unwrap().ino()
+        );
+        assert_eq!(fs::read(d.join("academy")).unwrap(), b"two");
+        // A mode change alone is a change too.
+        assert_eq!(
+            put(&d, "academy", b"two", 0o700).unwrap(),
+            Outcome::Installed
+        );
+        let names: Vec<_> = fs::read_dir(&d)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(names, vec![OsString::from("academy")], "no temp file left");
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn put_into_a_missing_folder_says_so() {
+        let d = temp_dir("missing").join("not-there");
+        let e = put(&d, "academy", b"x", 0o755).unwrap_err();
+        assert!(e.contains("is not a folder"), "{e}");
+        fs::remove_dir_all(d.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn conflists_are_checked_before_anything_is_written() {
+        let d = temp_dir("conflist");
+        fs::write(d.join("bad.conflist"), "{").unwrap();
+        fs::write(d.join("list.json"), r#"{"name":"n","plugins":[]}"#).unwrap();
+        fs::write(d.join("flat.conflist"), r#"{"name":"n","type":"academy"}"#).unwrap();
+        fs::write(d.join("10-a.conflist"), r#"{"name":"n","plugins":[]}"#).unwrap();
+        assert!(read_conflist(&d.join("bad.conflist"))
+            .unwrap_err()
+            .contains("not JSON"));
+        assert!(read_conflist(&d.join("list.json"))
+            .unwrap_err()
+            .contains("*.conflist"));
+        assert!(read_conflist(&d.join("flat.conflist"))
+            .unwrap_err()
+            .contains("plugins"));
+        assert_eq!(
+            read_conflist(&d.join("10-a.conflist")).unwrap().0,
+            "10-a.conflist"
+        );
+
+        let bin = d.join("bin");
+        fs::create_dir(&bin).unwrap();
+        let o = Options {
+            bin_dir: bin.clone(),
+            conf_dir: d.clone(),
+            config: Some(ConfigSource::Conflist(d.join("bad.conflist"))),
+        };
+        assert!(install(&o).is_err());
+        assert!(
+            !bin.join("academy").exists(),
+            "the binary was copied before the check"
+        );
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn the_template_asks_containerd_for_every_pod_cidr_range() {
+        assert!(
+            TEMPLATE.contains("range $i, $range := .PodCIDRRanges"),
+            "{TEMPLATE}"
+        );
+        assert!(TEMPLATE.contains(r#""type": "academy""#), "{TEMPLATE}");
+    }
+}
