@@ -171,10 +171,15 @@ impl Dir {
 
     /// Overwrites (or creates) the regular file `name`. Something else by that name is
     /// left alone and reported as [`NotRegular`].
+    ///
+    /// Written in place, then cut to length, never opened with O_TRUNC: ext4 flushes a
+    /// file truncated to zero and rewritten when it is closed (auto_da_alloc), which cost
+    /// about 0.9 ms of every ADD's hint write here, against 0.1 ms this way.
     pub fn overwrite(&self, name: &str, content: &[u8]) -> io::Result<()> {
-        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC;
+        let flags = OFlag::O_WRONLY | OFlag::O_CREAT;
         let mut opened = self.open_regular(name, flags, 0o600)?;
-        opened.file.write_all(content)
+        opened.file.write_all(content)?;
+        opened.file.set_len(content.len() as u64)
     }
 
     /// Creates `name`, which must not exist (O_EXCL never follows a symlink either).
