@@ -11,6 +11,7 @@
 //! | `dropin`      | academy as a drop-in for the reference bridge + host-local     |
 //! | `netns_entry` | how often, and from which thread, the netns is entered         |
 //! | `podman`      | academy under a real runtime (podman 4.3, CNI backend)         |
+//! | `installer`   | the installer image (FROM scratch) and its DaemonSet           |
 //!
 //! # Adding a test module
 //!
@@ -40,6 +41,7 @@ mod dropin;
 mod failure;
 mod gate;
 mod hardening;
+mod installer;
 mod ipam_lab;
 mod leaks;
 mod masquerade;

@@ -33,6 +33,7 @@ pub mod snapshot;
 pub mod store;
 pub mod strace;
 
+pub use alloc::Slot;
 pub use assertions::*;
 pub use host::*;
 pub use kernel::*;
