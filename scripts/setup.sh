@@ -11,7 +11,7 @@
 #   podman runc containerd busybox-static    the runtimes tests drive academy through
 #   gcc libc6-dev                            the static pause binary of the containerd test
 #   python3 python3-grpcio python3-protobuf protobuf-compiler
-#                                 the CRI client of the containerd test (tests/cri/)
+#                                 the CRI client of the containerd test (tests/it/cri/)
 #   python3-yaml                  the installer test reads deploy/kubernetes/academy.yaml
 # Produces:
 #   /usr/local/bin/cnitool                            (CNITOOL_DEST)

@@ -11,6 +11,8 @@
 //! | `dropin`      | academy as a drop-in for the reference bridge + host-local     |
 //! | `netns_entry` | how often, and from which thread, the netns is entered         |
 //! | `podman`      | academy under a real runtime (podman 4.3, CNI backend)         |
+//! | `cri`         | academy under containerd's CRI plugin, as kubelet drives it    |
+//! | `installer`   | the installer image (FROM scratch) and its DaemonSet           |
 //!
 //! # Adding a test module
 //!
@@ -29,17 +31,21 @@
 //!    changes or compares something host-wide holds a lock for it: dropin's reference lock
 //!    (the forwarding sysctls the reference bridge plugin flips) and the podman test's file
 //!    lock (`/run/academy-podman-test.lock`, also against other processes: it compares
-//!    /run/netns before and after). A new test of that kind takes the lock it shares a
-//!    resource with, or adds one beside it.
+//!    /run/netns before and after), the installer's (`/run/academy-installer-test.lock`)
+//!    and one per CRI test (`/run/academy-cri-<tag>.lock`), all taken with
+//!    `common::lock_file`. A new test of that kind takes the lock it shares a resource
+//!    with, or adds one beside it.
 //! 6. Every program a test runs must be installed by `make setup`; a test fails (never
 //!    skips, never installs) when one is missing, saying so.
 
 mod common;
 
+mod cri;
 mod dropin;
 mod failure;
 mod gate;
 mod hardening;
+mod installer;
 mod ipam_lab;
 mod leaks;
 mod masquerade;

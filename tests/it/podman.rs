@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use nix::fcntl::{Flock, FlockArg};
+use nix::fcntl::Flock;
 use serde_json::json;
 
 use crate::common::*;
@@ -39,8 +39,6 @@ const PACKAGES: [&str; 3] = ["podman", "runc", "busybox-static"];
 /// Serializes runs of this test on one machine, also across processes: podman's network
 /// namespaces share /run/netns, and the test compares what is there before and after.
 const LOCK: &str = "/run/academy-podman-test.lock";
-/// Seconds one podman command may take before `timeout` ends it.
-const STEP_TIMEOUT: &str = "180";
 
 /// A container command that ends at once on SIGTERM (so `podman stop` needs no SIGKILL).
 const IDLE: &str = "trap 'exit 0' TERM; sleep 600 & wait";
@@ -120,12 +118,9 @@ fn reserved(lab: &Lab) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The podman of this test: own config, own stores, own CNI config folder.
-struct Podman {
-    dir: PathBuf,
-}
-
-impl Podman {
+/// The podman of this test (own config and stores, see [`PrivatePodman`]) and its own
+/// CNI config folder.
+impl PrivatePodman {
     fn plugin_dir(&self) -> PathBuf {
         self.dir.join("cni-bin")
     }
@@ -163,39 +158,6 @@ impl Podman {
             .collect()
     }
 
-    /// `podman ARGS` with this test's stores and config, under `timeout`. The environment
-    /// is only PATH, CONTAINERS_CONF and a HOME inside the test folder, so no user
-    /// config of the machine is read.
-    fn run(&self, args: &[&str]) -> Out {
-        let (root, runroot) = (self.dir.join("root"), self.dir.join("runroot"));
-        let mut all = vec![
-            "-k",
-            "10",
-            STEP_TIMEOUT,
-            "podman",
-            "--root",
-            root.to_str().unwrap(),
-            "--runroot",
-            runroot.to_str().unwrap(),
-            "--storage-driver",
-            "vfs",
-        ];
-        all.extend_from_slice(args);
-        let conf = self.dir.join("containers.conf");
-        let env = [
-            ("CONTAINERS_CONF", conf.to_str().unwrap()),
-            ("HOME", self.dir.to_str().unwrap()),
-        ];
-        run("timeout", &all, &env)
-    }
-
-    /// `podman ARGS`, which must succeed; its stdout.
-    fn must(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert_eq!(out.code, 0, "podman {} failed:\n{out}", args.join(" "));
-        out.stdout
-    }
-
     fn containers(&self) -> Vec<String> {
         self.must(&["ps", "-a", "-q", "--no-trunc"])
             .lines()
@@ -219,7 +181,7 @@ struct RecordedCall {
 /// Undoes everything the test made, whatever state it stopped in: podman's containers,
 /// image, network namespaces and folder here, then the two labs' own guards.
 struct Guard {
-    podman: Podman,
+    podman: PrivatePodman,
     netns_before: BTreeSet<String>,
     _lock: Flock<fs::File>,
     net: Lab,
@@ -228,43 +190,18 @@ struct Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        let p = &self.podman;
-        let _ = p.run(&["rm", "-f", "-a", "-t", "0"]);
-        let _ = p.run(&["rmi", "-a", "-f"]);
+        self.podman.remove_all();
         for ns in podman_netns().difference(&self.netns_before) {
             let _ = run_quiet("ip", &["netns", "delete", ns]);
         }
-        // Mounts podman may have left inside the folder (shm of a killed container).
-        if let Ok(mounts) = fs::read_to_string("/proc/self/mounts") {
-            let mut points: Vec<&str> = mounts
-                .lines()
-                .filter_map(|l| l.split_whitespace().nth(1))
-                .filter(|m| Path::new(m).starts_with(&p.dir))
-                .collect();
-            points.sort_by_key(|m| std::cmp::Reverse(m.len()));
-            for m in points {
-                let _ = run_quiet("umount", &["-l", m]);
-            }
-        }
-        let _ = fs::remove_dir_all(&p.dir);
     }
-}
-
-fn lock() -> Flock<fs::File> {
-    let file = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(LOCK)
-        .unwrap_or_else(|e| panic!("cannot open {LOCK}: {e}"));
-    Flock::lock(file, FlockArg::LockExclusive).unwrap_or_else(|(_, e)| panic!("flock {LOCK}: {e}"))
 }
 
 fn write(path: &Path, content: &str) {
     fs::write(path, content).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
 }
 
-fn set_up(podman: &Podman, net: &Lab, full: &Lab) {
+fn set_up(podman: &PrivatePodman, net: &Lab, full: &Lab) {
     for d in [
         podman.plugin_dir(),
         podman.conf_dir(),
@@ -364,7 +301,7 @@ volume_path = "{dir}/volumes"
 
 /// A busybox image made locally (no registry is reachable): `podman import` of a rootfs
 /// tarball holding the static busybox and the applets the test calls.
-fn build_image(podman: &Podman) {
+fn build_image(podman: &PrivatePodman) {
     let rootfs = podman.dir.join("rootfs");
     fs::create_dir_all(rootfs.join("bin")).expect("rootfs");
     fs::copy("/bin/busybox", rootfs.join("bin/busybox"))
@@ -430,7 +367,7 @@ fn assert_clean(guard: &Guard, lab: &Lab, when: &str) {
 }
 
 /// The address podman recorded for a running container on `network`.
-fn inspect_address(p: &Podman, name: &str, network: &str) -> String {
+fn inspect_address(p: &PrivatePodman, name: &str, network: &str) -> String {
     let format = format!("{{{{(index .NetworkSettings.Networks \"{network}\").IPAddress}}}}");
     p.must(&["inspect", "-f", &format, name]).trim().to_owned()
 }
@@ -447,7 +384,7 @@ fn academy_under_podman() {
         0,
         "the podman test must run as root (it runs rootful podman, makes bridges)"
     );
-    let lock = lock();
+    let lock = lock_file(LOCK);
     require_packages();
     step(t0, "packages present");
 
@@ -457,7 +394,7 @@ fn academy_under_podman() {
     let dir = net.root.join("podman");
     fs::create_dir_all(&dir).expect("test folder");
     let guard = Guard {
-        podman: Podman { dir },
+        podman: PrivatePodman { dir },
         netns_before: podman_netns(),
         _lock: lock,
         net,

@@ -113,3 +113,19 @@ pub fn derived_host_veth_name(container_id: &str, ifname: &str) -> String {
     hash ^= hash >> 33;
     format!("veth{:011x}", hash >> 20)
 }
+
+/// `ping -c 1` from inside a netns named by its path (a runtime's netns lives outside
+/// /run/netns); Ok, or what ping said.
+pub fn ping_from_path(netns_path: &str, addr: &str) -> Result<(), String> {
+    let net = format!("--net={netns_path}");
+    let out = run(
+        "nsenter",
+        &[&net, "ping", "-n", "-c", "1", "-W", "2", addr],
+        &[],
+    );
+    if out.code == 0 {
+        Ok(())
+    } else {
+        Err(format!("ping {addr} from {netns_path}:\n{out}"))
+    }
+}

@@ -10,7 +10,9 @@
 //! - [`strace`]: the one strace parser, and fault injection through strace;
 //! - [`shim`]: the LD_PRELOAD netlink fault shim;
 //! - [`outside`]: the made "outside" of outbound-NAT tests;
-//! - [`nft`]: academy's nf_tables table, read and cleaned with the `nft` tool.
+//! - [`nft`]: academy's nf_tables table, read and cleaned with the `nft` tool;
+//! - [`host`]: file locks that serialise tests across processes, mounts left in a folder;
+//! - [`podman`]: a podman on a test folder's own stores and config.
 //!
 //! Everything is re-exported here: a test module says `use crate::common::*;`.
 //!
@@ -19,20 +21,25 @@
 
 pub mod alloc;
 pub mod assertions;
+pub mod host;
 pub mod kernel;
 pub mod lab;
 pub mod nft;
 pub mod outside;
+pub mod podman;
 pub mod process;
 pub mod shim;
 pub mod snapshot;
 pub mod store;
 pub mod strace;
 
+pub use alloc::Slot;
 pub use assertions::*;
+pub use host::*;
 pub use kernel::*;
 pub use lab::*;
 pub use outside::*;
+pub use podman::*;
 pub use process::*;
 pub use shim::*;
 pub use snapshot::*;

@@ -43,6 +43,14 @@ pub fn elements(network: &str) -> BTreeSet<String> {
     found
 }
 
+/// The addresses in a network's masquerade sets (the elements without their comments).
+pub fn addresses(network: &str) -> BTreeSet<String> {
+    elements(network)
+        .iter()
+        .filter_map(|e| e.split(' ').next().map(str::to_string))
+        .collect()
+}
+
 /// Whether the network's masquerade rule of `family` ("v4"/"v6") is in the chain.
 pub fn has_rule(network: &str, family: &str) -> bool {
     rule_handles(network)

@@ -5,76 +5,45 @@
 //! cached prevResult, RemovePodSandbox with an empty CNI_NETNS and nothing else), keeps
 //! pods across its own restart, writes the CNI config itself from the node's pod CIDR,
 //! and reads results back with its own libcni. Debian 12's containerd 1.6 has the CRI
-//! plugin built in; each test runs a private one (tests/cri/containerd.rs) and calls it
-//! through a CRI v1 client (tests/cri/cri_client.py on tests/cri/api.proto).
+//! plugin built in; each test runs a private one (cri/containerd.rs) and calls it
+//! through a CRI v1 client (tests/it/cri/cri_client.py on tests/it/cri/api.proto).
 //!
 //! Needs root and `make setup` (containerd, runc, gcc, Debian's python3-grpcio,
-//! python3-protobuf and protobuf-compiler, the reference loopback plugin). Each test
-//! has its own network name, bridge and subnet 10.A.N.0/24 (N below; A is picked per
-//! process among second octets no host address uses, see `containerd::second_octet`),
-//! and a lock file so two runs of one test on one machine take turns. Pings go only between the test's own
-//! pods and the gateway on the test's own bridge.
-//!
-//! | N | test |
-//! |---|------|
-//! | 1 | cri_three_pods_at_once_get_academys_addresses_and_reach_each_other |
-//! | 2 | cri_stop_then_remove_sandbox_leaves_no_reservation_or_veth |
-//! | 3 | cri_pod_survives_a_containerd_restart |
-//! | 4 | cri_conflist_saying_1_1_0_fails_run_pod_sandbox_with_the_reason |
-//! | 5 | cri_conf_template_gives_pods_the_node_cidr_from_update_runtime_config |
-//! | 6 | cri_academy_install_replaces_the_conflist_under_a_running_containerd (and 7) |
-//! | 8 | cri_ipmasq_pods_reach_an_outside_netns_and_leave_no_masquerade (outside: 108) |
+//! python3-protobuf and protobuf-compiler, the reference loopback plugin). Each test's
+//! containerd carries a [`Lab`] (network name, bridge, subnet, store from the one
+//! allocator), and takes a lock file of its test's own, so two runs of one test on one
+//! machine take turns. Pings go only between the test's own pods, the gateway on the
+//! test's own bridge, and the test's own outside netns.
 
-#[path = "cri/containerd.rs"]
 mod containerd;
-#[path = "cri/outside.rs"]
-mod outside;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 
-use containerd::{lock, ping_from_netns, second_octet, Containerd, Net};
+use containerd::Containerd;
 use serde_json::{json, Value};
 
-fn net(n: u8, tag: &str) -> Net {
-    Net {
-        name: format!("cri-{tag}"),
-        bridge: format!("acri{n}"),
-    }
+use crate::common::*;
+
+/// Whether `addr` is in the /24 whose first three octets are `prefix` ("10.A.n").
+fn in_block(addr: &str, prefix: &str) -> bool {
+    addr.starts_with(&format!("{prefix}."))
 }
 
-/// "10.A.n": the test's /24 without its last octet.
-fn block(n: u8) -> String {
-    format!("10.{}.{n}", second_octet())
-}
-
-/// Whether `addr` is in the test's /24.
-fn in_block(addr: &str, n: u8) -> bool {
-    addr.starts_with(&format!("{}.", block(n)))
-}
-
-fn subnet(n: u8) -> String {
-    format!("{}.0/24", block(n))
-}
-
-fn gateway(n: u8) -> String {
-    format!("{}.1", block(n))
-}
-
-/// A conflist as a Kubernetes node would carry it: academy with host-local-style IPAM,
-/// the gateway on the bridge and as the pods' default route.
-fn conflist(c: &Containerd, version: &str, n: u8) -> Value {
+/// A conflist as a Kubernetes node would carry it: academy with host-local-style IPAM
+/// on `subnet`, the gateway on the bridge and as the pods' default route.
+fn conflist(c: &Containerd, version: &str, subnet: &str) -> Value {
     json!({
         "cniVersion": version,
-        "name": c.net.name,
+        "name": c.lab.network,
         "plugins": [{
             "type": "academy",
-            "bridge": c.net.bridge,
+            "bridge": c.lab.bridge,
             "isGateway": true,
             "isDefaultGateway": true,
             "ipam": {
                 "type": "host-local",
-                "ranges": [[{ "subnet": subnet(n) }]],
+                "ranges": [[{ "subnet": subnet }]],
                 "dataDir": c.store(),
             }
         }]
@@ -106,7 +75,7 @@ fn assert_nothing_left(c: &Containerd, when: &str) {
     );
     assert_eq!(
         c.cached_results(),
-        Vec::<String>::new(),
+        BTreeSet::new(),
         "{when}: libcni cache left"
     );
     assert_eq!(
@@ -126,10 +95,8 @@ fn netns_of(status: &Value) -> String {
 
 #[test]
 fn cri_three_pods_at_once_get_academys_addresses_and_reach_each_other() {
-    const N: u8 = 1;
-    let _lock = lock("three");
-    let c = Containerd::start("three", net(N, "three"), "");
-    c.write_conflist(&conflist(&c, "1.0.0", N));
+    let c = Containerd::start("three", "");
+    c.write_conflist(&conflist(&c, "1.0.0", &c.lab.subnet()));
 
     let runs: Vec<(Value, f64)> = std::thread::scope(|s| {
         let c = &c;
@@ -158,7 +125,11 @@ fn cri_three_pods_at_once_get_academys_addresses_and_reach_each_other() {
     for (id, st) in ids.iter().zip(&statuses) {
         assert_eq!(st["state"], "SANDBOX_READY", "{st}");
         let ip: IpAddr = st["ip"].as_str().unwrap().parse().expect("pod ip");
-        assert!(in_block(&ip.to_string(), N), "{ip} is not in {}", subnet(N));
+        assert!(
+            in_block(&ip.to_string(), &c.lab.prefix),
+            "{ip} is not in {}",
+            c.lab.subnet()
+        );
         assert!(
             by_ip.insert(ip.to_string(), id.clone()).is_none(),
             "{ip} given twice"
@@ -196,9 +167,9 @@ fn cri_three_pods_at_once_get_academys_addresses_and_reach_each_other() {
         .collect();
     for st in &statuses {
         let netns = netns_of(st);
-        ping_from_netns(&netns, &gateway(N)).unwrap();
+        ping_from_path(&netns, &c.lab.gateway()).unwrap();
         for ip in &ips {
-            ping_from_netns(&netns, ip).unwrap();
+            ping_from_path(&netns, ip).unwrap();
         }
     }
 
@@ -210,10 +181,8 @@ fn cri_three_pods_at_once_get_academys_addresses_and_reach_each_other() {
 
 #[test]
 fn cri_stop_then_remove_sandbox_leaves_no_reservation_or_veth() {
-    const N: u8 = 2;
-    let _lock = lock("stop");
-    let c = Containerd::start("stop", net(N, "stop"), "");
-    c.write_conflist(&conflist(&c, "1.0.0", N));
+    let c = Containerd::start("stop", "");
+    c.write_conflist(&conflist(&c, "1.0.0", &c.lab.subnet()));
     let (run, seconds) = c.timed_cri(&["run", "pod", "uid-pod", "default"]);
     let id = run["id"].as_str().unwrap().to_string();
     eprintln!("cri: RunPodSandbox took {seconds:.2} s");
@@ -277,14 +246,12 @@ fn cri_stop_then_remove_sandbox_leaves_no_reservation_or_veth() {
 
 #[test]
 fn cri_pod_survives_a_containerd_restart() {
-    const N: u8 = 3;
-    let _lock = lock("restart");
-    let mut c = Containerd::start("restart", net(N, "restart"), "");
-    c.write_conflist(&conflist(&c, "1.0.0", N));
+    let mut c = Containerd::start("restart", "");
+    c.write_conflist(&conflist(&c, "1.0.0", &c.lab.subnet()));
     let id = c.run_pod("pod");
     let before = c.status(&id);
     let netns = netns_of(&before);
-    ping_from_netns(&netns, &gateway(N)).unwrap();
+    ping_from_path(&netns, &c.lab.gateway()).unwrap();
     let reserved = c.reservations();
     let calls_before = c.plugin_calls();
 
@@ -298,7 +265,7 @@ fn cri_pod_survives_a_containerd_restart() {
     );
     assert_eq!(after["pid"], before["pid"], "the same pause process");
     assert_eq!(c.reservations(), reserved, "the store after the restart");
-    ping_from_netns(&netns, &gateway(N)).unwrap();
+    ping_from_path(&netns, &c.lab.gateway()).unwrap();
     // A restart sends academy nothing (no VERSION, no CHECK, no GC).
     assert_eq!(c.plugin_calls(), calls_before, "calls made by the restart");
 
@@ -308,10 +275,8 @@ fn cri_pod_survives_a_containerd_restart() {
 
 #[test]
 fn cri_conflist_saying_1_1_0_fails_run_pod_sandbox_with_the_reason() {
-    const N: u8 = 4;
-    let _lock = lock("v110");
-    let c = Containerd::start("v110", net(N, "v110"), "");
-    c.write_conflist(&conflist(&c, "1.1.0", N));
+    let c = Containerd::start("v110", "");
+    c.write_conflist(&conflist(&c, "1.1.0", &c.lab.subnet()));
     let err = c
         .try_cri(&["run", "pod", "uid-pod", "default"])
         .expect_err("RunPodSandbox with a 1.1.0 conflist under containerd 1.6");
@@ -332,7 +297,7 @@ fn cri_conflist_saying_1_1_0_fails_run_pod_sandbox_with_the_reason() {
 /// shipped template uses the node defaults: network "academy", bridge "cni0", the
 /// default store).
 fn template_for(c: &Containerd) -> String {
-    let shipped = include_str!("../conflists/containerd-template.conflist.tmpl");
+    let shipped = include_str!("../../conflists/containerd-template.conflist.tmpl");
     let store = format!(
         r#""type": "host-local", "dataDir": "{}","#,
         c.store().display()
@@ -341,11 +306,11 @@ fn template_for(c: &Containerd) -> String {
     for (from, to) in [
         (
             r#""name": "academy","#.to_string(),
-            format!(r#""name": "{}","#, c.net.name),
+            format!(r#""name": "{}","#, c.lab.network),
         ),
         (
             r#""bridge": "cni0","#.to_string(),
-            format!(r#""bridge": "{}","#, c.net.bridge),
+            format!(r#""bridge": "{}","#, c.lab.bridge),
         ),
         (r#""type": "host-local","#.to_string(), store),
     ] {
@@ -357,16 +322,14 @@ fn template_for(c: &Containerd) -> String {
 
 #[test]
 fn cri_conf_template_gives_pods_the_node_cidr_from_update_runtime_config() {
-    const N: u8 = 5;
-    let _lock = lock("template");
-    let dir = std::env::temp_dir().join(format!("academy-cri-template-{}", std::process::id()));
-    let template = dir.with_extension("tmpl");
+    let template =
+        std::env::temp_dir().join(Slot::take().name("academy-it", "cri-template") + ".tmpl");
     // The template must exist before containerd starts; its final text needs the
     // store path, which is under the test folder: write it after, it is read at update.
     std::fs::write(&template, "{}").unwrap();
     let _template_guard = RemoveOnDrop(template.clone());
     let extra = format!("    conf_template = \"{}\"\n", template.display());
-    let c = Containerd::start("template", net(N, "template"), &extra);
+    let c = Containerd::start("template", &extra);
     std::fs::write(&template, template_for(&c)).unwrap();
 
     // Before kubelet sends the node's CIDR there is no network config at all.
@@ -387,8 +350,11 @@ fn cri_conf_template_gives_pods_the_node_cidr_from_update_runtime_config() {
     let early_ids = c.sandboxes();
     assert_eq!(early_ids.len(), 1, "{early_ids:?}");
 
-    let v6 = format!("fd00:ac:{}:{N}::/64", second_octet());
-    c.cri(&["update-cidr", &format!("{},{v6}", subnet(N))]);
+    let v6_prefix = c.lab.slot.v6_prefix();
+    c.cri(&[
+        "update-cidr",
+        &format!("{},{v6_prefix}::/64", c.lab.subnet()),
+    ]);
     let written = std::fs::read_dir(c.conf_dir())
         .unwrap()
         .flatten()
@@ -411,21 +377,16 @@ fn cri_conf_template_gives_pods_the_node_cidr_from_update_runtime_config() {
     let (sa, sb) = (c.status(&a), c.status(&b));
     for st in [&sa, &sb] {
         let v4 = st["ip"].as_str().unwrap();
-        assert!(in_block(v4, N), "{st}");
+        assert!(in_block(v4, &c.lab.prefix), "{st}");
         let extra = st["additional_ips"].as_array().unwrap();
         assert_eq!(
             extra.len(),
             1,
             "one IPv6 address besides the IPv4 one: {st}"
         );
-        let v6addr: std::net::Ipv6Addr = extra[0].as_str().unwrap().parse().unwrap();
-        let want = [
-            0xfd00,
-            0xac,
-            u16::from_str_radix(&second_octet().to_string(), 16).unwrap(),
-            N.into(),
-        ];
-        assert_eq!(v6addr.segments()[..4], want, "{st}");
+        let v6addr: Ipv6Addr = extra[0].as_str().unwrap().parse().unwrap();
+        let want: Ipv6Addr = format!("{v6_prefix}::").parse().unwrap();
+        assert_eq!(v6addr.segments()[..4], want.segments()[..4], "{st}");
     }
     let mut expected: BTreeMap<String, String> = BTreeMap::new();
     for (id, st) in [(&a, &sa), (&b, &sb)] {
@@ -440,19 +401,20 @@ fn cri_conf_template_gives_pods_the_node_cidr_from_update_runtime_config() {
         expected,
         "CRI addresses vs academy's store"
     );
-    ping_from_netns(&netns_of(&sa), &gateway(N)).unwrap();
-    ping_from_netns(&netns_of(&sa), sb["ip"].as_str().unwrap()).unwrap();
+    ping_from_path(&netns_of(&sa), &c.lab.gateway()).unwrap();
+    ping_from_path(&netns_of(&sa), sb["ip"].as_str().unwrap()).unwrap();
 
     // Once a config loads, containerd 1.6 does not render the template again: a later
     // UpdateRuntimeConfig with another CIDR leaves the network as it is.
     let config_file = c.conf_dir().join("10-containerd-net.conflist");
     let rendered = std::fs::read_to_string(&config_file).expect("containerd's rendered config");
     eprintln!("cri: containerd rendered the template as:\n{rendered}");
-    c.cri(&["update-cidr", &subnet(99)]);
+    let another = format!("{}.0/24", Slot::take().v4_prefix());
+    c.cri(&["update-cidr", &another]);
     assert_eq!(std::fs::read_to_string(&config_file).unwrap(), rendered);
     let late = c.run_pod("late");
     let late_ip = c.status(&late)["ip"].as_str().unwrap().to_string();
-    assert!(in_block(&late_ip, N), "{late_ip}");
+    assert!(in_block(&late_ip, &c.lab.prefix), "{late_ip}");
 
     for id in [&a, &b, &late] {
         c.stop_and_remove(id);
@@ -465,25 +427,25 @@ fn cri_conf_template_gives_pods_the_node_cidr_from_update_runtime_config() {
 /// control below), and does see the installer's.
 #[test]
 fn cri_academy_install_replaces_the_conflist_under_a_running_containerd() {
-    const N: u8 = 6;
-    const NEXT: u8 = 7;
-    let _lock = lock("reinstall");
-    let c = Containerd::start("reinstall", net(N, "reinstall"), "");
-    c.write_conflist(&conflist(&c, "1.0.0", N));
+    let c = Containerd::start("reinstall", "");
+    c.write_conflist(&conflist(&c, "1.0.0", &c.lab.subnet()));
     let first = c.run_pod("first");
     assert!(c.status(&first)["ip"]
         .as_str()
         .unwrap()
-        .starts_with(&format!("{}.", block(N))));
+        .starts_with(&format!("{}.", c.lab.prefix)));
 
-    // The same network on the next subnet, prepared outside the config folder.
-    let mut next = conflist(&c, "1.0.0", NEXT);
-    next["plugins"][0]["bridge"] = json!(format!("acri{NEXT}"));
+    // The same network on a subnet and bridge of another slot, prepared outside the
+    // config folder.
+    let next_slot = Slot::take();
+    let next_bridge = next_slot.link_name("acb");
+    let mut next = conflist(&c, "1.0.0", &format!("{}.0/24", next_slot.v4_prefix()));
+    next["plugins"][0]["bridge"] = json!(next_bridge);
     let outside = c.dir.join("outside");
     std::fs::create_dir(&outside).unwrap();
     let source = outside.join("10-academy.conflist");
     std::fs::write(&source, next.to_string()).unwrap();
-    let _next_bridge = DeleteLinkOnDrop(format!("acri{NEXT}"));
+    let _next_bridge = DeleteLinkOnDrop(next_bridge.clone());
 
     // Control: `mv` from another folder. containerd keeps the old config. (Other bytes
     // than the installer's, which would otherwise find its file current and skip it.)
@@ -494,38 +456,37 @@ fn cri_academy_install_replaces_the_conflist_under_a_running_containerd() {
     let control = c.run_pod("control");
     let control_ip = c.status(&control)["ip"].as_str().unwrap().to_string();
     assert!(
-        in_block(&control_ip, N),
+        in_block(&control_ip, &c.lab.prefix),
         "containerd picked up a conflist moved in from another folder ({control_ip}); \
          the premise of the installer's in-folder rename has changed"
     );
 
     // academy install: temp file in the folder, then rename. containerd sees it.
-    let install = std::process::Command::new(env!("CARGO_BIN_EXE_academy"))
-        .arg("install")
-        .arg("--bin-dir")
-        .arg(&outside)
-        .arg("--conf-dir")
-        .arg(c.conf_dir())
-        .arg("--conflist")
-        .arg(&source)
-        .env_remove("CNI_COMMAND")
-        .output()
-        .unwrap();
-    assert!(install.status.success(), "{}", containerd::text(&install));
+    let conf_dir = c.conf_dir();
+    let install = run(
+        plugin(),
+        &[
+            "install",
+            "--bin-dir",
+            outside.to_str().unwrap(),
+            "--conf-dir",
+            conf_dir.to_str().unwrap(),
+            "--conflist",
+            source.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(install.code, 0, "{install}");
     let installed_line = format!(
         "installed {}",
-        c.conf_dir().join("10-academy.conflist").display()
+        conf_dir.join("10-academy.conflist").display()
     );
-    assert!(
-        String::from_utf8_lossy(&install.stdout).contains(&installed_line),
-        "{}",
-        containerd::text(&install)
-    );
+    assert!(install.stdout.contains(&installed_line), "{install}");
     std::thread::sleep(std::time::Duration::from_secs(1));
     let after = c.run_pod("after");
     let after_ip = c.status(&after)["ip"].as_str().unwrap().to_string();
     assert!(
-        in_block(&after_ip, NEXT),
+        in_block(&after_ip, &next_slot.v4_prefix()),
         "the pod after academy install got {after_ip}, not an address of the new conflist"
     );
 
@@ -535,7 +496,7 @@ fn cri_academy_install_replaces_the_conflist_under_a_running_containerd() {
         c.stop_and_remove(id);
     }
     assert_nothing_left(&c, "after removing pods of both configs");
-    assert!(containerd::links(&["master", &format!("acri{NEXT}")]).is_empty());
+    assert!(bridge_ports(&next_bridge).is_empty());
 }
 
 /// ipMasq (outbound NAT over nf_tables, academy's `inet academy` table) under
@@ -544,24 +505,19 @@ fn cri_academy_install_replaces_the_conflist_under_a_running_containerd() {
 /// it out.
 #[test]
 fn cri_ipmasq_pods_reach_an_outside_netns_and_leave_no_masquerade() {
-    const N: u8 = 8;
-    let _lock = lock("masq");
-    // Declared first, dropped last: after containerd's DELs have run.
-    let _masquerade = RemoveMasqueradeOnDrop(net(N, "masq").name);
-    let out = outside::Outside::new("acri-out8", "acrio8", &block(100 + N));
-    let c = Containerd::start("masq", net(N, "masq"), "");
-    let mut list = conflist(&c, "1.0.0", N);
+    // The lab's guard removes the network's masquerade after containerd's DELs ran,
+    // and the outside's netns with it.
+    let c = Containerd::start("masq", "");
+    let out = Outside::new(&c.lab);
+    let mut list = conflist(&c, "1.0.0", &c.lab.subnet());
     list["plugins"][0]["ipMasq"] = json!(true);
     c.write_conflist(&list);
 
     // The outside cannot answer a pod address unless it was rewritten to the host's.
-    let route_back = std::process::Command::new("ip")
-        .args(["-n", &out.netns, "route", "get", &format!("{}.2", block(N))])
-        .output()
-        .unwrap();
-    assert!(
-        !route_back.status.success(),
-        "the outside has a route to the pods"
+    let route_back = run("ip", &["-n", &out.netns, "route", "get", &c.lab.ip(2)], &[]);
+    assert_ne!(
+        route_back.code, 0,
+        "the outside has a route to the pods:\n{route_back}"
     );
 
     let ids = [c.run_pod("a"), c.run_pod("b")];
@@ -571,46 +527,32 @@ fn cri_ipmasq_pods_reach_an_outside_netns_and_leave_no_masquerade() {
         .map(|s| s["ip"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(ips.len(), 2);
-    assert_eq!(
-        outside::masquerade_elements(&c.net.name),
-        ips,
-        "masquerade set"
-    );
+    assert_eq!(nft::addresses(&c.lab.network), ips, "masquerade set");
     for st in &statuses {
-        ping_from_netns(&netns_of(st), &out.far).unwrap();
-        ping_from_netns(&netns_of(st), &gateway(N)).unwrap();
+        ping_from_path(&netns_of(st), &out.far_v4).unwrap();
+        ping_from_path(&netns_of(st), &c.lab.gateway()).unwrap();
     }
 
     // StopPodSandbox's DEL takes the pod's address out of the set; the other stays.
     c.cri(&["stop", &ids[0]]);
     let left: BTreeSet<String> = [statuses[1]["ip"].as_str().unwrap().to_string()].into();
     assert_eq!(
-        outside::masquerade_elements(&c.net.name),
+        nft::addresses(&c.lab.network),
         left,
         "after one StopPodSandbox"
     );
-    ping_from_netns(&netns_of(&statuses[1]), &out.far).unwrap();
+    ping_from_path(&netns_of(&statuses[1]), &out.far_v4).unwrap();
     c.cri(&["remove", &ids[0]]);
     c.stop_and_remove(&ids[1]);
-    assert_eq!(outside::masquerade_elements(&c.net.name), BTreeSet::new());
+    assert_eq!(nft::addresses(&c.lab.network), BTreeSet::new());
     assert_nothing_left(&c, "after removing the ipMasq pods");
-}
-
-struct RemoveMasqueradeOnDrop(String);
-
-impl Drop for RemoveMasqueradeOnDrop {
-    fn drop(&mut self) {
-        outside::remove_masquerade(&self.0);
-    }
 }
 
 struct DeleteLinkOnDrop(String);
 
 impl Drop for DeleteLinkOnDrop {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("ip")
-            .args(["link", "del", &self.0])
-            .output();
+        let _ = run_quiet("ip", &["link", "del", &self.0]);
     }
 }
 

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""A CRI v1 client for the containerd tests (tests/cri.rs): the few RuntimeService calls
+"""A CRI v1 client for the containerd tests (tests/it/cri.rs): the few RuntimeService calls
 kubelet makes for a pod's network, one per invocation, the answer as JSON on stdout.
 
 crictl is not packaged in Debian 12; this needs only Debian's python3-grpcio and
-python3-protobuf, plus the message classes protoc generates from tests/cri/api.proto
+python3-protobuf, plus the message classes protoc generates from tests/it/cri/api.proto
 (the test runs `protoc --python_out=STUBS`). Calls go through grpc's generic unary
 stubs, so no grpc code generator is needed.
 

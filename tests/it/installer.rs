@@ -12,23 +12,18 @@
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::process::{Child, Command};
 use std::time::SystemTime;
 
+use nix::fcntl::Flock;
+
+use crate::common::*;
+
 const IMAGE: &str = "localhost/academy-installer:test";
+/// Serialises the tests that build the image, in this process and across processes.
 const LOCK: &str = "/run/academy-installer-test.lock";
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
-
-fn text(out: &Output) -> String {
-    format!(
-        "status {}\n--- stdout\n{}--- stderr\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 fn release_binary() -> PathBuf {
     Path::new(REPO).join("target/release/academy")
@@ -49,9 +44,8 @@ fn fresh_release_binary() -> Vec<u8> {
         "{} is older than the sources; run `make build` (make test does)",
         bin.display()
     );
-    let ldd = Command::new("ldd").arg(&bin).output().expect("run ldd");
-    let says =
-        String::from_utf8_lossy(&ldd.stdout).to_string() + &String::from_utf8_lossy(&ldd.stderr);
+    let ldd = run("ldd", &[bin.to_str().unwrap()], &[]);
+    let says = ldd.all();
     assert!(
         says.contains("statically linked") || says.contains("not a dynamic executable"),
         "{} is not static, so it cannot run in a FROM scratch image; build it with `make build`:\n{says}",
@@ -71,46 +65,40 @@ fn newest_mtime(path: &Path) -> SystemTime {
     newest
 }
 
-/// This test's podman: own stores, own config, the host's two CNI folders as test folders.
-struct Podman {
-    dir: PathBuf,
+/// This test's podman (own stores and config, see [`PrivatePodman`]), the host's two
+/// CNI folders as test folders, and the ConfigMap's folder.
+struct Installer {
+    podman: PrivatePodman,
     host_bin: PathBuf,
     host_conf: PathBuf,
     config: PathBuf,
     /// Processes the test started (stand-ins for a runtime executing the old binary).
     children: Vec<Child>,
-    _lock: fs::File,
+    _lock: Flock<fs::File>,
 }
 
-impl Podman {
-    fn new() -> Podman {
-        let lock = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(LOCK)
-            .unwrap_or_else(|e| panic!("open {LOCK}: {e}"));
-        // SAFETY: flock on a descriptor this function owns; released when it drops.
-        let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
-        assert_eq!(rc, 0, "flock {LOCK}");
-        let dir = std::env::temp_dir().join(format!("academy-installer-{}", std::process::id()));
+impl Installer {
+    fn new() -> Installer {
+        let lock = lock_file(LOCK);
+        let dir = std::env::temp_dir().join(Slot::take().name("academy-it", "installer"));
         let _ = fs::remove_dir_all(&dir);
-        let p = Podman {
+        let p = Installer {
             host_bin: dir.join("host/opt/cni/bin"),
             host_conf: dir.join("host/etc/cni/net.d"),
             config: dir.join("config"),
-            dir,
+            podman: PrivatePodman { dir },
             children: Vec::new(),
             _lock: lock,
         };
-        for d in [&p.host_bin, &p.host_conf, &p.config, &p.dir.join("tmp")] {
+        let dir = &p.podman.dir;
+        for d in [&p.host_bin, &p.host_conf, &p.config, &dir.join("tmp")] {
             fs::create_dir_all(d).unwrap();
         }
-        // What this VM needs (as tests/podman.rs found): runc with cgroupfs, events in a
-        // file, ulimits no higher than the hard limits here.
-        let d = p.dir.display();
+        // What this VM needs (as the podman module found): runc with cgroupfs, events in
+        // a file, ulimits no higher than the hard limits here.
+        let d = dir.display();
         fs::write(
-            p.dir.join("containers.conf"),
+            dir.join("containers.conf"),
             format!(
                 r#"[containers]
 default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
@@ -128,27 +116,16 @@ volume_path = "{d}/volumes"
         p
     }
 
-    fn podman(&self, args: &[&str]) -> Output {
-        Command::new("timeout")
-            .args(["-k", "10", "180", "podman"])
-            .arg("--root")
-            .arg(self.dir.join("root"))
-            .arg("--runroot")
-            .arg(self.dir.join("runroot"))
-            .args(["--storage-driver", "vfs"])
-            .args(args)
-            .current_dir(REPO)
-            .env("CONTAINERS_CONF", self.dir.join("containers.conf"))
-            .env_remove("CONTAINERS_STORAGE_CONF")
-            .env_remove("CONTAINER_HOST")
-            .env_remove("CONTAINER_CONNECTION")
-            .output()
-            .expect("run podman (make setup installs it)")
+    /// The image, built from this repository's Containerfile (no registry).
+    fn build_image(&self) {
+        let containerfile = format!("{REPO}/Containerfile");
+        self.podman
+            .must(&["build", "-q", "-t", IMAGE, "-f", &containerfile, REPO]);
     }
 
     /// The DaemonSet's init container: the image with the host folders mounted where
     /// deploy/kubernetes/academy.yaml mounts them, and ARGS (none: the image's CMD).
-    fn run_installer(&self, args: &[&str]) -> Output {
+    fn run_installer(&self, args: &[&str]) -> Out {
         let mounts = [
             format!("{}:/host/opt/cni/bin", self.host_bin.display()),
             format!("{}:/host/etc/cni/net.d", self.host_conf.display()),
@@ -160,36 +137,23 @@ volume_path = "{d}/volumes"
         }
         all.push(IMAGE);
         all.extend(args);
-        self.podman(&all)
+        self.podman.run(&all)
     }
 }
 
-impl Drop for Podman {
+impl Drop for Installer {
     fn drop(&mut self) {
         for child in &mut self.children {
             let _ = child.kill();
             let _ = child.wait();
         }
-        let _ = self.podman(&["rm", "-a", "-f"]);
-        let _ = self.podman(&["rmi", "-a", "-f"]);
-        let prefix = self.dir.display().to_string();
-        let mut mounts: Vec<String> = fs::read_to_string("/proc/self/mountinfo")
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
-            .filter(|m| m.starts_with(&prefix))
-            .collect();
-        mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
-        for m in mounts {
-            let _ = Command::new("umount").args(["-l", &m]).status();
-        }
-        let _ = fs::remove_dir_all(&self.dir);
+        self.podman.remove_all();
     }
 }
 
-fn must_succeed(out: Output, what: &str) -> String {
-    assert!(out.status.success(), "{what}: {}", text(&out));
-    String::from_utf8_lossy(&out.stdout).into_owned()
+fn must_succeed(out: Out, what: &str) -> String {
+    assert_eq!(out.code, 0, "{what}:\n{out}");
+    out.stdout
 }
 
 fn names_in(dir: &Path) -> Vec<String> {
@@ -205,14 +169,12 @@ fn names_in(dir: &Path) -> Vec<String> {
 #[test]
 fn installer_image_from_scratch_installs_binary_and_template_then_is_idempotent() {
     let binary = fresh_release_binary();
-    let p = Podman::new();
-    must_succeed(
-        p.podman(&["build", "-q", "-t", IMAGE, "-f", "Containerfile", "."]),
-        "podman build",
-    );
+    let p = Installer::new();
+    p.build_image();
     // FROM scratch: the image is the binary and nothing else.
     let size = must_succeed(
-        p.podman(&["image", "inspect", "--format", "{{.Size}}", IMAGE]),
+        p.podman
+            .run(&["image", "inspect", "--format", "{{.Size}}", IMAGE]),
         "inspect",
     );
     let size: u64 = size.trim().parse().unwrap();
@@ -237,7 +199,7 @@ fn installer_image_from_scratch_installs_binary_and_template_then_is_idempotent(
     let template = p.host_conf.join("academy.conflist.tmpl");
     assert_eq!(
         fs::read_to_string(&template).unwrap(),
-        include_str!("../conflists/containerd-template.conflist.tmpl")
+        include_str!("../../conflists/containerd-template.conflist.tmpl")
     );
     assert_eq!(names_in(&p.host_bin), ["academy"], "temp files left");
     assert_eq!(
@@ -247,16 +209,10 @@ fn installer_image_from_scratch_installs_binary_and_template_then_is_idempotent(
     );
 
     // The host can run what was installed, as a runtime would.
-    let version = Command::new(&installed)
-        .env_clear()
+    let version = Call::bare()
         .env("CNI_COMMAND", "VERSION")
-        .output()
-        .unwrap();
-    assert!(
-        String::from_utf8_lossy(&version.stdout).contains("supportedVersions"),
-        "{}",
-        text(&version)
-    );
+        .spawn(installed.to_str().unwrap(), &[]);
+    assert!(version.stdout.contains("supportedVersions"), "{version}");
 
     // Every pod restart runs the installer again: it must change nothing.
     let inodes = (
@@ -281,11 +237,8 @@ fn installer_image_from_scratch_installs_binary_and_template_then_is_idempotent(
 #[test]
 fn installer_replaces_a_binary_being_executed_and_a_conflist_in_place() {
     let binary = fresh_release_binary();
-    let mut p = Podman::new();
-    must_succeed(
-        p.podman(&["build", "-q", "-t", IMAGE, "-f", "Containerfile", "."]),
-        "podman build",
-    );
+    let mut p = Installer::new();
+    p.build_image();
 
     // An old "academy" that a runtime is executing right now (a sleep stands in for a
     // long ADD). Writing into it would fail with ETXTBSY; replacing it must not.
@@ -359,28 +312,30 @@ fn installer_replaces_a_binary_being_executed_and_a_conflist_in_place() {
     // A broken conflist changes nothing, and says what is wrong.
     fs::write(p.config.join("10-academy.conflist"), "{ not json").unwrap();
     let out = p.run_installer(&args);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("is not JSON"),
-        "{}",
-        text(&out)
-    );
+    assert_eq!(out.code, 1, "{out}");
+    assert!(out.stderr.contains("is not JSON"), "{out}");
     assert_eq!(fs::read_to_string(&conf).unwrap(), changed);
 }
 
 /// deploy/kubernetes/academy.yaml as JSON (Debian's python3-yaml reads it).
 fn manifest() -> serde_json::Value {
     let path = Path::new(REPO).join("deploy/kubernetes/academy.yaml");
-    let out = Command::new("/usr/bin/python3")
-        .args([
+    let out = run(
+        "/usr/bin/python3",
+        &[
             "-c",
             "import json, sys, yaml; print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))",
-        ])
-        .arg(&path)
-        .output()
-        .expect("run /usr/bin/python3 (make setup installs python3-yaml)");
-    assert!(out.status.success(), "{}: {}", path.display(), text(&out));
-    let docs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            path.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(
+        out.code,
+        0,
+        "{} (make setup installs python3-yaml):\n{out}",
+        path.display()
+    );
+    let docs = out.json();
     assert_eq!(docs.as_array().map(Vec::len), Some(1), "one object: {docs}");
     docs[0].clone()
 }
@@ -447,30 +402,22 @@ fn installer_daemonset_mounts_the_host_cni_folders_the_image_writes() {
 /// were installed, and the exit status says so.
 #[test]
 fn installer_output_into_a_closed_pipe_is_not_a_failure() {
-    use std::os::fd::{FromRawFd, OwnedFd};
-    let mut fds = [0; 2];
-    // SAFETY: pipe(2) fills both descriptors, which are owned right below.
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-    // SAFETY: fresh descriptors from pipe(2), each owned once.
-    let (read_end, write_end) =
-        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (read_end, write_end) = nix::unistd::pipe().expect("pipe");
     drop(read_end); // every write to write_end now fails with EPIPE
-    let dir = std::env::temp_dir().join(format!("academy-installer-pipe-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(Slot::take().name("academy-it", "installer-pipe"));
     fs::create_dir_all(&dir).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_academy"))
-        .args(["install", "--bin-dir"])
-        .arg(&dir)
-        .env_remove("CNI_COMMAND")
-        .stdout(std::process::Stdio::from(write_end))
-        .output()
-        .unwrap();
+    let out = Out::from(
+        Command::new(plugin())
+            .args(["install", "--bin-dir"])
+            .arg(&dir)
+            .env_remove("CNI_COMMAND")
+            .stdout(std::process::Stdio::from(write_end))
+            .output()
+            .unwrap(),
+    );
     let installed = dir.join("academy").exists();
     fs::remove_dir_all(&dir).unwrap();
-    assert!(installed, "{}", text(&out));
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert!(
-        !String::from_utf8_lossy(&out.stderr).contains("panicked"),
-        "{}",
-        text(&out)
-    );
+    assert!(installed, "{out}");
+    assert_eq!(out.code, 0, "{out}");
+    assert_no_panic(&out, "academy install into a closed pipe");
 }
