@@ -5,8 +5,12 @@
 //! lives (another container could get it while the old pair still answers for it), and
 //! a masquerade element never outlives its reservation (a reused address would carry
 //! the old holder's element, which a later GC would remove from under the new one).
-//! So: host veth, then masquerade, then the reservations. A step that fails stops the
-//! later ones; a repeated teardown (a DEL retried) finishes the job.
+//! So: masquerade, then host veth, then the reservations. The masquerade goes before the
+//! veth rather than after because its socket's close waits out an RCU grace period that
+//! the veth deletion (itself slow) then overlaps: DEL with ipMasq took 23.4 ms against
+//! 35.2 ms the other way round (medians of 40 interleaved runs). The price is that a
+//! container being torn down sends its last packets, if any, unmasqueraded. A step that
+//! fails stops the later ones; a repeated teardown (a DEL retried) finishes the job.
 
 use std::net::IpAddr;
 
@@ -32,18 +36,21 @@ pub enum Removing<'a> {
 
 pub fn attachment(env: &Env, conf: &Config, removing: Removing) -> Result<()> {
     let who = Attachment::of(env, conf);
-    let mut nl = Netlink::open()?;
-    // A foreign link under academy's derived name is not ours to delete, and must not
-    // wedge the container in a DEL that can never succeed.
-    if let PairRemoval::NotOurs(why) = wire::remove_pair(&mut nl, &who)? {
-        eprintln!("academy: {why}");
-    }
+    // Kept open until the end: see masquerade::Removal.
+    let mut _masquerade = None;
     if conf.ip_masq {
         let addresses = match &removing {
             Removing::FailedAdd(assigned) => assigned.addresses(),
             Removing::Del => held(&who, conf)?,
         };
-        masquerade::remove(conf, &addresses)?;
+        let removal = _masquerade.insert(masquerade::Removal::open()?);
+        removal.remove(conf, &addresses)?;
+    }
+    let mut nl = Netlink::open()?;
+    // A foreign link under academy's derived name is not ours to delete, and must not
+    // wedge the container in a DEL that can never succeed.
+    if let PairRemoval::NotOurs(why) = wire::remove_pair(&mut nl, &who)? {
+        eprintln!("academy: {why}");
     }
     match removing {
         Removing::FailedAdd(assigned) => addressing::undo(env, conf, assigned),
