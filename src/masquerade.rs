@@ -8,7 +8,7 @@
 //! its reservation: ADD adds it after reserving, every teardown removes it before
 //! releasing.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
@@ -17,7 +17,9 @@ use crate::attachment::Attachment;
 use crate::cni::{Error, Result};
 use crate::config::{Config, Ipam};
 use crate::ipam::Holder;
-use crate::netlink::{nftables_set_name, Family, MasqElement, MasqNetwork, Nftables};
+use crate::netlink::{
+    nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork, Nftables,
+};
 
 /// Adds the container's addresses to its network's sets (creating what is missing).
 pub fn add(conf: &Config, holder: &Holder, addresses: &[IpNetwork]) -> Result<()> {
@@ -69,7 +71,7 @@ pub fn owned_by(conf: &Config, holder: &Holder) -> Result<Vec<IpAddr>> {
         found.extend(
             elements
                 .into_iter()
-                .filter(|e| comment_matches(&e.comment, &key))
+                .filter(|e| e.comment == stored_comment(&key))
                 .map(|e| e.address),
         );
     }
@@ -108,7 +110,10 @@ pub fn gc(conf: &Config, valid: &HashSet<(String, String)>, errors: &mut Vec<Err
     };
     let live: HashSet<String> = valid
         .iter()
-        .map(|(cid, ifname)| Attachment::new(&conf.name, cid, ifname).holder().key())
+        .map(|(cid, ifname)| {
+            let key = Attachment::new(&conf.name, cid, ifname).holder().key();
+            stored_comment(&key).to_string()
+        })
         .collect();
     for family in [Family::V4, Family::V6] {
         let elements = match nft.elements(&conf.name, family) {
@@ -120,7 +125,7 @@ pub fn gc(conf: &Config, valid: &HashSet<(String, String)>, errors: &mut Vec<Err
         };
         let stale: Vec<&MasqElement> = elements
             .iter()
-            .filter(|e| !live.iter().any(|key| comment_matches(&e.comment, key)))
+            .filter(|e| !live.contains(&e.comment))
             .collect();
         if stale.is_empty() {
             continue;
@@ -144,36 +149,70 @@ pub fn gc(conf: &Config, valid: &HashSet<(String, String)>, errors: &mut Vec<Err
 /// own ranges (so the rule made by the first ADD fits every later one), or the
 /// addresses' own subnets for a delegated IPAM.
 fn networks(conf: &Config, addresses: &[IpNetwork]) -> Vec<MasqNetwork> {
-    let mut subnets: BTreeMap<u8, Vec<IpNetwork>> = BTreeMap::new();
     let own: Vec<IpNetwork> = match &conf.ipam {
         Ipam::Builtin(b) => b.range_sets.iter().flatten().map(|p| p.subnet()).collect(),
         Ipam::Delegated(_) => Vec::new(),
     };
+    let mut networks: Vec<MasqNetwork> = Vec::new();
     for address in addresses {
-        let family = u8::from(address.is_ipv6());
-        let list = subnets.entry(family).or_default();
-        for subnet in own.iter().filter(|s| s.is_ipv4() == address.is_ipv4()) {
-            if !list.contains(subnet) {
-                list.push(*subnet);
+        let family = Family::of(address.ip());
+        let network = match networks.iter().position(|n| n.family == family) {
+            Some(i) => &mut networks[i],
+            None => {
+                let subnets = own.iter().filter(|s| Family::of(s.ip()) == family);
+                networks.push(MasqNetwork {
+                    network: conf.name.clone(),
+                    family,
+                    subnets: subnets.copied().collect(),
+                });
+                networks.last_mut().expect("just pushed")
             }
-        }
-        let mine = IpNetwork::new(address.network(), address.prefix()).expect("same prefix");
-        if !list.iter().any(|s| s.contains(address.ip())) {
-            list.push(mine);
+        };
+        if !network.subnets.iter().any(|s| s.contains(address.ip())) {
+            let subnet = IpNetwork::new(address.network(), address.prefix()).expect("same prefix");
+            network.subnets.push(subnet);
         }
     }
-    subnets
-        .into_iter()
-        .map(|(v6, subnets)| MasqNetwork {
-            network: conf.name.clone(),
-            family: if v6 == 1 { Family::V6 } else { Family::V4 },
-            subnets,
-        })
-        .collect()
+    networks
 }
 
-/// Comments are capped by the kernel's user data limit, so a very long holder key is
-/// matched by the part that fits.
-fn comment_matches(comment: &str, key: &str) -> bool {
-    !comment.is_empty() && (comment == key || (key.starts_with(comment) && comment.len() >= 120))
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conf(json: &str) -> Config {
+        Config::parse(json.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn each_family_is_kept_inside_all_of_its_network_s_subnets() {
+        let c = conf(
+            r#"{"cniVersion":"1.0.0","name":"n","type":"academy","ipMasq":true,"ipam":{"type":"host-local",
+            "ranges":[[{"subnet":"10.1.0.0/24"}],[{"subnet":"10.2.0.0/24"}],[{"subnet":"fd00::/64"}]]}}"#,
+        );
+        let got = networks(
+            &c,
+            &[
+                "10.1.0.5/24".parse().unwrap(),
+                "fd00::5/64".parse().unwrap(),
+            ],
+        );
+        let want = |family, subnets: &[&str]| MasqNetwork {
+            network: "n".into(),
+            family,
+            subnets: subnets.iter().map(|s| s.parse().unwrap()).collect(),
+        };
+        assert_eq!(
+            got,
+            vec![
+                want(Family::V4, &["10.1.0.0/24", "10.2.0.0/24"]),
+                want(Family::V6, &["fd00::/64"]),
+            ]
+        );
+        // A delegated IPAM: the subnets of the addresses it gave.
+        let d =
+            conf(r#"{"cniVersion":"1.0.0","name":"n","type":"academy","ipam":{"type":"dhcp"}}"#);
+        let got = networks(&d, &["192.168.5.7/16".parse().unwrap()]);
+        assert_eq!(got, vec![want(Family::V4, &["192.168.0.0/16"])]);
+    }
 }

@@ -14,7 +14,9 @@ mod nftables;
 mod route;
 mod socket;
 
-pub use nftables::{set_name as nftables_set_name, Family, MasqElement, MasqNetwork, Nftables};
+pub use nftables::{
+    set_name as nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork, Nftables,
+};
 pub use route::{Link, LinkKind, LinkRef, Netlink, VethPair};
 pub use socket::NlError;
 

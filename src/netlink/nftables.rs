@@ -638,12 +638,18 @@ fn address_bytes(ip: IpAddr) -> Vec<u8> {
     }
 }
 
-fn comment_udata(comment: &str) -> Vec<u8> {
+/// What of `comment` the kernel keeps: nft's comments are at most 127 bytes (cut on a
+/// character boundary). An element's comment reads back as exactly this.
+pub fn stored_comment(comment: &str) -> &str {
     let mut end = comment.len().min(COMMENT_MAX);
     while !comment.is_char_boundary(end) {
         end -= 1;
     }
-    let text = &comment.as_bytes()[..end];
+    &comment[..end]
+}
+
+fn comment_udata(comment: &str) -> Vec<u8> {
+    let text = stored_comment(comment).as_bytes();
     let mut udata = vec![UDATA_COMMENT, (text.len() + 1) as u8];
     udata.extend_from_slice(text);
     udata.push(0);
