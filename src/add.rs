@@ -18,7 +18,6 @@ use crate::config::Config;
 use crate::masquerade;
 use crate::netlink::Netlink;
 use crate::netns::{Netns, OpenError};
-use crate::reclaim;
 use crate::teardown::{self, Removing};
 use crate::wire::{self, BridgeSpec, ContainerRoute};
 
@@ -40,14 +39,7 @@ pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
     };
     let requests = conf.requests.clone().with_cni_args(&env.args)?;
 
-    let assigned = match addressing::acquire(env, conf, &requests.ips) {
-        // A pool emptied by leaks (no DEL came) heals itself: free what has had no host
-        // veth for reclaimLeakedAfter, then try once more.
-        Err(e) if e.code == code::ADDRESS_EXHAUSTED && reclaim::heal(conf) > 0 => {
-            addressing::acquire(env, conf, &requests.ips)?
-        }
-        other => other?,
-    };
+    let assigned = addressing::acquire(env, conf, &requests.ips)?;
     let who = Attachment::of(env, conf);
     let interfaces = make(&netns, &who, conf, &assigned, requests.mac).inspect_err(|_| {
         if let Err(e) = teardown::attachment(env, conf, Removing::FailedAdd(&assigned)) {

@@ -14,6 +14,7 @@ use crate::cni::{code, Error, Result};
 use crate::config::{unspecified, Builtin, Config, Ipam};
 use crate::delegate;
 use crate::ipam::{leaks, Holder, Pool, Store};
+use crate::reclaim;
 
 /// What the container is given.
 #[derive(Debug, Default)]
@@ -119,7 +120,7 @@ fn reserve(env: &Env, conf: &Config, b: &Builtin, requested: &[IpAddr]) -> Resul
             Some((ip, pool)) => store
                 .reserve_requested(&holder, pool, ip)
                 .map(|ip| (ip, pool)),
-            None => reserve_in_set(&store, &holder, set),
+            None => reserve_free(conf, &store, &holder, set),
         };
         match got {
             Ok((ip, pool)) => assigned.ips.push(IpConfig {
@@ -147,20 +148,36 @@ fn reserve(env: &Env, conf: &Config, b: &Builtin, requested: &[IpAddr]) -> Resul
     Ok(assigned)
 }
 
-fn reserve_in_set<'p>(
+/// The next free address of a range set. When every range is full, leaks may be why (no
+/// DEL came): the network's reservations that have had no host veth for
+/// reclaimLeakedAfter are freed and the set is tried once more.
+fn reserve_free<'p>(
+    conf: &Config,
     store: &Store,
     holder: &Holder,
     set: &'p [Pool],
 ) -> Result<(IpAddr, &'p Pool)> {
-    let mut last_err = None;
+    match reserve_in_set(store, holder, set)? {
+        Ok(got) => Ok(got),
+        Err(full) if reclaim::heal(conf) > 0 => reserve_in_set(store, holder, set)?.or(Err(full)),
+        Err(full) => Err(full),
+    }
+}
+
+/// `Ok(Err(e))` when every range of the set is full (`e` says so for the last).
+fn reserve_in_set<'p>(
+    store: &Store,
+    holder: &Holder,
+    set: &'p [Pool],
+) -> Result<std::result::Result<(IpAddr, &'p Pool), Error>> {
+    let mut full = None;
     for pool in set {
-        match store.reserve(holder, pool) {
-            Ok(ip) => return Ok((ip, pool)),
-            Err(e) if e.code == code::ADDRESS_EXHAUSTED => last_err = Some(e),
-            Err(e) => return Err(e),
+        match store.reserve_free(holder, pool)? {
+            Ok(ip) => return Ok(Ok((ip, pool))),
+            Err(e) => full = Some(e),
         }
     }
-    Err(last_err.expect("a range set is never empty"))
+    Ok(Err(full.expect("a range set is never empty")))
 }
 
 /// Fills every route's gateway (a route without one goes through its family's gateway)

@@ -198,7 +198,19 @@ impl Store {
     /// Reserves a free address of `pool` for `holder`, round-robin after the last one
     /// handed out. If the holder already holds an address of this pool (an ADD retried
     /// after a kill), that address is returned instead of a second one.
+    #[cfg(test)]
     pub fn reserve(&self, holder: &Holder, pool: &Pool) -> Result<IpAddr> {
+        self.reserve_free(holder, pool)?
+    }
+
+    /// As `reserve`, with a full pool told apart from a failure: `Ok(Err(e))`, `e` being
+    /// the code-110 error that says how full it is, so that a caller can try another
+    /// pool, or free leaks and try again, without comparing codes.
+    pub fn reserve_free(
+        &self,
+        holder: &Holder,
+        pool: &Pool,
+    ) -> Result<std::result::Result<IpAddr, Error>> {
         holder.validate()?;
         let original = self.read_index(holder)?;
         let mut kept = Vec::new();
@@ -206,7 +218,7 @@ impl Store {
             if !pool.contains(addr) {
                 kept.push(addr);
             } else if self.holds(holder, addr)? {
-                return Ok(addr);
+                return Ok(Ok(addr));
             }
             // Otherwise a candidate lost to someone else (or never linked): dropped below.
         }
@@ -220,9 +232,9 @@ impl Store {
         match outcome {
             Ok(Ok(addr)) => {
                 self.write_hint(pool, addr);
-                Ok(addr)
+                Ok(Ok(addr))
             }
-            Ok(Err(held)) => Err(self.exhausted(pool, held)),
+            Ok(Err(held)) => Ok(Err(self.exhausted(pool, held))),
             Err(e) => Err(e),
         }
     }
