@@ -231,11 +231,6 @@ impl Config {
     pub fn parse_for_del(stdin: &[u8]) -> Result<Config> {
         let strict = match Config::parse(stdin) {
             Ok(conf) => return Ok(conf),
-            // Not a config at all, or a protocol version academy cannot speak: those are
-            // the runtime's to fix, not the network's.
-            Err(e) if matches!(e.code, code::DECODE_FAILURE | code::INCOMPATIBLE_VERSION) => {
-                return Err(e)
-            }
             Err(e) => e,
         };
         match Config::where_things_are(stdin) {
@@ -250,7 +245,8 @@ impl Config {
     }
 
     /// The parts of a config DEL needs, ignoring everything else; None without a usable
-    /// network name (then nothing can be found).
+    /// network name (then nothing can be found), and None for what is not a config at
+    /// all or speaks a cniVersion academy does not: those are the runtime's to fix.
     fn where_things_are(stdin: &[u8]) -> Option<Config> {
         let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(stdin) else {
             return None;
@@ -279,10 +275,9 @@ impl Config {
                 }),
             },
         };
+        let cni_version = text(&map, "cniVersion").filter(|v| version::is_supported(v))?;
         Some(Config {
-            cni_version: text(&map, "cniVersion")
-                .filter(|v| version::is_supported(v))
-                .unwrap_or_else(|| version::LATEST.to_string()),
+            cni_version,
             name,
             bridge: text(&map, "bridge").unwrap_or_else(|| DEFAULT_BRIDGE.to_string()),
             mtu: None,
