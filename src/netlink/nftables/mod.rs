@@ -17,13 +17,22 @@
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
-use netlink_packet_core::{
-    NetlinkHeader, NetlinkMessage, NetlinkPayload, NetlinkSerializable, NLM_F_ACK, NLM_F_APPEND,
-    NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST,
-};
+use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST};
 use netlink_sys::protocols::NETLINK_NETFILTER;
 
 use super::socket::{Await, NlResult, NlSocket};
+
+mod attrs;
+mod batch;
+mod rule;
+
+pub use attrs::stored_comment;
+use attrs::{
+    address_bytes, address_from, attributes, comment_of, comment_udata, Attrs, NFTA_DATA_VALUE,
+    NFTA_LIST_ELEM,
+};
+use batch::{encode, nftables_type, Batch, HEADERS_LEN};
+use rule::masquerade_rule;
 
 pub const TABLE: &str = "academy";
 pub const CHAIN: &str = "postrouting";
@@ -31,9 +40,6 @@ pub const CHAIN: &str = "postrouting";
 const NFPROTO_INET: u8 = 1;
 const NFPROTO_IPV4: u8 = 2;
 const NFPROTO_IPV6: u8 = 10;
-const NFNL_SUBSYS_NFTABLES: u16 = 10;
-const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
-const NFNL_MSG_BATCH_END: u16 = 0x11;
 
 // enum nf_tables_msg_types
 const NFT_MSG_NEWTABLE: u8 = 0;
@@ -46,9 +52,6 @@ const NFT_MSG_GETSETELEM: u8 = 13;
 const NFT_MSG_DELSETELEM: u8 = 14;
 
 // Attributes, each from its own enum in nf_tables.h.
-const NLA_F_NESTED: u16 = 0x8000;
-const NFTA_LIST_ELEM: u16 = 1;
-const NFTA_DATA_VALUE: u16 = 1;
 const NFTA_TABLE_NAME: u16 = 1;
 const NFTA_CHAIN_TABLE: u16 = 1;
 const NFTA_CHAIN_NAME: u16 = 3;
@@ -70,24 +73,12 @@ const NFTA_RULE_TABLE: u16 = 1;
 const NFTA_RULE_CHAIN: u16 = 2;
 const NFTA_RULE_EXPRESSIONS: u16 = 4;
 const NFTA_RULE_USERDATA: u16 = 7;
-const NFTA_EXPR_NAME: u16 = 1;
-const NFTA_EXPR_DATA: u16 = 2;
 
 const NF_INET_POST_ROUTING: u32 = 4;
 const NF_IP_PRI_NAT_SRC: u32 = 100;
 /// nft's datatypes for set keys (nft shows the elements as addresses).
 const TYPE_IPV4_ADDR: u32 = 7;
 const TYPE_IPV6_ADDR: u32 = 8;
-const NFT_REG_1: u32 = 1;
-const NFT_REG_2: u32 = 2;
-const NFT_META_NFPROTO: u32 = 15;
-const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
-const NFT_CMP_EQ: u32 = 0;
-const NFT_CMP_NEQ: u32 = 1;
-/// libnftnl's user data: a comment is TLV type 0 (for rules and set elements alike),
-/// NUL-terminated, at most 128 bytes; nft shows it as `comment "..."`.
-const UDATA_COMMENT: u8 = 0;
-const COMMENT_MAX: usize = 127;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Family {
@@ -441,235 +432,6 @@ impl Nftables {
     }
 }
 
-/// nlmsghdr and nfgenmsg.
-const HEADERS_LEN: usize = 16 + 4;
-
-fn nftables_type(kind: u8) -> u16 {
-    NFNL_SUBSYS_NFTABLES << 8 | u16::from(kind)
-}
-
-/// Changes sent together between BATCH_BEGIN and BATCH_END: one sendmsg, one ack per
-/// change, applied all or nothing.
-struct Batch<'a> {
-    socket: &'a mut NlSocket,
-    bytes: Vec<u8>,
-    first: u32,
-    descriptions: Vec<String>,
-}
-
-impl<'a> Batch<'a> {
-    fn new(socket: &'a mut NlSocket) -> Batch<'a> {
-        let mut bytes = Vec::with_capacity(1024);
-        let sequence = socket.next_sequence();
-        let res_id = NFNL_SUBSYS_NFTABLES;
-        encode(
-            &mut bytes,
-            NFNL_MSG_BATCH_BEGIN,
-            NLM_F_REQUEST,
-            sequence,
-            0,
-            res_id,
-            Vec::new(),
-        );
-        Batch {
-            first: sequence + 1,
-            socket,
-            bytes,
-            descriptions: Vec::new(),
-        }
-    }
-
-    fn add(&mut self, kind: u8, flags: u16, attrs: Attrs, description: String) {
-        let sequence = self.socket.next_sequence();
-        let flags = NLM_F_REQUEST | NLM_F_ACK | flags;
-        encode(
-            &mut self.bytes,
-            nftables_type(kind),
-            flags,
-            sequence,
-            NFPROTO_INET,
-            0,
-            attrs.0,
-        );
-        self.descriptions.push(description);
-    }
-
-    fn commit(mut self) -> NlResult<()> {
-        if self.descriptions.is_empty() {
-            return Ok(());
-        }
-        let sequence = self.socket.next_sequence();
-        let res_id = NFNL_SUBSYS_NFTABLES;
-        encode(
-            &mut self.bytes,
-            NFNL_MSG_BATCH_END,
-            NLM_F_REQUEST,
-            sequence,
-            0,
-            res_id,
-            Vec::new(),
-        );
-        let what = self.descriptions.join("; ");
-        self.socket.send(&self.bytes, &what)?;
-        let first = self.first;
-        let descriptions = &self.descriptions;
-        self.socket.receive_acks(first..sequence, |seq| {
-            descriptions
-                .get((seq - first) as usize)
-                .cloned()
-                .unwrap_or_else(|| what.clone())
-        })
-    }
-}
-
-/// An nfnetlink message as netlink-packet-core serializes it: nfgenmsg, then attributes.
-struct NfMessage {
-    kind: u16,
-    family: u8,
-    res_id: u16,
-    attrs: Vec<u8>,
-}
-
-impl NetlinkSerializable for NfMessage {
-    fn message_type(&self) -> u16 {
-        self.kind
-    }
-
-    fn buffer_len(&self) -> usize {
-        4 + self.attrs.len()
-    }
-
-    fn serialize(&self, buffer: &mut [u8]) {
-        buffer[0] = self.family;
-        buffer[1] = 0; // NFNETLINK_V0
-        buffer[2..4].copy_from_slice(&self.res_id.to_be_bytes());
-        buffer[4..].copy_from_slice(&self.attrs);
-    }
-}
-
-fn encode(
-    out: &mut Vec<u8>,
-    kind: u16,
-    flags: u16,
-    sequence: u32,
-    family: u8,
-    res_id: u16,
-    attrs: Vec<u8>,
-) {
-    let mut header = NetlinkHeader::default();
-    header.flags = flags;
-    header.sequence_number = sequence;
-    let inner = NfMessage {
-        kind,
-        family,
-        res_id,
-        attrs,
-    };
-    let mut message = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(inner));
-    message.finalize();
-    let start = out.len();
-    out.resize(start + message.buffer_len(), 0);
-    message.serialize(&mut out[start..]);
-}
-
-/// The rule, as `nft --debug=netlink` shows it for
-/// `meta nfproto ipv4 ip saddr @set ip daddr != SUBNET ... ip daddr != 224.0.0.0/4 masquerade`.
-fn masquerade_rule(list: &mut Attrs, network: &MasqNetwork) {
-    let (nfproto, len, saddr, daddr) = network.family.layout();
-    expr(list, "meta", |e| {
-        e.be32(1, NFT_REG_1); // NFTA_META_DREG
-        e.be32(2, NFT_META_NFPROTO); // NFTA_META_KEY
-    });
-    cmp(list, NFT_REG_1, NFT_CMP_EQ, &[nfproto]);
-    payload(list, saddr, len);
-    expr(list, "lookup", |e| {
-        e.str(1, &network.set_name()); // NFTA_LOOKUP_SET
-        e.be32(2, NFT_REG_1); // NFTA_LOOKUP_SREG
-        e.be32(4, 1); // NFTA_LOOKUP_SET_ID: the set may be new in this batch
-    });
-    payload(list, daddr, len);
-    for subnet in network.subnets.iter().chain([&network.family.multicast()]) {
-        let mask = address_bytes(subnet.mask());
-        expr(list, "bitwise", |e| {
-            e.be32(1, NFT_REG_1); // NFTA_BITWISE_SREG
-            e.be32(2, NFT_REG_2); // NFTA_BITWISE_DREG
-            e.be32(3, len); // NFTA_BITWISE_LEN
-            e.nested(4, |m| m.put(NFTA_DATA_VALUE, &mask)); // NFTA_BITWISE_MASK
-            e.nested(5, |x| x.put(NFTA_DATA_VALUE, &vec![0; len as usize])); // XOR
-        });
-        cmp(
-            list,
-            NFT_REG_2,
-            NFT_CMP_NEQ,
-            &address_bytes(subnet.network()),
-        );
-    }
-    expr(list, "masq", |_| {});
-}
-
-fn expr(list: &mut Attrs, name: &str, data: impl FnOnce(&mut Attrs)) {
-    list.nested(NFTA_LIST_ELEM, |e| {
-        e.str(NFTA_EXPR_NAME, name);
-        e.nested(NFTA_EXPR_DATA, data);
-    });
-}
-
-fn cmp(list: &mut Attrs, register: u32, op: u32, value: &[u8]) {
-    expr(list, "cmp", |e| {
-        e.be32(1, register); // NFTA_CMP_SREG
-        e.be32(2, op); // NFTA_CMP_OP
-        e.nested(3, |d| d.put(NFTA_DATA_VALUE, value)); // NFTA_CMP_DATA
-    });
-}
-
-fn payload(list: &mut Attrs, offset: u32, len: u32) {
-    expr(list, "payload", |e| {
-        e.be32(1, NFT_REG_1); // NFTA_PAYLOAD_DREG
-        e.be32(2, NFT_PAYLOAD_NETWORK_HEADER); // NFTA_PAYLOAD_BASE
-        e.be32(3, offset); // NFTA_PAYLOAD_OFFSET
-        e.be32(4, len); // NFTA_PAYLOAD_LEN
-    });
-}
-
-fn address_bytes(ip: IpAddr) -> Vec<u8> {
-    match ip {
-        IpAddr::V4(v4) => v4.octets().to_vec(),
-        IpAddr::V6(v6) => v6.octets().to_vec(),
-    }
-}
-
-/// What of `comment` the kernel keeps: nft's comments are at most 127 bytes (cut on a
-/// character boundary). An element's comment reads back as exactly this.
-pub fn stored_comment(comment: &str) -> &str {
-    let mut end = comment.len().min(COMMENT_MAX);
-    while !comment.is_char_boundary(end) {
-        end -= 1;
-    }
-    &comment[..end]
-}
-
-fn comment_udata(comment: &str) -> Vec<u8> {
-    let text = stored_comment(comment).as_bytes();
-    let mut udata = vec![UDATA_COMMENT, (text.len() + 1) as u8];
-    udata.extend_from_slice(text);
-    udata.push(0);
-    udata
-}
-
-fn comment_of(udata: &[u8]) -> Option<String> {
-    let mut rest = udata;
-    while rest.len() >= 2 {
-        let (kind, len) = (rest[0], rest[1] as usize);
-        let value = rest.get(2..2 + len)?;
-        if kind == UDATA_COMMENT {
-            let text = value.split(|b| *b == 0).next().unwrap_or(value);
-            return Some(String::from_utf8_lossy(text).into_owned());
-        }
-        rest = &rest[2 + len..];
-    }
-    None
-}
-
 /// The elements of one NEWSETELEM reply (attributes after the nfgenmsg).
 fn decode_elements(payload: &[u8], family: Family) -> Vec<MasqElement> {
     let mut found = Vec::new();
@@ -697,76 +459,9 @@ fn decode_elements(payload: &[u8], family: Family) -> Vec<MasqElement> {
     found
 }
 
-fn address_from(bytes: &[u8], family: Family) -> Option<IpAddr> {
-    match family {
-        Family::V4 => <[u8; 4]>::try_from(bytes).ok().map(IpAddr::from),
-        Family::V6 => <[u8; 16]>::try_from(bytes).ok().map(IpAddr::from),
-    }
-}
-
-/// The attributes in `bytes` as (type without flags, value); stops at a malformed one.
-fn attributes(bytes: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    let mut rest = bytes;
-    std::iter::from_fn(move || {
-        if rest.len() < 4 {
-            return None;
-        }
-        let len = u16::from_ne_bytes([rest[0], rest[1]]) as usize;
-        let kind = u16::from_ne_bytes([rest[2], rest[3]]) & 0x3fff;
-        if len < 4 || len > rest.len() {
-            return None;
-        }
-        let value = &rest[4..len];
-        rest = &rest[((len + 3) & !3).min(rest.len())..];
-        Some((kind, value))
-    })
-}
-
-/// Netlink attributes being written: type, length, value, each padded to 4 bytes.
-#[derive(Default)]
-struct Attrs(Vec<u8>);
-
-impl Attrs {
-    fn put(&mut self, kind: u16, value: &[u8]) {
-        let len = 4 + value.len();
-        self.0.extend_from_slice(&(len as u16).to_ne_bytes());
-        self.0.extend_from_slice(&kind.to_ne_bytes());
-        self.0.extend_from_slice(value);
-        self.0.resize((self.0.len() + 3) & !3, 0);
-    }
-
-    fn str(&mut self, kind: u16, value: &str) {
-        let mut bytes = value.as_bytes().to_vec();
-        bytes.push(0);
-        self.put(kind, &bytes);
-    }
-
-    /// nf_tables' integers are big-endian (NLA_BE32).
-    fn be32(&mut self, kind: u16, value: u32) {
-        self.put(kind, &value.to_be_bytes());
-    }
-
-    fn nested(&mut self, kind: u16, inner: impl FnOnce(&mut Attrs)) {
-        let mut nested = Attrs::default();
-        inner(&mut nested);
-        self.put(kind | NLA_F_NESTED, &nested.0);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn comments_round_trip_and_are_capped() {
-        assert_eq!(
-            comment_of(&comment_udata("c1:eth0")).as_deref(),
-            Some("c1:eth0")
-        );
-        let long = "é".repeat(100);
-        let capped = comment_of(&comment_udata(&long)).unwrap();
-        assert!(capped.len() <= COMMENT_MAX && long.starts_with(&capped));
-    }
 
     #[test]
     fn elements_decode_from_a_set_element_reply() {
@@ -788,12 +483,5 @@ mod tests {
                 comment: "owner".into()
             }]
         );
-    }
-
-    #[test]
-    fn attributes_stop_at_a_malformed_length() {
-        let bytes = [8u8, 0, 1, 0, 1, 2, 3, 4, 200, 0, 2, 0];
-        let all: Vec<_> = attributes(&bytes).collect();
-        assert_eq!(all, vec![(1u16, &[1u8, 2, 3, 4][..])]);
     }
 }

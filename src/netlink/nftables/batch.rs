@@ -1,0 +1,145 @@
+//! nfnetlink messages and batches: changes sent together between BATCH_BEGIN and
+//! BATCH_END in one sendmsg, acknowledged one by one, applied all or nothing.
+
+use netlink_packet_core::{
+    NetlinkHeader, NetlinkMessage, NetlinkPayload, NetlinkSerializable, NLM_F_ACK, NLM_F_REQUEST,
+};
+
+use super::attrs::Attrs;
+use super::NFPROTO_INET;
+use crate::netlink::socket::{NlResult, NlSocket};
+
+const NFNL_SUBSYS_NFTABLES: u16 = 10;
+const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
+const NFNL_MSG_BATCH_END: u16 = 0x11;
+
+/// nlmsghdr and nfgenmsg.
+pub(super) const HEADERS_LEN: usize = 16 + 4;
+
+pub(super) fn nftables_type(kind: u8) -> u16 {
+    NFNL_SUBSYS_NFTABLES << 8 | u16::from(kind)
+}
+
+/// Changes sent together between BATCH_BEGIN and BATCH_END: one sendmsg, one ack per
+/// change, applied all or nothing.
+pub(super) struct Batch<'a> {
+    socket: &'a mut NlSocket,
+    bytes: Vec<u8>,
+    first: u32,
+    descriptions: Vec<String>,
+}
+
+impl<'a> Batch<'a> {
+    pub(super) fn new(socket: &'a mut NlSocket) -> Batch<'a> {
+        let mut bytes = Vec::with_capacity(1024);
+        let sequence = socket.next_sequence();
+        let res_id = NFNL_SUBSYS_NFTABLES;
+        encode(
+            &mut bytes,
+            NFNL_MSG_BATCH_BEGIN,
+            NLM_F_REQUEST,
+            sequence,
+            0,
+            res_id,
+            Vec::new(),
+        );
+        Batch {
+            first: sequence + 1,
+            socket,
+            bytes,
+            descriptions: Vec::new(),
+        }
+    }
+
+    pub(super) fn add(&mut self, kind: u8, flags: u16, attrs: Attrs, description: String) {
+        let sequence = self.socket.next_sequence();
+        let flags = NLM_F_REQUEST | NLM_F_ACK | flags;
+        encode(
+            &mut self.bytes,
+            nftables_type(kind),
+            flags,
+            sequence,
+            NFPROTO_INET,
+            0,
+            attrs.0,
+        );
+        self.descriptions.push(description);
+    }
+
+    pub(super) fn commit(mut self) -> NlResult<()> {
+        if self.descriptions.is_empty() {
+            return Ok(());
+        }
+        let sequence = self.socket.next_sequence();
+        let res_id = NFNL_SUBSYS_NFTABLES;
+        encode(
+            &mut self.bytes,
+            NFNL_MSG_BATCH_END,
+            NLM_F_REQUEST,
+            sequence,
+            0,
+            res_id,
+            Vec::new(),
+        );
+        let what = self.descriptions.join("; ");
+        self.socket.send(&self.bytes, &what)?;
+        let first = self.first;
+        let descriptions = &self.descriptions;
+        self.socket.receive_acks(first..sequence, |seq| {
+            descriptions
+                .get((seq - first) as usize)
+                .cloned()
+                .unwrap_or_else(|| what.clone())
+        })
+    }
+}
+
+/// An nfnetlink message as netlink-packet-core serializes it: nfgenmsg, then attributes.
+struct NfMessage {
+    kind: u16,
+    family: u8,
+    res_id: u16,
+    attrs: Vec<u8>,
+}
+
+impl NetlinkSerializable for NfMessage {
+    fn message_type(&self) -> u16 {
+        self.kind
+    }
+
+    fn buffer_len(&self) -> usize {
+        4 + self.attrs.len()
+    }
+
+    fn serialize(&self, buffer: &mut [u8]) {
+        buffer[0] = self.family;
+        buffer[1] = 0; // NFNETLINK_V0
+        buffer[2..4].copy_from_slice(&self.res_id.to_be_bytes());
+        buffer[4..].copy_from_slice(&self.attrs);
+    }
+}
+
+pub(super) fn encode(
+    out: &mut Vec<u8>,
+    kind: u16,
+    flags: u16,
+    sequence: u32,
+    family: u8,
+    res_id: u16,
+    attrs: Vec<u8>,
+) {
+    let mut header = NetlinkHeader::default();
+    header.flags = flags;
+    header.sequence_number = sequence;
+    let inner = NfMessage {
+        kind,
+        family,
+        res_id,
+        attrs,
+    };
+    let mut message = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(inner));
+    message.finalize();
+    let start = out.len();
+    out.resize(start + message.buffer_len(), 0);
+    message.serialize(&mut out[start..]);
+}

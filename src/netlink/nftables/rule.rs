@@ -1,0 +1,72 @@
+//! The masquerade rule of one network and family, as nf_tables expressions.
+
+use super::attrs::{address_bytes, Attrs, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
+use super::MasqNetwork;
+
+const NFT_REG_1: u32 = 1;
+const NFT_REG_2: u32 = 2;
+const NFT_META_NFPROTO: u32 = 15;
+const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
+const NFT_CMP_EQ: u32 = 0;
+const NFT_CMP_NEQ: u32 = 1;
+const NFTA_EXPR_NAME: u16 = 1;
+const NFTA_EXPR_DATA: u16 = 2;
+
+/// The rule, as `nft --debug=netlink` shows it for
+/// `meta nfproto ipv4 ip saddr @set ip daddr != SUBNET ... ip daddr != 224.0.0.0/4 masquerade`.
+pub(super) fn masquerade_rule(list: &mut Attrs, network: &MasqNetwork) {
+    let (nfproto, len, saddr, daddr) = network.family.layout();
+    expr(list, "meta", |e| {
+        e.be32(1, NFT_REG_1); // NFTA_META_DREG
+        e.be32(2, NFT_META_NFPROTO); // NFTA_META_KEY
+    });
+    cmp(list, NFT_REG_1, NFT_CMP_EQ, &[nfproto]);
+    payload(list, saddr, len);
+    expr(list, "lookup", |e| {
+        e.str(1, &network.set_name()); // NFTA_LOOKUP_SET
+        e.be32(2, NFT_REG_1); // NFTA_LOOKUP_SREG
+        e.be32(4, 1); // NFTA_LOOKUP_SET_ID: the set may be new in this batch
+    });
+    payload(list, daddr, len);
+    for subnet in network.subnets.iter().chain([&network.family.multicast()]) {
+        let mask = address_bytes(subnet.mask());
+        expr(list, "bitwise", |e| {
+            e.be32(1, NFT_REG_1); // NFTA_BITWISE_SREG
+            e.be32(2, NFT_REG_2); // NFTA_BITWISE_DREG
+            e.be32(3, len); // NFTA_BITWISE_LEN
+            e.nested(4, |m| m.put(NFTA_DATA_VALUE, &mask)); // NFTA_BITWISE_MASK
+            e.nested(5, |x| x.put(NFTA_DATA_VALUE, &vec![0; len as usize])); // XOR
+        });
+        cmp(
+            list,
+            NFT_REG_2,
+            NFT_CMP_NEQ,
+            &address_bytes(subnet.network()),
+        );
+    }
+    expr(list, "masq", |_| {});
+}
+
+fn expr(list: &mut Attrs, name: &str, data: impl FnOnce(&mut Attrs)) {
+    list.nested(NFTA_LIST_ELEM, |e| {
+        e.str(NFTA_EXPR_NAME, name);
+        e.nested(NFTA_EXPR_DATA, data);
+    });
+}
+
+fn cmp(list: &mut Attrs, register: u32, op: u32, value: &[u8]) {
+    expr(list, "cmp", |e| {
+        e.be32(1, register); // NFTA_CMP_SREG
+        e.be32(2, op); // NFTA_CMP_OP
+        e.nested(3, |d| d.put(NFTA_DATA_VALUE, value)); // NFTA_CMP_DATA
+    });
+}
+
+fn payload(list: &mut Attrs, offset: u32, len: u32) {
+    expr(list, "payload", |e| {
+        e.be32(1, NFT_REG_1); // NFTA_PAYLOAD_DREG
+        e.be32(2, NFT_PAYLOAD_NETWORK_HEADER); // NFTA_PAYLOAD_BASE
+        e.be32(3, offset); // NFTA_PAYLOAD_OFFSET
+        e.be32(4, len); // NFTA_PAYLOAD_LEN
+    });
+}
