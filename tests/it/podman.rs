@@ -29,6 +29,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use nix::fcntl::Flock;
+use nix::sys::resource::{getrlimit, Resource};
 use serde_json::json;
 
 use crate::common::*;
@@ -237,17 +238,11 @@ exit $rc
     // Capped below this process's hard limits: podman's defaults for root (nofile 1048576,
     // nproc from pid_max) make runc's setrlimit fail with EPERM without CAP_SYS_RESOURCE.
     let cap = |resource, wanted: u64| {
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit writes into the struct given.
-        let rc = unsafe { libc::getrlimit(resource, &mut lim) };
-        assert_eq!(rc, 0, "getrlimit");
-        wanted.min(lim.rlim_max)
+        let (_, hard) = getrlimit(resource).expect("getrlimit");
+        wanted.min(hard)
     };
-    let nofile = cap(libc::RLIMIT_NOFILE, 1024);
-    let nproc = cap(libc::RLIMIT_NPROC, 1024);
+    let nofile = cap(Resource::RLIMIT_NOFILE, 1024);
+    let nproc = cap(Resource::RLIMIT_NPROC, 1024);
     let dir = podman.dir.display();
     write(
         &podman.dir.join("containers.conf"),

@@ -28,6 +28,8 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use nix::fcntl::Flock;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 use serde_json::Value;
 
 use crate::common::*;
@@ -249,8 +251,8 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         let Some(mut child) = self.child.take() else {
             return;
         };
-        // SAFETY: signalling the PID of a child this guard spawned and has not reaped.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        // The PID of a child this guard spawned and has not reaped.
+        let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
         let t0 = Instant::now();
         while child.try_wait().ok().flatten().is_none() {
             if t0.elapsed() > Duration::from_secs(20) {
@@ -515,8 +517,8 @@ impl Drop for Containerd {
         }
         self.stop_daemon();
         for pid in self.own_shims() {
-            // SAFETY: a shim of this test's containerd, found by its socket path.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            // A shim of this test's containerd, found by its socket path.
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
         unmount_below(&self.dir);
         // The lab's guard (a field, dropped next) removes the rest: veths, bridge,
