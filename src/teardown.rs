@@ -37,13 +37,13 @@ pub enum Removing<'a> {
 pub fn attachment(env: &Env, conf: &Config, removing: Removing) -> Result<()> {
     let who = Attachment::of(env, conf);
     // Kept open until the end: see masquerade::Removal.
-    let mut _masquerade = None;
+    let mut masquerade_socket = None;
     if conf.ip_masq {
         let addresses = match &removing {
             Removing::FailedAdd(assigned) => assigned.addresses(),
             Removing::Del => held(&who, conf)?,
         };
-        let removal = _masquerade.insert(masquerade::Removal::open()?);
+        let removal = masquerade_socket.insert(masquerade::Removal::open()?);
         removal.remove(conf, &addresses)?;
     }
     let mut nl = Netlink::open()?;
