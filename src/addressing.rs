@@ -13,7 +13,7 @@ use crate::cni::result::{CniResult, IpConfig, RouteEntry};
 use crate::cni::{code, Error, Result};
 use crate::config::{unspecified, Builtin, Config, Ipam};
 use crate::delegate;
-use crate::ipam::{leaks, Holder, Pool, Store};
+use crate::ipam::{Holder, Pool, Store};
 use crate::reclaim;
 
 /// What the container is given.
@@ -228,7 +228,7 @@ pub fn verify_still_held(who: &Attachment, assigned: &Assigned) -> Result<()> {
     let holder = who.holder();
     // With each reservation locked as a reclaimer locks it (src/ipam/leaks.rs).
     let addresses: Vec<IpAddr> = assigned.ips.iter().map(|ip| ip.address.ip()).collect();
-    match leaks::confirm_held(store.dir(), &holder, &addresses)? {
+    match store.confirm_held(&holder, &addresses)? {
         // Every reservation is still this container's, but without its index no DEL
         // could find them: as good as lost.
         None if !store.has_index(&holder)? => Err(Error::new(

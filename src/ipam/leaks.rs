@@ -84,19 +84,11 @@ impl StoreDir {
     }
 
     fn io_err(&self, what: &str, name: &str, e: &io::Error) -> Error {
-        Error::io(
-            format!("cannot {what} {}", self.dir.path_of(name).display()),
-            e,
-        )
+        io_err(&self.dir, what, name, e)
     }
 
-    /// The regular file `name`; None when it is gone or is not academy's (not a regular
-    /// file: a FIFO, a symlink, a directory).
     fn open_reservation(&self, name: &str) -> io::Result<Option<Opened>> {
-        match self.dir.open_read(name) {
-            Err(e) if files::is_not_regular(&e) => Ok(None),
-            other => other,
-        }
+        open_reservation(&self.dir, name)
     }
 
     /// Every reservation of the store, sorted by address. Names that are not addresses
@@ -156,7 +148,7 @@ impl StoreDir {
     ) -> Result<bool> {
         let name = address.to_string();
         self.try_remove(&name, decide)
-            .map_err(|e| reservation_err(self, "remove reservation", &name, &e))
+            .map_err(|e| reservation_err(&self.dir, "remove reservation", &name, &e))
     }
 
     fn try_remove(
@@ -183,13 +175,8 @@ impl StoreDir {
         }
     }
 
-    /// Whether `name` still points at the inode that was read (a remover that got the
-    /// lock first may have unlinked it, and an ADD reserved the address anew).
     fn still_names(&self, name: &str, read: &FileStat) -> io::Result<bool> {
-        Ok(self
-            .dir
-            .stat(name)?
-            .is_some_and(|now| files::same_inode(&now, read)))
+        still_names(&self.dir, name, read)
     }
 
     /// Removes `holder`'s index once it names nothing the holder still holds, so DEL of
@@ -226,17 +213,38 @@ impl StoreDir {
             Err(e) => Err(self.io_err("remove holder index", &key, &e)),
         }
     }
+}
 
-    /// ADD's check of one address, under the lock removers take.
-    fn confirm_one(&self, name: &str, holder: &Holder) -> io::Result<bool> {
-        let Some(opened) = self.open_reservation(name)? else {
-            return Ok(false);
-        };
-        let read = opened.stat;
-        let mut locked = files::lock_exclusive(opened.file, LOCK_WAIT)?;
-        let content = files::read_capped(&mut locked, MAX_RESERVATION)?;
-        Ok(holder.matches(&content) && self.still_names(name, &read)?)
+fn io_err(dir: &Dir, what: &str, name: &str, e: &io::Error) -> Error {
+    Error::io(format!("cannot {what} {}", dir.path_of(name).display()), e)
+}
+
+/// The regular file `name`; None when it is gone or is not academy's (not a regular
+/// file: a FIFO, a symlink, a directory).
+fn open_reservation(dir: &Dir, name: &str) -> io::Result<Option<Opened>> {
+    match dir.open_read(name) {
+        Err(e) if files::is_not_regular(&e) => Ok(None),
+        other => other,
     }
+}
+
+/// Whether `name` still points at the inode that was read (a remover that got the lock
+/// first may have unlinked it, and an ADD reserved the address anew).
+fn still_names(dir: &Dir, name: &str, read: &FileStat) -> io::Result<bool> {
+    Ok(dir
+        .stat(name)?
+        .is_some_and(|now| files::same_inode(&now, read)))
+}
+
+/// ADD's check of one address, under the lock removers take.
+fn confirm_one(dir: &Dir, name: &str, holder: &Holder) -> io::Result<bool> {
+    let Some(opened) = open_reservation(dir, name)? else {
+        return Ok(false);
+    };
+    let read = opened.stat;
+    let mut locked = files::lock_exclusive(opened.file, LOCK_WAIT)?;
+    let content = files::read_capped(&mut locked, MAX_RESERVATION)?;
+    Ok(holder.matches(&content) && still_names(dir, name, &read)?)
 }
 
 /// When a reservation was made: its content is written once, before it is linked under
@@ -256,8 +264,8 @@ const LOCK_WAIT: Duration = if cfg!(test) {
 };
 
 /// An I/O error on a reservation, code 11 when its lock stayed taken (retrying may work).
-fn reservation_err(dir: &StoreDir, what: &str, name: &str, e: &io::Error) -> Error {
-    let err = dir.io_err(what, name, e);
+fn reservation_err(dir: &Dir, what: &str, name: &str, e: &io::Error) -> Error {
+    let err = io_err(dir, what, name, e);
     if e.kind() != io::ErrorKind::WouldBlock {
         return err;
     }
@@ -269,20 +277,16 @@ fn reservation_err(dir: &StoreDir, what: &str, name: &str, e: &io::Error) -> Err
 
 /// ADD's last check of its addresses: each is still reserved for `holder`, checked with
 /// the reservation locked as removers lock it (see the module comment for why). Returns
-/// the first address that is not.
-pub fn confirm_held(
-    store_dir: &Path,
+/// the first address that is not. `dir` is the store ADD reserved in, still open.
+pub(super) fn confirm_held(
+    dir: &Dir,
     holder: &Holder,
     addresses: &[IpAddr],
 ) -> Result<Option<IpAddr>> {
-    let Some(dir) = StoreDir::open(store_dir)? else {
-        return Ok(addresses.first().copied());
-    };
     for &address in addresses {
         let name = address.to_string();
-        let held = dir
-            .confirm_one(&name, holder)
-            .map_err(|e| reservation_err(&dir, "read reservation", &name, &e))?;
+        let held = confirm_one(dir, &name, holder)
+            .map_err(|e| reservation_err(dir, "read reservation", &name, &e))?;
         if !held {
             return Ok(Some(address));
         }
@@ -362,7 +366,7 @@ mod tests {
         let dir = StoreDir::open(store.dir()).unwrap().unwrap();
 
         assert!(!dir.remove_if(addr, |_, _| false).unwrap());
-        assert_eq!(confirm_held(store.dir(), &holder, &[addr]).unwrap(), None);
+        assert_eq!(store.confirm_held(&holder, &[addr]).unwrap(), None);
         dir.drop_index_if_unused(&holder).unwrap();
         assert_eq!(
             store.held_by(&holder).unwrap(),
@@ -375,15 +379,12 @@ mod tests {
         let squatter = files::lock_exclusive(squatter, Duration::ZERO).unwrap();
         let e = dir.remove_if(addr, |_, _| true).unwrap_err();
         assert_eq!(e.code, code::TRY_AGAIN_LATER, "{e}");
-        let e = confirm_held(store.dir(), &holder, &[addr]).unwrap_err();
+        let e = store.confirm_held(&holder, &[addr]).unwrap_err();
         assert_eq!(e.code, code::TRY_AGAIN_LATER, "{e}");
         drop(squatter);
         assert!(dir.remove_if(addr, |c, _| holder.matches(c)).unwrap());
         assert!(!dir.remove_if(addr, |_, _| true).unwrap(), "already gone");
-        assert_eq!(
-            confirm_held(store.dir(), &holder, &[addr]).unwrap(),
-            Some(addr)
-        );
+        assert_eq!(store.confirm_held(&holder, &[addr]).unwrap(), Some(addr));
         dir.drop_index_if_unused(&holder).unwrap();
         assert!(!store.dir().join("holders/a:eth0").exists());
         std::fs::remove_dir_all(&data).unwrap();

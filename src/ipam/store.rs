@@ -195,6 +195,12 @@ impl Store {
         self.dir.path()
     }
 
+    /// ADD's last check: each address is still reserved for `holder`, looked at under the
+    /// lock removers take (src/ipam/leaks.rs). The first address that is not.
+    pub fn confirm_held(&self, holder: &Holder, addresses: &[IpAddr]) -> Result<Option<IpAddr>> {
+        super::leaks::confirm_held(&self.dir, holder, addresses)
+    }
+
     /// Reserves a free address of `pool` for `holder`, round-robin after the last one
     /// handed out. If the holder already holds an address of this pool (an ADD retried
     /// after a kill), that address is returned instead of a second one.
