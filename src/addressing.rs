@@ -34,10 +34,6 @@ impl Assigned {
     }
 }
 
-pub fn holder(env: &Env) -> Holder {
-    Holder::new(env.container_id.clone(), env.ifname.clone())
-}
-
 /// ADD's first step. On error nothing is left reserved.
 pub fn acquire(env: &Env, conf: &Config, requested: &[IpAddr]) -> Result<Assigned> {
     let mut assigned = match &conf.ipam {
@@ -83,7 +79,7 @@ pub fn acquire(env: &Env, conf: &Config, requested: &[IpAddr]) -> Result<Assigne
 /// else the next free one of its ranges in order.
 fn reserve(env: &Env, conf: &Config, b: &Builtin, requested: &[IpAddr]) -> Result<Assigned> {
     let store = Store::open(&b.data_dir, &conf.name)?;
-    let holder = holder(env);
+    let holder = Attachment::of(env, conf).holder();
     let mut wanted: Vec<Option<(IpAddr, &Pool)>> = vec![None; b.range_sets.len()];
     for ip in requested {
         // The range that may hand it out, else one whose subnet holds it, so that the
@@ -251,7 +247,7 @@ pub fn verify_still_held(who: &Attachment, assigned: &Assigned) -> Result<()> {
 /// reserved with, what that ADD linked itself even if its holder index is gone.
 pub fn undo(env: &Env, conf: &Config, assigned: &Assigned) -> Result<()> {
     match &assigned.store {
-        Some(store) => store.release(&holder(env)).map(drop),
+        Some(store) => store.release(&Attachment::of(env, conf).holder()).map(drop),
         None => release(env, conf),
     }
 }
@@ -260,7 +256,7 @@ pub fn undo(env: &Env, conf: &Config, assigned: &Assigned) -> Result<()> {
 pub fn release(env: &Env, conf: &Config) -> Result<()> {
     match &conf.ipam {
         Ipam::Builtin(b) => Store::open(&b.data_dir, &conf.name)?
-            .release(&holder(env))
+            .release(&Attachment::of(env, conf).holder())
             .map(drop),
         Ipam::Delegated(plugin) => delegate::exec(plugin, Command::Del, env, &conf.raw).map(drop),
     }
@@ -271,7 +267,7 @@ pub fn check(env: &Env, conf: &Config, ips: &[&IpConfig], diffs: &mut Vec<String
     match &conf.ipam {
         Ipam::Builtin(b) => {
             let store = Store::open(&b.data_dir, &conf.name)?;
-            let held = store.held_by(&holder(env))?;
+            let held = store.held_by(&Attachment::of(env, conf).holder())?;
             for ip in ips {
                 if !held.contains(&ip.address.ip()) {
                     diffs.push(format!(
