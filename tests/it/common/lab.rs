@@ -264,15 +264,9 @@ impl Lab {
     /// Host links that belong to this lab: the alias names its network, or the bridge
     /// is their master. Each as "name alias master kind".
     pub fn lab_links(&self) -> BTreeSet<String> {
-        let alias_prefix = format!("academy:{}:", self.network);
         host_links()
             .iter()
-            .filter(|l| {
-                l["ifalias"]
-                    .as_str()
-                    .is_some_and(|a| a.starts_with(&alias_prefix))
-                    || l["master"].as_str() == Some(self.bridge.as_str())
-            })
+            .filter(|l| self.labels(l) || l["master"].as_str() == Some(self.bridge.as_str()))
             .map(|l| {
                 format!(
                     "{} {} {} {}",
@@ -287,16 +281,19 @@ impl Lab {
 
     /// Host veths labelled as this lab's (alias "academy:<network>:...").
     pub fn lab_veths(&self) -> Vec<String> {
-        let alias_prefix = format!("academy:{}:", self.network);
         host_links()
             .iter()
-            .filter(|l| {
-                l["ifalias"]
-                    .as_str()
-                    .is_some_and(|a| a.starts_with(&alias_prefix))
-            })
+            .filter(|l| self.labels(l))
             .filter_map(|l| l["ifname"].as_str().map(str::to_string))
             .collect()
+    }
+
+    /// Whether a link (from `ip -j link`) carries an academy alias naming this lab's network.
+    fn labels(&self, link: &Value) -> bool {
+        let alias_prefix = format!("academy:{}:", self.network);
+        link["ifalias"]
+            .as_str()
+            .is_some_and(|a| a.starts_with(&alias_prefix))
     }
 
     /// Deletes everything the lab may have made. Never panics.
