@@ -1,7 +1,7 @@
 //! ADD: reserve addresses, wire the container to the bridge, report what was done.
 //!
 //! Order: reserve, wire, masquerade (ipMasq), then check nothing was taken away. A
-//! failure at any step runs the attachment's teardown (teardown.rs, the same as DEL's)
+//! failure at any step runs the attachment's removal (removal.rs, the same as DEL's)
 //! before the error is printed (the bridge stays: it is shared). A kill leaves at most a
 //! reservation whose holder index names it, a veth whose alias (or name and bridge) names
 //! it, and masquerade elements whose comment names it, all of which DEL for the same
@@ -9,16 +9,19 @@
 
 use ipnetwork::IpNetwork;
 
-use crate::addressing::{self, Assigned};
+use std::net::IpAddr;
+
+use crate::addressing::{self, Acquired, Assigned, Refusal};
 use crate::attachment::Attachment;
 use crate::cni::env::Env;
 use crate::cni::result::{format_mac, CniResult, Interface};
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
+use crate::leaks;
 use crate::masquerade;
 use crate::netlink::Netlink;
 use crate::netns::{Netns, OpenError};
-use crate::teardown::{self, Removing};
+use crate::removal::{self, Reservations, Target};
 use crate::wire::{self, BridgeSpec, ContainerRoute};
 
 pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
@@ -39,10 +42,14 @@ pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
     };
     let requests = conf.requests.clone().with_cni_args(&env.args)?;
 
-    let assigned = addressing::acquire(env, conf, &requests.ips)?;
+    let assigned = acquire(env, conf, &requests.ips)?;
     let who = Attachment::of(env, conf);
     let interfaces = make(&netns, &who, conf, &assigned, requests.mac).inspect_err(|_| {
-        if let Err(e) = teardown::attachment(env, conf, Removing::FailedAdd(&assigned)) {
+        let target = Target {
+            who,
+            reservations: Reservations::Assigned(env, &assigned),
+        };
+        if let Err(e) = removal::attachment(conf, target) {
             eprintln!("academy: while undoing a failed ADD: {e}");
         }
     })?;
@@ -55,6 +62,24 @@ pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
         result.dns = conf.dns.clone();
     }
     Ok(result)
+}
+
+/// The addresses, healing once where the allocator could not serve: a full pool may hold
+/// leaks, and a requested address may be held by a provably dead attachment (after a
+/// crash or a reboot). The allocator only allocates; freeing is decided here.
+fn acquire(env: &Env, conf: &Config, requested: &[IpAddr]) -> Result<Assigned> {
+    let healed = match addressing::acquire(env, conf, requested)? {
+        Acquired::Got(assigned) => return Ok(assigned),
+        Acquired::Refused(Refusal::Full(e)) => (leaks::heal(conf) > 0).then_some(()).ok_or(e),
+        Acquired::Refused(Refusal::Occupied(address, e)) => leaks::free_dead_holder(conf, address)
+            .then_some(())
+            .ok_or(e),
+    };
+    healed?;
+    match addressing::acquire(env, conf, requested)? {
+        Acquired::Got(assigned) => Ok(assigned),
+        Acquired::Refused(Refusal::Full(e) | Refusal::Occupied(_, e)) => Err(e),
+    }
 }
 
 /// Everything ADD makes after the reservation, then its last check; returns [bridge,

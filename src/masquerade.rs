@@ -35,11 +35,6 @@ pub fn add(conf: &Config, holder: &Holder, addresses: &[IpNetwork]) -> Result<()
     Ok(nft.add_elements(&networks, &elements)?)
 }
 
-/// Removes the addresses from the network's sets; any already gone is fine.
-pub fn remove(conf: &Config, addresses: &[IpAddr]) -> Result<()> {
-    Removal::open()?.remove(conf, addresses)
-}
-
 /// An open nf_tables socket for a teardown. The kernel frees removed elements only after
 /// an RCU grace period, and closing the socket that removed them waits for that
 /// (measured here: 6 to 22 ms on the close). A teardown keeps it open across its slow
@@ -56,6 +51,30 @@ impl Removal {
             return Ok(());
         }
         Ok(self.0.delete_elements(&conf.name, addresses)?)
+    }
+
+    /// Removes the elements of `addresses` that name `holder`, and only those: an
+    /// address may have passed to another attachment (a stalled ADD whose address a
+    /// healing ADD freed), whose element is not this removal's to take.
+    pub fn remove_owned(
+        &mut self,
+        conf: &Config,
+        holder: &Holder,
+        addresses: &[IpAddr],
+    ) -> Result<()> {
+        let key = holder.key();
+        let mut mine = Vec::new();
+        for address in addresses {
+            match self.0.element(&conf.name, *address)? {
+                Some(e) if e.comment == stored_comment(&key) => mine.push(*address),
+                Some(e) => eprintln!(
+                    "academy: {address} in the masquerade of network {} belongs to {:?}, not {key}; left alone",
+                    conf.name, e.comment
+                ),
+                None => {}
+            }
+        }
+        self.remove(conf, &mine)
     }
 }
 

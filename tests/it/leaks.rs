@@ -72,6 +72,11 @@ fn wire(lab: &Lab, a: &Attach, config: &Value) -> String {
 /// A leak: an ADD killed at its first netlink request, after it reserved. Returns the
 /// address it left reserved (with its holder index, and nothing in the kernel).
 fn leak(lab: &Lab, a: &Attach, config: &Value) -> String {
+    // The killed ADD never reached the bridge; an operator's list and reclaim judge only
+    // from a netns that holds it, as the node's does once any ADD has run.
+    if !link_exists(&lab.bridge) {
+        ip(&["link", "add", &lab.bridge, "type", "bridge"]);
+    }
     let before = address_files(lab);
     let inject = Inject {
         syscall: "sendto".into(),
@@ -350,7 +355,7 @@ fn list_shows_every_reservation_with_its_state_in_text_and_json() {
     assert_eq!(
         w_row,
         json!({"address": wired, "containerID": w.cid, "ifname": "eth0",
-               "state": "wired", "hostVeth": hostveth(&w)})
+               "state": "wired", "hostVeth": hostveth(&w), "why": null})
     );
     let mut k_row = by_addr(&leaked);
     let age = k_row["ageSeconds"].as_u64().unwrap();
@@ -359,7 +364,7 @@ fn list_shows_every_reservation_with_its_state_in_text_and_json() {
     assert_eq!(
         k_row,
         json!({"address": leaked, "containerID": k.cid, "ifname": "net1",
-               "state": "leaked", "hostVeth": hostveth(&k)})
+               "state": "leaked", "hostVeth": hostveth(&k), "why": null})
     );
 
     // Once the container's netns is gone (the kernel takes the pair with it) and no DEL

@@ -239,7 +239,13 @@ impl Nftables {
 
     /// Whether `address` is in its network's set.
     pub fn has_element(&mut self, network: &str, address: IpAddr) -> NlResult<bool> {
-        let set = set_name(network, Family::of(address));
+        Ok(self.element(network, address)?.is_some())
+    }
+
+    /// The element of `address` in its network's set, with its comment; None when absent.
+    pub fn element(&mut self, network: &str, address: IpAddr) -> NlResult<Option<MasqElement>> {
+        let family = Family::of(address);
+        let set = set_name(network, family);
         let mut attrs = Attrs::default();
         attrs.str(NFTA_SET_ELEM_LIST_TABLE, TABLE);
         attrs.str(NFTA_SET_ELEM_LIST_SET, &set);
@@ -251,9 +257,16 @@ impl Nftables {
             })
         });
         let what = format!("look up {address} in nf_tables set {TABLE} {set}");
-        match self.request(NFT_MSG_GETSETELEM, 0, attrs, Await::One, &what, |_| {}) {
-            Ok(()) => Ok(true),
-            Err(e) if e.is(libc::ENOENT) => Ok(false),
+        let mut found = None;
+        let result = self.request(NFT_MSG_GETSETELEM, 0, attrs, Await::One, &what, |p| {
+            found = decode_elements(p, family).into_iter().next();
+        });
+        match result {
+            Ok(()) => Ok(found.or(Some(MasqElement {
+                address,
+                comment: String::new(),
+            }))),
+            Err(e) if e.is(libc::ENOENT) => Ok(None),
             Err(e) => Err(e),
         }
     }

@@ -6,9 +6,9 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::net::IpAddr;
 
+use super::files::Dir;
 use super::{holder_tmp_name, Store, MAX_INDEX};
 use crate::cni::Result;
-use crate::ipam::files::Dir;
 use crate::ipam::Holder;
 
 pub(super) fn parse_index(content: &[u8]) -> Vec<IpAddr> {

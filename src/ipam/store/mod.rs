@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nix::sys::stat::FileStat;
 
-use super::files::{self, is_not_regular, Dir};
+use self::files::{is_not_regular, Dir};
 use super::{Holder, Pool};
 use crate::cni::{code, Error, Result};
 
@@ -198,7 +198,7 @@ impl Store {
     /// ADD's last check: each address is still reserved for `holder`, looked at under the
     /// lock removers take (src/ipam/leaks.rs). The first address that is not.
     pub fn confirm_held(&self, holder: &Holder, addresses: &[IpAddr]) -> Result<Option<IpAddr>> {
-        super::leaks::confirm_held(&self.dir, holder, addresses)
+        survey::confirm_held(&self.dir, holder, addresses)
     }
 
     /// Reserves a free address of `pool` for `holder`, round-robin after the last one
@@ -468,6 +468,18 @@ impl Store {
         }
     }
 
+    /// Whether a regular file reserves `addr` (for anyone): ADD tells an address held by
+    /// another attachment, which a dead holder may be freed from, from one refused for
+    /// what it is.
+    pub fn is_reserved(&self, addr: IpAddr) -> Result<bool> {
+        let name = addr.to_string();
+        match self.dir.stat(&name) {
+            Ok(Some(st)) => Ok(st.st_mode & libc::S_IFMT == libc::S_IFREG),
+            Ok(None) => Ok(false),
+            Err(e) => Err(self.io_err("look up reservation", &name, &e)),
+        }
+    }
+
     /// Whether `addr` is reserved by `holder`. Anything but a regular file is not ours.
     fn holds(&self, holder: &Holder, addr: IpAddr) -> Result<bool> {
         let name = addr.to_string();
@@ -626,18 +638,15 @@ impl Store {
     }
 }
 
-// Children of the store in files beside it (they share its private parts): how its
-// failures read, the GC and STATUS sweeps, the holder index.
-#[path = "errors.rs"]
 mod errors;
-#[path = "gc.rs"]
-mod gc;
-#[path = "index.rs"]
+pub(crate) mod files;
 mod index;
+mod survey;
+mod sweep;
 use errors::refuse_dir;
-pub use gc::status;
 use index::parse_index;
+pub use survey::{Locked, Reservation, StoreDir};
+pub use sweep::status;
 
 #[cfg(test)]
-#[path = "store_tests.rs"]
 mod tests;

@@ -7,10 +7,10 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::files::Dir;
 use super::{not_found, unique_tmp_name, Store, STALE_TMP, TMP_PREFIX};
 use crate::cni::{code, Error, Result};
-use crate::ipam::files::Dir;
-use crate::ipam::{FileHolder, Pool};
+use crate::ipam::{FileHolder, Holder, Pool};
 
 /// What [`Store::gc`] did. The sweep never stops at an error; they are all collected.
 #[derive(Debug, Default)]
@@ -21,6 +21,23 @@ pub struct GcReport {
 }
 
 impl Store {
+    /// Every holder with an index: the attachments academy reserved for on this store
+    /// (GC removes the ones the runtime no longer lists, whole).
+    pub fn indexed_holders(&self) -> Result<Vec<Holder>> {
+        let names = self
+            .holders
+            .list()
+            .map_err(|e| self.io_err_in(&self.holders, "list", ".", &e))?;
+        Ok(names
+            .into_iter()
+            .filter(|(name, regular)| *regular && !name.starts_with(TMP_PREFIX))
+            .filter_map(|(name, _)| {
+                let (id, ifname) = name.split_once(':')?;
+                Some(Holder::new(id, ifname))
+            })
+            .collect())
+    }
+
     /// Frees every reservation whose holder is not in `valid` (pairs of containerID and
     /// ifname; a legacy id-only file is kept if its id appears with any ifname), drops the
     /// indexes of invalid holders, and sweeps abandoned temp files. An empty set frees all.
