@@ -79,7 +79,7 @@ pub fn status_despite_leaks(conf: &Config, err: Error) -> Result<()> {
     let Some(b) = conf.builtin() else {
         return Err(err);
     };
-    if conf.reclaim_leaked_after == 0 || err.code != code::NOT_AVAILABLE {
+    if conf.reclaim_leaked_after == 0 || err.code != code::ADDRESS_EXHAUSTED {
         return Err(err);
     }
     // Writability first: a store that cannot be written cannot be healed either.

@@ -8,7 +8,8 @@
 //! - `nftables`: nf_tables over NETLINK_NETFILTER, the masquerade of `ipMasq`. Its
 //!   messages are encoded here by hand (no crate covers nf_tables).
 //!
-//! Everything outside this folder speaks in the plain types re-exported here.
+//! Everything outside this folder speaks in the plain types re-exported here; the layer
+//! knows nothing of CNI (src/cni/kernel.rs turns a refused request into a CNI error).
 
 mod nftables;
 mod route;
@@ -19,21 +20,3 @@ pub use nftables::{
 };
 pub use route::{Link, LinkKind, LinkRef, Netlink, VethPair};
 pub use socket::NlError;
-
-use crate::cni::{code, Error};
-
-/// A refused request as the user sees it: what academy asked, the kernel's answer, and
-/// what to do about the answers that have a remedy.
-impl From<NlError> for Error {
-    fn from(e: NlError) -> Error {
-        let hint = match e.errno {
-            libc::EPERM | libc::EACCES => "academy must run as root (CAP_NET_ADMIN)",
-            libc::ENOMEM | libc::ENOBUFS => "the node is short of memory; try again later",
-            libc::EOPNOTSUPP | libc::EAFNOSUPPORT if e.request.contains("nf_tables") => {
-                "the kernel lacks nf_tables NAT (nf_tables, nft_masq); load those modules or set ipMasq to false"
-            }
-            _ => "",
-        };
-        Error::new(code::KERNEL_REFUSED, format!("kernel refused to {e}")).details(hint)
-    }
-}

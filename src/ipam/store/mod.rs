@@ -5,8 +5,8 @@
 //! of a path cannot redirect a write, and anything in the store that is not a regular
 //! file is never read, written or removed as if it were academy's.
 
-use std::fs::{self, DirBuilder, File};
-use std::io::{self, Write};
+use std::fs::{self, DirBuilder};
+use std::io;
 use std::net::IpAddr;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
@@ -48,38 +48,6 @@ pub struct Store {
     linked: Mutex<Vec<(String, IpAddr, FileStat)>>,
     /// How long a remover waits for another's lock on a reservation (see remove_reservation).
     lock_wait: Duration,
-}
-
-/// A reservation's content waiting to be linked under an address name. An O_TMPFILE that
-/// failed to link (EEXIST) is still unnamed, so it is reused for the next candidate.
-enum Pending<'a> {
-    Unnamed(File),
-    Named { dir: &'a Dir, name: String },
-}
-
-fn pending_identity(f: &File) -> io::Result<FileStat> {
-    nix::sys::stat::fstat(f).map_err(io::Error::from)
-}
-
-impl Pending<'_> {
-    /// The inode the reservation will have once linked.
-    fn identity(&self) -> io::Result<FileStat> {
-        match self {
-            Pending::Unnamed(f) => pending_identity(f),
-            Pending::Named { dir, name } => dir
-                .stat(name)?
-                .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound)),
-        }
-    }
-}
-
-impl Drop for Pending<'_> {
-    fn drop(&mut self) {
-        if let Pending::Named { dir, name } = self {
-            // Leftovers are swept by GC or the holder's DEL; a failed unlink costs only disk.
-            let _ = dir.unlink(name);
-        }
-    }
 }
 
 fn is_errno(e: &io::Error, errno: i32) -> bool {
@@ -550,101 +518,17 @@ impl Store {
             Err(e) => Err(e),
         }
     }
-
-    /// Creates a file in `dir` that already holds `content` but has no visible name yet:
-    /// O_TMPFILE where supported, else the temp file `tmp`.
-    fn pending<'a>(&'a self, dir: &'a Dir, content: &[u8], tmp: &str) -> io::Result<Pending<'a>> {
-        if !self.no_tmpfile.load(Ordering::Relaxed) {
-            match dir.create_unnamed() {
-                Ok(mut f) => {
-                    f.write_all(content)?;
-                    return Ok(Pending::Unnamed(f));
-                }
-                Err(e)
-                    if [libc::EOPNOTSUPP, libc::EISDIR, libc::EINVAL]
-                        .iter()
-                        .any(|&n| is_errno(&e, n)) =>
-                {
-                    self.no_tmpfile.store(true, Ordering::Relaxed);
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        self.pending_named(dir, content, tmp)
-    }
-
-    fn pending_named<'a>(
-        &'a self,
-        dir: &'a Dir,
-        content: &[u8],
-        tmp: &str,
-    ) -> io::Result<Pending<'a>> {
-        let mut f = self.create_holder_tmp(dir, tmp)?;
-        // From here the guard owns the name, so a failed write still unlinks it.
-        let pending = Pending::Named {
-            dir,
-            name: tmp.to_string(),
-        };
-        f.write_all(content)?;
-        Ok(pending)
-    }
-
-    /// Gives `pending` the name `name`; EEXIST when someone holds it already. Exclusive
-    /// because linkat(2) never replaces an existing name. Records what it linked; the
-    /// inode is read before linking, so a failure there leaves nothing linked.
-    fn link<'a>(
-        &'a self,
-        pending: &mut Pending<'a>,
-        name: &str,
-        holder: &Holder,
-    ) -> io::Result<()> {
-        if let Pending::Unnamed(f) = pending {
-            let identity = pending_identity(f)?;
-            match self.dir.link_unnamed(f, name) {
-                Ok(()) => {
-                    self.record_link(holder, name, identity);
-                    return Ok(());
-                }
-                // No /proc (or no magic links there): switch to a named temp for good.
-                Err(e) if not_found(&e) => {
-                    self.no_tmpfile.store(true, Ordering::Relaxed);
-                    let content = holder.file_content();
-                    *pending = self.pending_named(
-                        &self.dir,
-                        content.as_bytes(),
-                        &holder_tmp_name(holder),
-                    )?;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        let identity = pending.identity()?;
-        let Pending::Named { name: from, .. } = pending else {
-            unreachable!("an unnamed pending file either linked, failed or was replaced")
-        };
-        self.dir.link(from, name)?;
-        self.record_link(holder, name, identity);
-        Ok(())
-    }
-
-    fn record_link(&self, holder: &Holder, name: &str, identity: FileStat) {
-        let addr = name
-            .parse()
-            .expect("reservations are named by their address");
-        self.linked
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((holder.key(), addr, identity));
-    }
 }
 
 mod errors;
 pub(crate) mod files;
 mod index;
+mod pending;
 mod survey;
 mod sweep;
 use errors::refuse_dir;
 use index::parse_index;
+use pending::Pending;
 pub use survey::{Locked, Reservation, StoreDir};
 pub use sweep::status;
 

@@ -622,8 +622,9 @@ fn status_reports_full_and_unwritable() {
     s.status(std::slice::from_ref(&p)).unwrap();
     status(&t.0, "harness", std::slice::from_ref(&p)).unwrap();
     s.reserve(&h("a"), &p).unwrap();
+    // The store says what is wrong in its own codes; the STATUS verb makes them 50.
     let e = s.status(std::slice::from_ref(&p)).unwrap_err();
-    assert_eq!(e.code, code::NOT_AVAILABLE);
+    assert_eq!(e.code, code::ADDRESS_EXHAUSTED);
     assert_eq!(
         e.msg,
         "network harness: no free address in 10.0.0.0/30 (1 of 1 held)"
@@ -633,17 +634,17 @@ fn status_reports_full_and_unwritable() {
         code::INVALID_CONFIG
     );
 
-    // A data dir that cannot be created: the free function reports it as code 50.
+    // A data dir that cannot be created.
     write(&s, "plainfile", "");
     let e = status(&s.dir().join("plainfile"), "harness", &[]).unwrap_err();
-    assert_eq!(e.code, code::NOT_AVAILABLE);
+    assert_eq!(e.code, code::IO_FAILURE);
     assert!(e.msg.contains("plainfile"), "{}", e.msg);
 
     // A holders/ that cannot take files makes the store unusable, for root too.
     fs::remove_dir_all(s.dir().join("holders")).unwrap();
     write(&s, "holders", "");
     let e = s.status(&[]).unwrap_err();
-    assert_eq!(e.code, code::NOT_AVAILABLE);
+    assert_eq!(e.code, code::IO_FAILURE);
     assert!(
         e.msg.contains("harness/holders is not writable"),
         "{}",
@@ -656,7 +657,7 @@ fn status_reports_full_and_unwritable() {
     assert!(e.msg.contains("holder index"), "{}", e.msg);
     // Opened afresh, the store refuses a holders/ that is not a directory.
     let e = status(&t.0, "harness", &[]).unwrap_err();
-    assert_eq!(e.code, code::NOT_AVAILABLE);
+    assert_eq!(e.code, code::IO_FAILURE);
     assert!(e.msg.contains("harness/holders"), "{}", e.msg);
     fs::remove_file(s.dir().join("holders")).unwrap();
     fs::create_dir(s.dir().join("holders")).unwrap();
@@ -665,7 +666,7 @@ fn status_reports_full_and_unwritable() {
     if !nix::unistd::geteuid().is_root() {
         fs::set_permissions(s.dir(), fs::Permissions::from_mode(0o500)).unwrap();
         let e = s.status(&[]).unwrap_err();
-        assert_eq!(e.code, code::NOT_AVAILABLE);
+        assert_eq!(e.code, code::IO_FAILURE);
         assert!(
             e.msg.contains("not writable") && e.msg.contains("harness"),
             "{}",
