@@ -2,8 +2,8 @@
 //! (issue 13). Root only: real namespaces, bridges and veths.
 //!
 //! Leaks are made the real way: an ADD killed (SIGKILL, through strace's fault injection,
-//! tests/faults) at its first netlink request, after it reserved its address and before it
-//! made anything in the kernel; what is left is exactly what a runtime that never sends
+//! tests/it/common/strace.rs) at its first netlink request, after it reserved its address
+//! and before it made anything in the kernel; what is left is exactly what a runtime that never sends
 //! DEL leaves. A leak's age is its reservation file's modification time, which the tests
 //! move back to stand for the minutes or hours a real leak waits.
 //!
