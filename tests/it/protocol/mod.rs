@@ -46,7 +46,8 @@ fn refusal(name: impl Into<String>, call: Call, code: u64, needles: &[&str]) -> 
 }
 
 /// Runs every case of `table` against `lab` and fails naming each broken case, so one
-/// broken case does not hide the others.
+/// broken case does not hide the others. The failure points at the test's table.
+#[track_caller]
 fn refuse_all(lab: &Lab, table: Vec<Refusal>) {
     assert!(!table.is_empty(), "an empty refusal table checks nothing");
     let count = table.len();
