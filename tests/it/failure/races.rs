@@ -87,7 +87,7 @@ fn gc_never_frees_a_listed_attachment_re_reserving_an_address() {
     assert!(
         v_holds,
         "GC, listing {}, deleted its reservation {addr} (GC read the file while o held it, \
-         then unlinked the name after v re-reserved it: src/ipam/store.rs Store::gc); \
+         then unlinked the name after v re-reserved it: the store's gc in src/ipam/); \
          the next ADD got {addr} again: {}",
         v.cid,
         w_out.stdout.trim()
@@ -154,7 +154,7 @@ fn del_never_frees_another_attachment_s_reservation() {
     assert!(
         v_holds,
         "o's DEL deleted {}'s reservation {addr} (it read the file while o held it, then \
-         unlinked the name after v re-reserved it: src/ipam/store.rs Store::release); the \
+         unlinked the name after v re-reserved it: the store's release in src/ipam/); the \
          next ADD got {addr} again: {}",
         v.cid,
         w_out.stdout.trim()
