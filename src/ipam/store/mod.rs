@@ -365,6 +365,17 @@ impl Store {
             *linked = others;
             targets.extend(mine.into_iter().map(|(_, addr, stat)| (addr, Some(stat))));
         }
+        if index.is_none() && targets.is_empty() {
+            // No index: the attachment is not academy's, or host-local reserved for it on
+            // this shared store (same file content, no index). Found by content, so the
+            // DEL that follows a switch of `type` frees what the reference gave; only then
+            // is the store scanned, so academy's own DEL stays O(1).
+            targets.extend(
+                self.reserved_by_content(holder)?
+                    .into_iter()
+                    .map(|a| (a, None)),
+            );
+        }
         let mut freed = Vec::new();
         let mut first_err = None;
         for (addr, ours) in targets {
@@ -434,6 +445,21 @@ impl Store {
             }
             Err(e) => Err(self.io_err("read reservation", name, &e)),
         }
+    }
+
+    /// The addresses whose reservation names `holder`, by reading every reservation.
+    fn reserved_by_content(&self, holder: &Holder) -> Result<Vec<IpAddr>> {
+        let names = self.dir.list().map_err(|e| self.io_err("list", ".", &e))?;
+        let mut found = Vec::new();
+        for (name, regular) in names {
+            let Ok(addr) = name.parse::<IpAddr>() else {
+                continue;
+            };
+            if regular && self.holds(holder, addr)? {
+                found.push(addr);
+            }
+        }
+        Ok(found)
     }
 
     /// Whether a regular file reserves `addr` (for anyone): ADD tells an address held by

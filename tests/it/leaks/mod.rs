@@ -1,5 +1,5 @@
 //! Leaks that heal themselves, and the operator's `academy list` / `academy reclaim`
-//! (issue 13). Root only: real namespaces, bridges and veths.
+//! (issues 13 and 19). Root only: real namespaces, bridges and veths.
 //!
 //! Leaks are made the real way: an ADD killed (SIGKILL, through strace's fault injection,
 //! tests/it/common/strace.rs) at its first netlink request, after it reserved its address
@@ -16,10 +16,14 @@
 //! | 174 | `operator_input.rs` | bad_operator_input_is_refused_and_changes_nothing               |
 //! | 175 | `reclaim.rs`        | an_add_reusing_its_old_reservation_is_never_reclaimed_under_it  |
 //! | 176 | `reclaim.rs`        | a_dual_stack_leak_is_listed_and_reclaimed_whole                 |
+//! | 177 | `attribution.rs`    | host_local_reservations_are_never_judged_leaked_and_del_frees_them |
+//! | 178 | `attribution.rs`    | list_and_reclaim_refuse_to_judge_from_a_netns_without_the_bridge |
+//! | 179 | `attribution.rs`    | a_requested_address_held_since_before_the_boot_goes_to_the_requester |
 //!
 //! What the files share is below: the lab's config, a leak made the real way, and the
 //! store seen from outside.
 
+mod attribution;
 mod healing;
 mod list;
 mod operator_input;
