@@ -232,7 +232,7 @@ pub fn verify_still_held(who: &Attachment, assigned: &Assigned) -> Result<()> {
         return Ok(());
     };
     let holder = who.holder();
-    // With each reservation locked as a reclaimer locks it (src/ipam/leaks.rs).
+    // With each reservation locked as a reclaimer locks it (src/ipam/store/survey.rs).
     let addresses: Vec<IpAddr> = assigned.ips.iter().map(|ip| ip.address.ip()).collect();
     match store.confirm_held(&holder, &addresses)? {
         // Every reservation is still this container's, but without its index no DEL

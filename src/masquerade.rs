@@ -5,7 +5,7 @@
 //!
 //! An element's comment is its attachment's holder key (`<container id>:<ifname>`), the
 //! same identity the address store and GC's valid list use. An element never outlives
-//! its reservation: ADD adds it after reserving, every teardown removes it before
+//! its reservation: ADD adds it after reserving, the one removal takes it before
 //! releasing.
 
 use std::collections::HashSet;
@@ -35,9 +35,9 @@ pub fn add(conf: &Config, holder: &Holder, addresses: &[IpNetwork]) -> Result<()
     Ok(nft.add_elements(&networks, &elements)?)
 }
 
-/// An open nf_tables socket for a teardown. The kernel frees removed elements only after
+/// An open nf_tables socket for a removal. The kernel frees removed elements only after
 /// an RCU grace period, and closing the socket that removed them waits for that
-/// (measured here: 6 to 22 ms on the close). A teardown keeps it open across its slow
+/// (measured here: 6 to 22 ms on the close). A removal keeps it open across its slow
 /// step, the veth deletion, by which time the wait is over.
 pub struct Removal(Nftables);
 

@@ -1,6 +1,6 @@
 //! The kernel side of a bridge attachment, step by step, each step one or two netlink
 //! requests: the node bridge, the veth pair, the container's interface. The verbs
-//! (add, check, teardown) call these in order; undoing them is teardown.rs's.
+//! (add, check) call these in order; undoing them is removal.rs's.
 
 use std::net::IpAddr;
 

@@ -1,5 +1,5 @@
 //! `academy list` and `academy reclaim`: the operator's view of a network's reservations,
-//! and freeing the leaked ones (see src/reclaim.rs for what "leaked" means).
+//! and freeing the leaked ones (see src/leaks/mod.rs for what "leaked" means).
 
 use std::collections::HashSet;
 use std::io::Write;

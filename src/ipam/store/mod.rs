@@ -164,7 +164,7 @@ impl Store {
     }
 
     /// ADD's last check: each address is still reserved for `holder`, looked at under the
-    /// lock removers take (src/ipam/leaks.rs). The first address that is not.
+    /// lock removers take (src/ipam/store/survey.rs). The first address that is not.
     pub fn confirm_held(&self, holder: &Holder, addresses: &[IpAddr]) -> Result<Option<IpAddr>> {
         survey::confirm_held(&self.dir, holder, addresses)
     }
