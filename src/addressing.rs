@@ -97,7 +97,7 @@ pub fn acquire(env: &Env, conf: &Config, requested: &[IpAddr]) -> Result<Acquire
 /// One address from every range set: a requested one where a request falls in the set,
 /// else the next free one of its ranges in order.
 fn reserve(env: &Env, conf: &Config, b: &Builtin, requested: &[IpAddr]) -> Result<Acquired> {
-    let store = Store::open(&b.data_dir, &conf.name)?;
+    let store = Store::open(&b.data_dir, &conf.name)?.in_netns(&env.netns);
     let holder = Attachment::of(env, conf).holder();
     let mut wanted: Vec<Option<(IpAddr, &Pool)>> = vec![None; b.range_sets.len()];
     for ip in requested {

@@ -19,6 +19,7 @@
 //! of the veths).
 
 use std::collections::HashSet;
+use std::net::IpAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::cni::{code, Error, Result};
@@ -26,6 +27,7 @@ use crate::config::Config;
 use crate::hostveth;
 use crate::ipam::store::{Reservation, StoreDir};
 use crate::netlink::{LinkKind, Netlink};
+use crate::netns::{Netns, OpenError};
 
 mod heal;
 mod reclaim;
@@ -77,6 +79,8 @@ impl Entry {
 
 const WHY_LEGACY: &str =
     "a legacy reservation naming the container only: its veth cannot be derived";
+const WHY_ELSEWHERE: &str = "its container's netns still has the interface with this address: the attachment lives, its host veth is in another netns";
+const WHY_NETNS_UNREADABLE: &str = "its container's netns exists but could not be looked into";
 const WHY_UNINDEXED: &str = "no academy holder index names it: written by another IPAM (host-local on a shared store) or by hand, so academy cannot see its attachment";
 
 /// Who judges. ADD runs in the netns the runtime keeps the network in, and may judge
@@ -172,8 +176,15 @@ pub fn survey(
         let (state, why) = match &r.ifname {
             None => (State::Unknown, Some(WHY_LEGACY)),
             Some(ifname) if links.wired(&r.container_id, ifname) => (State::Wired, None),
-            Some(_) if !store.indexed(&r)? => (State::Unknown, Some(WHY_UNINDEXED)),
-            Some(_) => (State::Leaked, None),
+            Some(ifname) => match store.index_of(&r)? {
+                None => (State::Unknown, Some(WHY_UNINDEXED)),
+                Some(Some(netns)) => match alive_in(&netns, ifname, r.address) {
+                    Alive::No => (State::Leaked, None),
+                    Alive::Yes => (State::Unknown, Some(WHY_ELSEWHERE)),
+                    Alive::CannotTell => (State::Unknown, Some(WHY_NETNS_UNREADABLE)),
+                },
+                Some(None) => (State::Leaked, None),
+            },
         };
         entries.push(Entry {
             age: r.age(now),
@@ -188,6 +199,36 @@ pub fn survey(
         });
     }
     Ok(entries)
+}
+
+enum Alive {
+    Yes,
+    No,
+    CannotTell,
+}
+
+/// Whether the attachment's interface still holds `address` in the netns ADD recorded.
+/// Only ever spares a reservation: a netns that is gone (or never was) says nothing
+/// either way, and GC never asks (it trusts the runtime's list alone).
+fn alive_in(netns: &str, ifname: &str, address: IpAddr) -> Alive {
+    let ns = match Netns::open(netns) {
+        Ok(ns) => ns,
+        // Gone, or no longer a netns (an unmounted leftover file, a reused /proc/PID
+        // that is now a host process): the container that had it is gone too.
+        Err(OpenError::Missing | OpenError::Unusable(_)) => return Alive::No,
+    };
+    let look = ns.run(|| {
+        let mut nl = Netlink::open()?;
+        let Some(link) = nl.link(ifname)? else {
+            return Ok(false);
+        };
+        Ok(nl.addresses(link.index)?.iter().any(|a| a.ip() == address))
+    });
+    match look {
+        Ok(true) => Alive::Yes,
+        Ok(false) => Alive::No,
+        Err(_) => Alive::CannotTell,
+    }
 }
 
 /// When the running kernel booted (`btime` of /proc/stat); None if unreadable, which

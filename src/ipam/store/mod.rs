@@ -48,6 +48,9 @@ pub struct Store {
     linked: Mutex<Vec<(String, IpAddr, FileStat)>>,
     /// How long a remover waits for another's lock on a reservation (see remove_reservation).
     lock_wait: Duration,
+    /// The container's netns, recorded in the holder index ADD writes: a survey that finds
+    /// no host veth can still see the attachment alive there (its host veth moved away).
+    netns: Option<String>,
 }
 
 fn is_errno(e: &io::Error, errno: i32) -> bool {
@@ -138,6 +141,7 @@ impl Store {
             no_tmpfile: AtomicBool::new(false),
             linked: Mutex::new(Vec::new()),
             lock_wait: LOCK_WAIT,
+            netns: None,
         })
     }
 
@@ -157,6 +161,12 @@ impl Store {
                 &e,
             )),
         }
+    }
+
+    /// Records `netns` in the holder indexes this Store writes (ADD's).
+    pub fn in_netns(mut self, netns: &str) -> Store {
+        self.netns = Some(netns.to_string());
+        self
     }
 
     pub fn dir(&self) -> &Path {
@@ -554,6 +564,7 @@ mod survey;
 mod sweep;
 use errors::refuse_dir;
 use index::parse_index;
+pub(crate) use index::recorded_netns;
 use pending::Pending;
 pub use survey::{Locked, Reservation, StoreDir};
 pub use sweep::status;

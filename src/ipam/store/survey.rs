@@ -184,23 +184,25 @@ impl StoreDir {
 
     /// Whether academy's holder index of the reservation's holder names its address:
     /// the reservation is then academy's attachment's, not another IPAM's (host-local
-    /// writes the same file content but keeps no index).
-    pub fn indexed(&self, r: &Reservation) -> Result<bool> {
+    /// writes the same file content but keeps no index). Some(the netns the index
+    /// records, if it does) when it is academy's.
+    pub fn index_of(&self, r: &Reservation) -> Result<Option<Option<String>>> {
         let Some(holder) = r.holder() else {
-            return Ok(false);
+            return Ok(None);
         };
         let key = holder.key();
         let holders = match self.dir.subdir(HOLDERS) {
             Ok(d) => d,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(self.io_err("open", HOLDERS, &e)),
         };
         match holders.read(&key, MAX_INDEX) {
             Ok(Some(listed)) => Ok(String::from_utf8_lossy(&listed)
                 .lines()
-                .any(|l| l.trim().parse::<IpAddr>().ok() == Some(r.address))),
-            Ok(None) => Ok(false),
-            Err(e) if files::is_not_regular(&e) => Ok(false),
+                .any(|l| l.trim().parse::<IpAddr>().ok() == Some(r.address))
+                .then(|| super::recorded_netns(&listed))),
+            Ok(None) => Ok(None),
+            Err(e) if files::is_not_regular(&e) => Ok(None),
             Err(e) => Err(self.io_err("read holder index", &key, &e)),
         }
     }

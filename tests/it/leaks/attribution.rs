@@ -174,3 +174,46 @@ fn a_requested_address_held_since_before_the_boot_goes_to_the_requester() {
     assert_eq!(holder_of(&lab, &live), Some(format!("{}\r\neth0", w.cid)));
     assert_reaches_gateway(&lab, &w);
 }
+
+#[test]
+fn an_attachment_whose_host_veth_moved_away_is_never_judged_leaked() {
+    let lab = Lab::new("lkmove");
+    let conf = config(&lab, json!({"reclaimLeakedAfter": 30}));
+    let list = conflist(&lab, json!({"reclaimLeakedAfter": 30}));
+    let moved = attach(&lab, "mv");
+    let addr = wire(&lab, &moved, &conf);
+    for i in 0..3 {
+        wire(&lab, &attach(&lab, &format!("w{i}")), &conf);
+    }
+    // Someone moves the live attachment's host end into another netns: from the node's
+    // netns nothing of it is visible, but its container still has eth0 with the address.
+    let elsewhere = lab.add_netns("elsewhere");
+    ip(&["link", "set", &hostveth(&moved), "netns", &elsewhere]);
+    assert!(!link_exists(&hostveth(&moved)));
+    make_old(&lab, &addr, Duration::from_secs(3600));
+    let before = store(&lab);
+
+    let listed = academy(&["list", &list, "--json"]);
+    let v = listed.json();
+    let row = v["reservations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["address"] == json!(addr))
+        .unwrap()
+        .clone();
+    assert_eq!(row["state"], json!("unknown"), "{row}");
+    assert!(
+        row["why"]
+            .as_str()
+            .unwrap()
+            .contains("still has the interface"),
+        "{row}"
+    );
+    let reclaimed = academy(&["reclaim", &list, "--older-than", "0"]);
+    assert_eq!(reclaimed.code, 0, "{reclaimed}");
+    let n = attach(&lab, "n");
+    let out = lab.call_for("ADD", &n).config(&conf).run();
+    assert_cni_error(&out, 110, &["no free address"]);
+    assert_eq!(store(&lab), before, "a live attachment's address was freed");
+}

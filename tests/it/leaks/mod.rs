@@ -19,6 +19,7 @@
 //! | 177 | `attribution.rs`    | host_local_reservations_are_never_judged_leaked_and_del_frees_them |
 //! | 178 | `attribution.rs`    | list_and_reclaim_refuse_to_judge_from_a_netns_without_the_bridge |
 //! | 179 | `attribution.rs`    | a_requested_address_held_since_before_the_boot_goes_to_the_requester |
+//! | 180 | `attribution.rs`    | an_attachment_whose_host_veth_moved_away_is_never_judged_leaked |
 //!
 //! What the files share is below: the lab's config, a leak made the real way, and the
 //! store seen from outside.
