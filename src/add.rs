@@ -22,7 +22,7 @@ use crate::masquerade;
 use crate::netlink::Netlink;
 use crate::netns::{Netns, OpenError};
 use crate::removal::{self, Reservations, Target};
-use crate::wire::{self, BridgeSpec, ContainerRoute};
+use crate::wire::{self, BridgeSpec, ContainerRoute, Created};
 
 pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
     let netns = match Netns::open(&env.netns) {
@@ -133,7 +133,27 @@ fn wire_up(
             force_address: conf.force_address,
         },
     )?;
-    let host = wire::create_pair(nl, netns, who, &bridge, conf.mtu, mac)?;
+    let mut created = wire::create_pair(nl, netns, who, &bridge, conf.mtu, mac)?;
+    if let Created::Stale = created {
+        // A killed or repeated ADD of this attachment left its pair: removed the one way
+        // (its nf_tables state too; this ADD adds its own), the reservations kept.
+        let stale = Target {
+            who: *who,
+            reservations: Reservations::Kept,
+        };
+        removal::attachment(conf, stale)?;
+        created = wire::create_pair(nl, netns, who, &bridge, conf.mtu, mac)?;
+    }
+    let Created::Pair(host) = created else {
+        return Err(Error::new(
+            code::TRY_AGAIN_LATER,
+            format!(
+                "host veth {} came back while ADD replaced it",
+                who.host_name()
+            ),
+        )
+        .details("another ADD of this attachment is running; retry"));
+    };
     if conf.hairpin_mode {
         wire::set_hairpin(&host.name)?;
     }

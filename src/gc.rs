@@ -28,7 +28,7 @@ use crate::config::Config;
 use crate::hostveth;
 use crate::ipam::Store;
 use crate::masquerade;
-use crate::netlink::{Link, LinkKind, LinkRef, Netlink};
+use crate::netlink::{Link, LinkKind, Netlink};
 use crate::removal::{self, Reservations, Target};
 use crate::wire;
 
@@ -132,7 +132,7 @@ fn sweep_unlabelled(
         if stale(link, conf, bridge, valid, &valid_names) != Stale::Unlabelled {
             continue;
         }
-        match wire::delete_if_present(nl, LinkRef::Index(link.index)) {
+        match wire::delete_if_present(nl, link.index) {
             Ok(_) => eprintln!("academy: GC deleted host veth {} (unlabelled)", link.name),
             Err(e) => errors.push(e.context(format!("GC could not delete {}", link.name))),
         }

@@ -55,6 +55,8 @@ pub enum Reservations<'a> {
     /// Reservations a reclaimer decided on and holds locked, so that no ADD can confirm
     /// them meanwhile; unlinked while still locked.
     Locked(Vec<Locked<'a>>),
+    /// None: an ADD replacing its attachment's stale pair keeps what it reserved.
+    Kept,
 }
 
 /// One attachment to remove.
@@ -142,6 +144,9 @@ pub fn attachments(conf: &Config, targets: Vec<Target>) -> Report {
     // 3. The reservations, of the attachments whose other state is gone.
     for (t, failed) in targets.into_iter().zip(failed) {
         let key = t.who.holder().key();
+        if failed && matches!(t.reservations, Reservations::Kept) {
+            continue;
+        }
         if failed {
             report.errors.push(Error::new(
                 crate::cni::code::IO_FAILURE,
@@ -170,7 +175,7 @@ fn addresses(conf: &Config, t: &Target) -> Result<Vec<IpAddr>> {
     match &t.reservations {
         Reservations::Assigned(_, assigned) => Ok(assigned.addresses()),
         Reservations::Locked(locked) => Ok(locked.iter().map(|l| l.address()).collect()),
-        Reservations::Held(_) | Reservations::Indexed => held(&t.who, conf),
+        Reservations::Held(_) | Reservations::Indexed | Reservations::Kept => held(&t.who, conf),
     }
 }
 
@@ -196,6 +201,7 @@ fn release(conf: &Config, t: Target) -> Result<Vec<IpAddr>> {
             Some(b) => Store::open(&b.data_dir, &conf.name)?.release(&t.who.holder()),
             None => Ok(Vec::new()),
         },
+        Reservations::Kept => Ok(Vec::new()),
         Reservations::Locked(locked) => {
             let store = locked.first().map(|l| l.store());
             let mut freed = Vec::new();

@@ -9,7 +9,7 @@ use ipnetwork::IpNetwork;
 use crate::attachment::Attachment;
 use crate::cni::{code, Error, Result};
 use crate::hostveth::{self, Ownership};
-use crate::netlink::{Link, LinkKind, LinkRef, Netlink, VethPair};
+use crate::netlink::{Link, LinkKind, Netlink, VethPair};
 use crate::netns::Netns;
 
 /// What the node bridge must look like.
@@ -138,6 +138,14 @@ fn resolve_address_clash(
     Ok(())
 }
 
+/// What `create_pair` found.
+pub enum Created {
+    Pair(HostVeth),
+    /// A pair of this same attachment is in the way (a killed or repeated ADD): ADD
+    /// removes it through the one removal and asks again.
+    Stale,
+}
+
 /// What `create_pair` made.
 pub struct HostVeth {
     pub name: String,
@@ -147,8 +155,9 @@ pub struct HostVeth {
 
 /// Step 2 (`ip link add HOST type veth peer name IFNAME netns NS; ip link set HOST master
 /// BRIDGE up`): one request creates both ends, the container's already inside its netns.
-/// A stale pair of this same attachment (a killed or repeated ADD) is replaced; any
-/// other link in the way is an error, never deleted.
+/// A stale pair of this same attachment is reported, for ADD to remove; any other link
+/// in the way is an error, never deleted. A pair whose alias could not be set is left
+/// unlabelled for the failed ADD's removal, which knows it by its derived name.
 pub fn create_pair(
     nl: &mut Netlink,
     netns: &Netns,
@@ -156,7 +165,7 @@ pub fn create_pair(
     bridge: &Link,
     mtu: Option<u32>,
     container_mac: Option<[u8; 6]>,
-) -> Result<HostVeth> {
+) -> Result<Created> {
     let host = HostVeth {
         name: who.host_name(),
         mac: random_mac(),
@@ -171,43 +180,32 @@ pub fn create_pair(
         peer_netns: netns.fd(),
         mtu,
     };
-    let mut replaced_stale = false;
-    loop {
-        match nl.create_veth(&pair) {
-            Ok(()) => break,
-            Err(e) if e.is(libc::EEXIST) && !replaced_stale => {
-                // EEXIST names no side: look at the host side to tell which.
-                match nl.link(&host.name)? {
-                    None => {
-                        return Err(Error::new(
-                            code::NAME_IN_USE,
-                            format!(
-                                "an interface named {} already exists in {}",
-                                who.ifname,
-                                netns.path()
-                            ),
-                        )
-                        .details(
-                            "CNI_IFNAME must name an interface the container does not have yet",
-                        ))
-                    }
-                    Some(link) => match hostveth::ownership(&link, &who.alias()) {
-                        Ownership::Ours | Ownership::OursUnlabelled => {
-                            delete_if_present(nl, LinkRef::Index(link.index))?;
-                            replaced_stale = true;
-                        }
-                        Ownership::Foreign(why) => return Err(foreign_host_link(&host.name, &why)),
-                    },
+    match nl.create_veth(&pair) {
+        Ok(()) => {}
+        Err(e) if e.is(libc::EEXIST) => {
+            // EEXIST names no side: look at the host side to tell which.
+            match nl.link(&host.name)? {
+                None => {
+                    return Err(Error::new(
+                        code::NAME_IN_USE,
+                        format!(
+                            "an interface named {} already exists in {}",
+                            who.ifname,
+                            netns.path()
+                        ),
+                    )
+                    .details("CNI_IFNAME must name an interface the container does not have yet"))
                 }
+                Some(link) => match hostveth::ownership(&link, &who.alias()) {
+                    Ownership::Ours | Ownership::OursUnlabelled => return Ok(Created::Stale),
+                    Ownership::Foreign(why) => return Err(foreign_host_link(&host.name, &why)),
+                },
             }
-            Err(e) => return Err(e.into()),
         }
+        Err(e) => return Err(e.into()),
     }
-    if let Err(e) = nl.set_alias(&host.name, &who.alias()) {
-        let _ = nl.delete_link(LinkRef::Name(&host.name));
-        return Err(e.into());
-    }
-    Ok(host)
+    nl.set_alias(&host.name, &who.alias())?;
+    Ok(Created::Pair(host))
 }
 
 fn foreign_host_link(name: &str, why: &str) -> Error {
@@ -322,12 +320,10 @@ pub fn remove_pair(nl: &mut Netlink, who: &Attachment) -> Result<PairRemoval> {
         return Ok(PairRemoval::Absent);
     };
     match hostveth::ownership(&link, &who.alias()) {
-        Ownership::Ours | Ownership::OursUnlabelled => {
-            match delete_if_present(nl, LinkRef::Index(link.index))? {
-                true => Ok(PairRemoval::Deleted),
-                false => Ok(PairRemoval::Absent),
-            }
-        }
+        Ownership::Ours | Ownership::OursUnlabelled => match delete_if_present(nl, link.index)? {
+            true => Ok(PairRemoval::Deleted),
+            false => Ok(PairRemoval::Absent),
+        },
         Ownership::Foreign(why) => Ok(PairRemoval::NotOurs(format!(
             "host interface {name} is not academy's ({why}); it was left alone"
         ))),
@@ -335,8 +331,8 @@ pub fn remove_pair(nl: &mut Netlink, who: &Attachment) -> Result<PairRemoval> {
 }
 
 /// Deletes a link; one that is already gone is not an error (DEL is idempotent).
-pub fn delete_if_present(nl: &mut Netlink, link: LinkRef) -> Result<bool> {
-    match nl.delete_link(link) {
+pub fn delete_if_present(nl: &mut Netlink, index: u32) -> Result<bool> {
+    match nl.delete_link(index) {
         Ok(()) => Ok(true),
         Err(e) if e.is(libc::ENODEV) => Ok(false),
         Err(e) => Err(e.into()),

@@ -18,5 +18,5 @@ mod socket;
 pub use nftables::{
     set_name as nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork, Nftables,
 };
-pub use route::{Link, LinkKind, LinkRef, Netlink, VethPair};
+pub use route::{Link, LinkKind, Netlink, VethPair};
 pub use socket::NlError;

@@ -6,7 +6,6 @@
 //! thread that opened it, with typed helpers for the handful of requests a bridge plugin
 //! makes; the request/ack loop itself is `socket`'s.
 
-use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, BorrowedFd};
 
@@ -70,22 +69,6 @@ pub struct VethPair<'a> {
     pub peer_mac: [u8; 6],
     pub peer_netns: BorrowedFd<'a>,
     pub mtu: Option<u32>,
-}
-
-/// A link named by index (stable while it lives) or by name (when the index is unknown).
-#[derive(Debug, Clone, Copy)]
-pub enum LinkRef<'a> {
-    Index(u32),
-    Name(&'a str),
-}
-
-impl fmt::Display for LinkRef<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LinkRef::Index(i) => write!(f, "#{i}"),
-            LinkRef::Name(n) => f.write_str(n),
-        }
-    }
 }
 
 pub struct Netlink {
@@ -224,16 +207,13 @@ impl Netlink {
     }
 
     /// Deletes a link (a veth takes its peer with it). ENODEV when it is already gone.
-    pub fn delete_link(&mut self, link: LinkRef) -> NlResult<()> {
+    pub fn delete_link(&mut self, index: u32) -> NlResult<()> {
         let mut msg = LinkMessage::default();
-        match link {
-            LinkRef::Index(i) => msg.header.index = i,
-            LinkRef::Name(n) => msg.attributes.push(LinkAttribute::IfName(n.to_string())),
-        }
+        msg.header.index = index;
         self.request(
             RouteNetlinkMessage::DelLink(msg),
             Await::Ack,
-            &format!("delete link {link}"),
+            &format!("delete link #{index}"),
         )
         .map(drop)
     }
