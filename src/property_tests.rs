@@ -454,7 +454,7 @@ fn any_result() -> impl Strategy<Value = CniResult> {
                 .collect(),
             routes: routes
                 .into_iter()
-                .map(|(dst, gw)| RouteEntry { dst, gw })
+                .map(|(dst, gw)| RouteEntry::new(dst, gw))
                 .collect(),
             interfaces,
             dns: None,

@@ -17,7 +17,7 @@ mod socket;
 pub use nftables::{
     set_name as nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork, Nftables,
 };
-pub use route::{Link, LinkKind, LinkRef, Netlink, VethPair};
+pub use route::{Link, LinkKind, LinkRef, Netlink, Route, RouteAttrs, VethPair, MAIN_TABLE};
 pub use socket::NlError;
 
 use crate::cni::{code, Error};

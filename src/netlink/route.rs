@@ -15,12 +15,15 @@ use netlink_packet_core::{
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL,
     NLM_F_REQUEST,
 };
-use netlink_packet_route::address::{AddressAttribute, AddressHeaderFlags, AddressMessage};
+use netlink_packet_route::address::{
+    AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage,
+};
 use netlink_packet_route::link::{
     InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
 };
 use netlink_packet_route::route::{
-    RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
+    RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteMetric, RouteProtocol,
+    RouteScope, RouteType,
 };
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::protocols::NETLINK_ROUTE;
@@ -52,12 +55,44 @@ pub struct Link {
     pub alias: Option<String>,
 }
 
+/// A route as the kernel holds it. A multipath route (IPv6 joins routes of equal
+/// destination and metric through different gateways into one) is one `Route` per
+/// next hop, so that each reads like the single route that was added.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
     pub dst: IpNetwork,
     pub gateway: Option<IpAddr>,
     pub oif: Option<u32>,
     pub table: u32,
+    /// The metric; IPv6 gives every route one (1024 by default), IPv4 none by default.
+    pub priority: Option<u32>,
+    pub scope: u8,
+    pub mtu: Option<u32>,
+    pub advmss: Option<u32>,
+}
+
+/// What CNI 1.1 lets a route ask for beyond dst and gw (the result's `priority`, `table`,
+/// `scope`, `mtu`, `advmss`); None leaves the kernel's default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RouteAttrs {
+    pub priority: Option<u32>,
+    pub table: Option<u32>,
+    pub scope: Option<u8>,
+    pub mtu: Option<u32>,
+    pub advmss: Option<u32>,
+}
+
+/// The main routing table, where a route without `table` goes.
+pub const MAIN_TABLE: u32 = RouteHeader::RT_TABLE_MAIN as u32;
+
+/// An address as the kernel holds it, with its duplicate address detection state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AddressState {
+    pub address: IpNetwork,
+    /// DAD has not finished yet: the address cannot be used.
+    pub tentative: bool,
+    /// DAD found another host with this address.
+    pub dad_failed: bool,
 }
 
 /// A veth pair to create in one request: the host end in this socket's netns, the
@@ -247,6 +282,12 @@ impl Netlink {
 
     /// Adds `addr` (address and prefix) to the link. EEXIST when it is already there.
     pub fn add_address(&mut self, index: u32, addr: IpNetwork) -> NlResult<()> {
+        self.add_address_dad(index, addr, false)
+    }
+
+    /// As `add_address`; with `dad` an IPv6 address goes through duplicate address
+    /// detection (tentative until it ends) instead of being usable at once.
+    pub fn add_address_dad(&mut self, index: u32, addr: IpNetwork, dad: bool) -> NlResult<()> {
         let mut msg = AddressMessage::default();
         msg.header.family = family_of(addr.ip());
         msg.header.prefix_len = addr.prefix();
@@ -261,7 +302,7 @@ impl Netlink {
             // Every address academy adds is unique by construction (the gateway of its
             // own network, a container's from its store): usable at once, not after a
             // second of duplicate address detection.
-            IpNetwork::V6(_) => msg.header.flags |= AddressHeaderFlags::Nodad,
+            IpNetwork::V6(_) if !dad => msg.header.flags |= AddressHeaderFlags::Nodad,
             _ => {}
         }
         self.create(
@@ -286,6 +327,15 @@ impl Netlink {
 
     /// The addresses on one link, IPv4 and IPv6.
     pub fn addresses(&mut self, index: u32) -> NlResult<Vec<IpNetwork>> {
+        Ok(self
+            .address_states(index)?
+            .into_iter()
+            .map(|a| a.address)
+            .collect())
+    }
+
+    /// The addresses on one link with their DAD state.
+    pub fn address_states(&mut self, index: u32) -> NlResult<Vec<AddressState>> {
         let mut msg = AddressMessage::default();
         msg.header.index = index;
         let replies = self.request(
@@ -296,19 +346,7 @@ impl Netlink {
         Ok(replies
             .iter()
             .filter_map(|m| match m {
-                RouteNetlinkMessage::NewAddress(a) if a.header.index == index => {
-                    let ip = a.attributes.iter().find_map(|attr| match attr {
-                        AddressAttribute::Local(ip) => Some(*ip),
-                        _ => None,
-                    });
-                    let ip = ip.or_else(|| {
-                        a.attributes.iter().find_map(|attr| match attr {
-                            AddressAttribute::Address(ip) => Some(*ip),
-                            _ => None,
-                        })
-                    })?;
-                    IpNetwork::new(ip, a.header.prefix_len).ok()
-                }
+                RouteNetlinkMessage::NewAddress(a) if a.header.index == index => to_address(a),
                 _ => None,
             })
             .collect())
@@ -316,14 +354,27 @@ impl Netlink {
 
     // ----- routes -----
 
-    /// Adds a route in the main table. EEXIST when an equal route is there.
-    pub fn add_route(&mut self, dst: IpNetwork, gateway: IpAddr, oif: u32) -> NlResult<()> {
+    /// Adds a route, in the main table unless `attrs` names another. As the reference
+    /// plugin (RouteAddEcmp: NLM_F_CREATE without NLM_F_EXCL), a route of the same
+    /// destination and metric through another gateway is added beside the one there
+    /// (IPv4 puts the new one first, IPv6 makes one multipath route of both); EEXIST
+    /// only when this very route (same next hop) is already there.
+    pub fn add_route(
+        &mut self,
+        dst: IpNetwork,
+        gateway: IpAddr,
+        oif: u32,
+        attrs: &RouteAttrs,
+    ) -> NlResult<()> {
         let mut msg = RouteMessage::default();
         msg.header.address_family = family_of(dst.ip());
         msg.header.destination_prefix_length = dst.prefix();
-        msg.header.table = RouteHeader::RT_TABLE_MAIN;
+        let table = attrs.table.unwrap_or(MAIN_TABLE);
+        // The header has 8 bits; RTA_TABLE carries any table and wins over the header.
+        msg.header.table = u8::try_from(table).unwrap_or(RouteHeader::RT_TABLE_UNSPEC);
+        msg.attributes.push(RouteAttribute::Table(table));
         msg.header.protocol = RouteProtocol::Boot;
-        msg.header.scope = RouteScope::Universe;
+        msg.header.scope = RouteScope::from(attrs.scope.unwrap_or(0));
         msg.header.kind = RouteType::Unicast;
         if dst.prefix() > 0 {
             msg.attributes
@@ -334,13 +385,29 @@ impl Netlink {
         msg.attributes
             .push(RouteAttribute::Gateway(RouteAddress::from(gateway)));
         msg.attributes.push(RouteAttribute::Oif(oif));
-        self.create(
+        if let Some(p) = attrs.priority {
+            msg.attributes.push(RouteAttribute::Priority(p));
+        }
+        let mut metrics = Vec::new();
+        if let Some(m) = attrs.mtu {
+            metrics.push(RouteMetric::Mtu(m));
+        }
+        if let Some(m) = attrs.advmss {
+            metrics.push(RouteMetric::Advmss(m));
+        }
+        if !metrics.is_empty() {
+            msg.attributes.push(RouteAttribute::Metrics(metrics));
+        }
+        self.request_flags(
             RouteNetlinkMessage::NewRoute(msg),
+            NLM_F_CREATE,
+            Await::Ack,
             &format!("add route {dst} via {gateway}"),
         )
+        .map(drop)
     }
 
-    /// Every route of the main table of one family (4 or 6).
+    /// Every route of one family (4 or 6), of every table.
     pub fn routes(&mut self, ipv6: bool) -> NlResult<Vec<Route>> {
         let mut msg = RouteMessage::default();
         msg.header.address_family = if ipv6 {
@@ -355,11 +422,10 @@ impl Netlink {
         )?;
         Ok(replies
             .iter()
-            .filter_map(|m| match m {
-                RouteNetlinkMessage::NewRoute(r) => to_route(r, ipv6),
-                _ => None,
+            .flat_map(|m| match m {
+                RouteNetlinkMessage::NewRoute(r) => to_routes(r, ipv6),
+                _ => Vec::new(),
             })
-            .filter(|r| r.table == u32::from(RouteHeader::RT_TABLE_MAIN))
             .collect())
     }
 
@@ -477,17 +543,64 @@ fn to_link(msg: &LinkMessage) -> Link {
     link
 }
 
-fn to_route(msg: &RouteMessage, ipv6: bool) -> Option<Route> {
+fn to_address(a: &AddressMessage) -> Option<AddressState> {
+    let find = |local: bool| {
+        a.attributes.iter().find_map(|attr| match attr {
+            AddressAttribute::Local(ip) if local => Some(*ip),
+            AddressAttribute::Address(ip) if !local => Some(*ip),
+            _ => None,
+        })
+    };
+    let ip = find(true).or_else(|| find(false))?;
+    // IFA_FLAGS has all 32 bits; the header's byte is the older, shorter copy.
+    let flags = a
+        .attributes
+        .iter()
+        .find_map(|attr| match attr {
+            AddressAttribute::Flags(f) => Some(*f),
+            _ => None,
+        })
+        .unwrap_or_else(|| AddressFlags::from_bits_retain(u32::from(a.header.flags.bits())));
+    Some(AddressState {
+        address: IpNetwork::new(ip, a.header.prefix_len).ok()?,
+        tentative: flags.contains(AddressFlags::Tentative),
+        dad_failed: flags.contains(AddressFlags::Dadfailed),
+    })
+}
+
+fn to_routes(msg: &RouteMessage, ipv6: bool) -> Vec<Route> {
     let mut dst: Option<IpAddr> = None;
     let mut gateway = None;
     let mut oif = None;
     let mut table = u32::from(msg.header.table);
+    let mut priority = None;
+    let (mut mtu, mut advmss) = (None, None);
+    let mut hops = Vec::new();
     for attr in &msg.attributes {
         match attr {
             RouteAttribute::Destination(a) => dst = route_ip(a),
             RouteAttribute::Gateway(a) => gateway = route_ip(a),
             RouteAttribute::Oif(i) => oif = Some(*i),
             RouteAttribute::Table(t) => table = *t,
+            RouteAttribute::Priority(p) => priority = Some(*p),
+            RouteAttribute::Metrics(metrics) => {
+                for m in metrics {
+                    match m {
+                        RouteMetric::Mtu(v) => mtu = Some(*v),
+                        RouteMetric::Advmss(v) => advmss = Some(*v),
+                        _ => {}
+                    }
+                }
+            }
+            RouteAttribute::MultiPath(next_hops) => {
+                for hop in next_hops {
+                    let gw = hop.attributes.iter().find_map(|a| match a {
+                        RouteAttribute::Gateway(g) => route_ip(g),
+                        _ => None,
+                    });
+                    hops.push((gw, Some(hop.interface_index)));
+                }
+            }
             _ => {}
         }
     }
@@ -496,17 +609,27 @@ fn to_route(msg: &RouteMessage, ipv6: bool) -> Option<Route> {
     } else {
         IpAddr::V4(Ipv4Addr::UNSPECIFIED)
     };
-    let dst = IpNetwork::new(
+    let Ok(dst) = IpNetwork::new(
         dst.unwrap_or(unspecified),
         msg.header.destination_prefix_length,
-    )
-    .ok()?;
-    Some(Route {
-        dst,
-        gateway,
-        oif,
-        table,
-    })
+    ) else {
+        return Vec::new();
+    };
+    if hops.is_empty() {
+        hops.push((gateway, oif));
+    }
+    hops.into_iter()
+        .map(|(gateway, oif)| Route {
+            dst,
+            gateway,
+            oif,
+            table,
+            priority,
+            scope: u8::from(msg.header.scope),
+            mtu,
+            advmss,
+        })
+        .collect()
 }
 
 fn route_ip(addr: &RouteAddress) -> Option<IpAddr> {
