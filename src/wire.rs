@@ -272,7 +272,7 @@ pub fn configure_container(netns: &Netns, setup: &ContainerSetup) -> Result<()> 
             nl.set_up(link.index)?;
         }
         for address in setup.addresses {
-            nl.add_address_dad(link.index, *address, setup.dad)?;
+            nl.add_container_address(link.index, *address)?;
         }
         // As the reference: routes once the addresses have settled.
         if setup.dad && setup.up && setup.addresses.iter().any(|a| a.is_ipv6()) {

@@ -281,13 +281,21 @@ impl Netlink {
     // ----- addresses -----
 
     /// Adds `addr` (address and prefix) to the link. EEXIST when it is already there.
+    /// Every address academy puts on the bridge is unique by construction (the gateway
+    /// of its own network): an IPv6 one is usable at once (IFA_F_NODAD), not after a
+    /// second of duplicate address detection.
     pub fn add_address(&mut self, index: u32, addr: IpNetwork) -> NlResult<()> {
-        self.add_address_dad(index, addr, false)
+        self.add_address_flagged(index, addr, true)
     }
 
-    /// As `add_address`; with `dad` an IPv6 address goes through duplicate address
-    /// detection (tentative until it ends) instead of being usable at once.
-    pub fn add_address_dad(&mut self, index: u32, addr: IpNetwork, dad: bool) -> NlResult<()> {
+    /// As the reference adds the container's addresses: without IFA_F_NODAD, so that
+    /// the interface's `accept_dad` decides whether an IPv6 one goes through duplicate
+    /// address detection.
+    pub fn add_container_address(&mut self, index: u32, addr: IpNetwork) -> NlResult<()> {
+        self.add_address_flagged(index, addr, false)
+    }
+
+    fn add_address_flagged(&mut self, index: u32, addr: IpNetwork, nodad: bool) -> NlResult<()> {
         let mut msg = AddressMessage::default();
         msg.header.family = family_of(addr.ip());
         msg.header.prefix_len = addr.prefix();
@@ -299,10 +307,7 @@ impl Netlink {
                 msg.attributes
                     .push(AddressAttribute::Broadcast(v4.broadcast()));
             }
-            // Every address academy adds is unique by construction (the gateway of its
-            // own network, a container's from its store): usable at once, not after a
-            // second of duplicate address detection.
-            IpNetwork::V6(_) if !dad => msg.header.flags |= AddressHeaderFlags::Nodad,
+            IpNetwork::V6(_) if nodad => msg.header.flags |= AddressHeaderFlags::Nodad,
             _ => {}
         }
         self.create(

@@ -9,6 +9,7 @@
 //! | `ipam_lab`    | seed 000: the address store under real namespaces, in parallel |
 //! | `failure`     | failure atomicity: a fault at every step; ADD/DEL/GC racing    |
 //! | `dropin`      | academy as a drop-in for the reference bridge + host-local     |
+//! | `multinet`    | a container on several networks (academy's, the reference's)   |
 //! | `netns_entry` | how often, and from which thread, the netns is entered         |
 //! | `podman`      | academy under a real runtime (podman 4.3, CNI backend)         |
 //! | `cri`         | academy under containerd's CRI plugin, as kubelet drives it    |
@@ -49,6 +50,7 @@ mod installer;
 mod ipam_lab;
 mod leaks;
 mod masquerade;
+mod multinet;
 mod netns_entry;
 mod podman;
 mod protocol;

@@ -590,43 +590,6 @@ fn foreign_link_on_the_host_veth_name_is_kept() {
     );
 }
 
-/// A container another network already routes by default: 104, nothing of the ADD left.
-#[test]
-fn default_route_already_in_the_netns() {
-    let lab = Lab::new("rtaken");
-    lab.call("ADD").run().expect_result("first ADD");
-    lab.call("DEL").run().expect_silent_success("first DEL");
-    // Another network's interface and default route, inside the lab's own netns only.
-    add_plain_link(Some(&lab.netns), "other0", "other0-peer");
-    ip(&["-n", &lab.netns, "link", "set", "other0", "up"]);
-    ip(&[
-        "-n",
-        &lab.netns,
-        "addr",
-        "add",
-        "192.0.2.2/24",
-        "dev",
-        "other0",
-    ]);
-    ip(&[
-        "-n",
-        &lab.netns,
-        "route",
-        "add",
-        "default",
-        "via",
-        "192.0.2.1",
-    ]);
-    let mut r = Refusals::new(&lab);
-    r.expect(
-        "a default route exists",
-        lab.call("ADD"),
-        104,
-        &["default route"],
-    );
-    r.finish();
-}
-
 #[test]
 fn bridge_name_taken_by_a_dummy_link() {
     let lab = Lab::new("brtaken");
