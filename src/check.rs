@@ -9,7 +9,7 @@ use crate::cni::{code, Error, Result};
 use crate::config::Config;
 use crate::hostveth::{self, Ownership};
 use crate::masquerade;
-use crate::netlink::{LinkKind, Netlink, Route, MAIN_TABLE};
+use crate::netlink::{LinkKind, Netlink, Route, RouteAttrs, MAIN_TABLE};
 use crate::netns::{Netns, OpenError};
 use crate::wire::kind_name;
 
@@ -82,6 +82,7 @@ pub fn check(env: &Env, conf: &Config) -> Result<()> {
                 r.gw.is_none_or(|gw| ips.iter().any(|ip| ip.address.contains(gw)))
             });
             for route in ours {
+                let route = &with_config_attrs(conf, route);
                 if !found.routes.iter().any(|r| same_route(route, r)) {
                     diffs.push(format!(
                         "route {} is missing from {}",
@@ -188,6 +189,26 @@ fn list(items: &[ipnetwork::IpNetwork]) -> String {
         .map(|a| a.to_string())
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// A runtime built on libcni before 1.2 (podman 4, containerd 1.6/1.7, cnitool 1.1)
+/// re-encodes the result with routes of dst and gw only, so the prevResult it sends may
+/// have lost what ADD applied: the config's route of the same destination and gateway
+/// says it then.
+fn with_config_attrs(conf: &Config, route: &RouteEntry) -> RouteEntry {
+    let mut route = route.clone();
+    if route.attrs != RouteAttrs::default() {
+        return route;
+    }
+    let asked = conf
+        .builtin()
+        .into_iter()
+        .flat_map(|b| &b.routes)
+        .find(|r| r.dst == route.dst && (r.gw.is_none() || r.gw == route.gw));
+    if let Some(r) = asked {
+        route.attrs = r.attrs;
+    }
+    route
 }
 
 /// The kernel's route is the one ADD reported: destination, gateway (when the result

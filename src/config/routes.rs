@@ -96,6 +96,20 @@ fn route_spec(value: &Value, field: &str, cni_version: &str) -> Result<RouteSpec
         mtu: nonzero(number("mtu", u64::from(u32::MAX))?),
         advmss: nonzero(number("advmss", u64::from(u32::MAX))?),
     };
+    // IPv6 routes have no scope: the kernel accepts one and keeps universe (measured on
+    // 6.18: `ip -6 route add ... scope link` lists as global), so it cannot be applied.
+    if dst.is_ipv6() && attrs.scope.is_some_and(|s| s != 0) {
+        return Err(Error::new(
+            code::UNSUPPORTED_FIELD,
+            format!(
+                "field {field}.scope ({}) cannot be applied to an IPv6 route",
+                attrs.scope.unwrap_or(0)
+            ),
+        )
+        .details(
+            "the kernel keeps every IPv6 route at scope universe (0); remove scope from this route",
+        ));
+    }
     Ok(RouteSpec { dst, gw, attrs })
 }
 

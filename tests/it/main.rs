@@ -10,6 +10,7 @@
 //! | `failure`     | failure atomicity: a fault at every step; ADD/DEL/GC racing    |
 //! | `dropin`      | academy as a drop-in for the reference bridge + host-local     |
 //! | `multinet`    | a container on several networks (academy's, the reference's)   |
+//! | `route_attrs` | routes with priority, table, scope, mtu, advmss                |
 //! | `netns_entry` | how often, and from which thread, the netns is entered         |
 //! | `podman`      | academy under a real runtime (podman 4.3, CNI backend)         |
 //! | `cri`         | academy under containerd's CRI plugin, as kubelet drives it    |
@@ -54,3 +55,4 @@ mod multinet;
 mod netns_entry;
 mod podman;
 mod protocol;
+mod route_attrs;
