@@ -11,6 +11,7 @@
 //! | `dropin`      | academy as a drop-in for the reference bridge + host-local     |
 //! | `multinet`    | a container on several networks (academy's, the reference's)   |
 //! | `route_attrs` | routes with priority, table, scope, mtu, advmss                |
+//! | `iface_keys`  | enabledad, disableContainerInterface, ipam.resolvConf          |
 //! | `netns_entry` | how often, and from which thread, the netns is entered         |
 //! | `podman`      | academy under a real runtime (podman 4.3, CNI backend)         |
 //! | `cri`         | academy under containerd's CRI plugin, as kubelet drives it    |
@@ -47,6 +48,7 @@ mod dropin;
 mod failure;
 mod gate;
 mod hardening;
+mod iface_keys;
 mod installer;
 mod ipam_lab;
 mod leaks;
