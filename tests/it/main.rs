@@ -8,6 +8,7 @@
 //! | `protocol`    | the CNI protocol at its edges: bad input, VERSION, DEL, CHECK  |
 //! | `ipam_lab`    | seed 000: the address store under real namespaces, in parallel |
 //! | `failure`     | failure atomicity: a fault at every step; ADD/DEL/GC racing    |
+//! | `failure_keys`| the same for route attributes and enabledad's DAD wait         |
 //! | `dropin`      | academy as a drop-in for the reference bridge + host-local     |
 //! | `multinet`    | a container on several networks (academy's, the reference's)   |
 //! | `route_attrs` | routes with priority, table, scope, mtu, advmss                |
@@ -46,6 +47,7 @@ mod common;
 mod cri;
 mod dropin;
 mod failure;
+mod failure_keys;
 mod gate;
 mod hardening;
 mod iface_keys;
