@@ -15,6 +15,7 @@
 //! | `iface_keys`  | enabledad, disableContainerInterface, ipam.resolvConf          |
 //! | `netns_entry` | how often, and from which thread, the netns is entered         |
 //! | `podman`      | academy under a real runtime (podman 4.3, CNI backend)         |
+//! | `podman_multinet` | a podman container on two academy networks, -p, connect    |
 //! | `cri`         | academy under containerd's CRI plugin, as kubelet drives it    |
 //! | `installer`   | the installer image (FROM scratch) and its DaemonSet           |
 //!
@@ -58,5 +59,6 @@ mod masquerade;
 mod multinet;
 mod netns_entry;
 mod podman;
+mod podman_multinet;
 mod protocol;
 mod route_attrs;

@@ -29,35 +29,12 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use nix::fcntl::Flock;
-use nix::sys::resource::{getrlimit, Resource};
 use serde_json::json;
 
 use crate::common::*;
 
-const IMAGE: &str = "localhost/academy-podman-busybox:test";
-/// What the test runs besides academy; `make setup` installs them.
-const PACKAGES: [&str; 3] = ["podman", "runc", "busybox-static"];
-/// Serializes runs of this test on one machine, also across processes: podman's network
-/// namespaces share /run/netns, and the test compares what is there before and after.
-const LOCK: &str = "/run/academy-podman-test.lock";
-
 /// A container command that ends at once on SIGTERM (so `podman stop` needs no SIGKILL).
 const IDLE: &str = "trap 'exit 0' TERM; sleep 600 & wait";
-
-/// podman, runc and busybox-static, or a failure that says to run `make setup`.
-fn require_packages() {
-    let installed = |p: &str| {
-        run("dpkg-query", &["-W", "-f=${Status}", p], &[])
-            .stdout
-            .contains("install ok installed")
-    };
-    let missing: Vec<&str> = PACKAGES.into_iter().filter(|p| !installed(p)).collect();
-    assert!(
-        missing.is_empty(),
-        "the podman test needs {missing:?} (podman 4.3 with the CNI backend, runc, a static \
-         busybox for the image): run `make setup`"
-    );
-}
 
 /// The network's subnet as podman's conflist gets it: the first /29 of the lab's /24, so
 /// .2 to .6 are the container addresses.
@@ -95,17 +72,6 @@ fn assert_pinged(output: &str, gateway: &str) {
         output.contains(&format!("PING {gateway} ")) && output.contains("1 packets received"),
         "the container did not ping its gateway {gateway}:\n{output}"
     );
-}
-
-/// Podman's network namespaces (podman 4 names them netns-<uuid>, older ones cni-<uuid>).
-fn podman_netns() -> BTreeSet<String> {
-    let Ok(dir) = fs::read_dir("/run/netns") else {
-        return BTreeSet::new();
-    };
-    dir.filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("netns-") || n.starts_with("cni-"))
-        .collect()
 }
 
 /// The network's reservations as (address, holder): academy's store of the lab.
@@ -235,39 +201,7 @@ exit $rc
     );
     fs::set_permissions(&shim, fs::Permissions::from_mode(0o755)).expect("chmod shim");
 
-    // Capped below this process's hard limits: podman's defaults for root (nofile 1048576,
-    // nproc from pid_max) make runc's setrlimit fail with EPERM without CAP_SYS_RESOURCE.
-    let cap = |resource, wanted: u64| {
-        let (_, hard) = getrlimit(resource).expect("getrlimit");
-        wanted.min(hard)
-    };
-    let nofile = cap(Resource::RLIMIT_NOFILE, 1024);
-    let nproc = cap(Resource::RLIMIT_NPROC, 1024);
-    let dir = podman.dir.display();
-    write(
-        &podman.dir.join("containers.conf"),
-        &format!(
-            r#"# Written by academy's tests/it/podman.rs; read only through CONTAINERS_CONF.
-[containers]
-default_ulimits = ["nofile={nofile}:{nofile}", "nproc={nproc}:{nproc}"]
-
-[network]
-network_backend = "cni"
-cni_plugin_dirs = ["{plugins}"]
-network_config_dir = "{confs}"
-
-[engine]
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-events_logger = "file"
-events_logfile_path = "{dir}/events.log"
-tmp_dir = "{dir}/tmp"
-volume_path = "{dir}/volumes"
-"#,
-            plugins = podman.plugin_dir().display(),
-            confs = podman.conf_dir().display(),
-        ),
-    );
+    podman.write_conf(&podman.plugin_dir(), &podman.conf_dir());
 
     for (lab, range) in [
         (net, json!({})),
@@ -292,32 +226,6 @@ volume_path = "{dir}/volumes"
             &serde_json::to_string_pretty(&list).unwrap(),
         );
     }
-}
-
-/// A busybox image made locally (no registry is reachable): `podman import` of a rootfs
-/// tarball holding the static busybox and the applets the test calls.
-fn build_image(podman: &PrivatePodman) {
-    let rootfs = podman.dir.join("rootfs");
-    fs::create_dir_all(rootfs.join("bin")).expect("rootfs");
-    fs::copy("/bin/busybox", rootfs.join("bin/busybox"))
-        .expect("copy /bin/busybox (busybox-static)");
-    for applet in ["sh", "ip", "ping", "sleep", "cat", "true", "nc", "echo"] {
-        std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(applet)).expect("symlink");
-    }
-    let tarball = podman.dir.join("rootfs.tar");
-    let out = run(
-        "tar",
-        &[
-            "-C",
-            rootfs.to_str().unwrap(),
-            "-cf",
-            tarball.to_str().unwrap(),
-            ".",
-        ],
-        &[],
-    );
-    assert_eq!(out.code, 0, "tar of the image's rootfs failed:\n{out}");
-    podman.must(&["import", tarball.to_str().expect("utf-8 path"), IMAGE]);
 }
 
 /// After a container is gone: academy's store, the bridge and the netns are clean.
@@ -379,8 +287,8 @@ fn academy_under_podman() {
         0,
         "the podman test must run as root (it runs rootful podman, makes bridges)"
     );
-    let lock = lock_file(LOCK);
-    require_packages();
+    let lock = lock_file(PODMAN_LOCK);
+    require_podman_packages();
     step(t0, "packages present");
 
     // Two networks, each on a lab of its own (bridge, /29 of the lab's subnet, store,
@@ -399,7 +307,7 @@ fn academy_under_podman() {
     let (subnet, gateway, full_only) = (subnet_29(net), net.gateway(), full_only(full));
     let bridges = [net.bridge.clone(), full.bridge.clone()];
     set_up(p, net, full);
-    build_image(p);
+    p.build_image();
     step(t0, "image imported");
 
     // Discovery: podman reads the conflists and names academy as the networks' driver.
