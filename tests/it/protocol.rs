@@ -203,8 +203,6 @@ fn stdin_and_config_errors_name_the_field() {
         ("vlan", json!(5)),
         ("vlanTrunk", json!([{ "id": 5 }])),
         ("macspoofchk", json!(true)),
-        ("enabledad", json!(true)),
-        ("disableContainerInterface", json!(true)),
         ("portIsolation", json!(true)),
     ];
     for (key, value) in unsupported {
@@ -269,12 +267,26 @@ fn stdin_and_config_errors_name_the_field() {
             "ipam.routes",
         ),
         (
-            "ipam.resolvConf",
+            "ipam.resolvConf not absolute",
             ipam_form(
-                json!({ "type": "host-local", "subnet": subnet, "resolvConf": "/etc/resolv.conf" }),
+                json!({ "type": "host-local", "subnet": subnet, "resolvConf": "etc/resolv.conf" }),
+            ),
+            7,
+            "ipam.resolvConf",
+        ),
+        (
+            "a route key academy cannot apply",
+            ipam_form(
+                json!({ "type": "host-local", "subnet": subnet, "routes": [{"dst": "10.0.0.0/8", "realm": 3}] }),
             ),
             2,
-            "ipam.resolvConf",
+            "ipam.routes[0].realm",
+        ),
+        (
+            "disableContainerInterface with the flat form's default route",
+            lab.config_with(v, "disableContainerInterface", json!(true)),
+            7,
+            "disableContainerInterface",
         ),
     ];
     for (case, config, code, needle) in ipam_cases {

@@ -232,3 +232,20 @@ fn route_attributes_that_cannot_be_applied_are_refused() {
         assert!(diff.is_empty(), "refusing {route} left:\n{diff}");
     }
 }
+
+/// GC of an attachment it does not list: the veth goes, and with it every route of the
+/// container, in every table.
+#[test]
+fn gc_leaves_no_route_in_any_table() {
+    let lab = Lab::new("rtgc");
+    let conf = config(&lab, "1.1.0", every_attribute(&lab));
+    call(&lab, "ADD", &conf).run().expect_result("ADD");
+    assert!(eth0_routes(&lab).iter().any(|r| r.contains("table 101")));
+    gc_call(&lab, conf, &[])
+        .run()
+        .expect_silent_success("GC with an empty valid list");
+    assert_eq!(netns_routes(&lab.netns), Vec::<String>::new());
+    assert_eq!(netns_link_names(&lab.netns), ["lo"]);
+    assert_eq!(lab.reservations(), Vec::<String>::new());
+    assert_eq!(lab.lab_veths(), Vec::<String>::new());
+}
