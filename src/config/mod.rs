@@ -195,7 +195,7 @@ impl Config {
         let is_gateway = is_default_gateway || f.boolean("isGateway")?.unwrap_or(flat);
         let disable_container_interface = f.boolean("disableContainerInterface")?.unwrap_or(false);
         if disable_container_interface {
-            refuse_routes_on_a_down_interface(&ipam, is_default_gateway)?;
+            routes::refuse_on_a_down_interface(&ipam, is_default_gateway)?;
         }
 
         Ok(Config {
@@ -429,24 +429,6 @@ fn ipam_block(map: &Map<String, Value>, requests: &Requests, cni_version: &str) 
         data_dir: data_dir(f.string("dataDir")?, "ipam.dataDir", HOST_LOCAL_DATA_DIR)?,
         resolv_conf,
     }))
-}
-
-/// The kernel installs no route through an interface that is down ("Nexthop device is
-/// not up"), and the reference refuses IPAM altogether with disableContainerInterface:
-/// academy keeps the addresses but refuses the routes it could not add.
-fn refuse_routes_on_a_down_interface(ipam: &Ipam, is_default_gateway: bool) -> Result<()> {
-    let routes = match ipam {
-        Ipam::Builtin(b) => b.routes.len(),
-        // A delegated plugin's routes are known at ADD, which refuses them then.
-        Ipam::Delegated(_) => 0,
-    };
-    if routes > 0 || is_default_gateway {
-        return Err(Error::config(
-            "disableContainerInterface leaves the container interface down, and the kernel adds no route through a down interface",
-        )
-        .details("remove the routes (ipam.routes, isDefaultGateway; the flat form always routes by default) or disableContainerInterface"));
-    }
-    Ok(())
 }
 
 fn data_dir(value: Option<String>, field: &str, default: &str) -> Result<PathBuf> {

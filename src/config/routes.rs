@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use ipnetwork::IpNetwork;
 use serde_json::{Map, Value};
 
+use super::Ipam;
 use crate::cni::{code, version, Error, Result};
 use crate::netlink::RouteAttrs;
 
@@ -136,6 +137,24 @@ fn refuse_unappliable(obj: &Map<String, Value>, field: &str, cni_version: &str) 
             }
             Some(_) => {}
         }
+    }
+    Ok(())
+}
+
+/// The kernel installs no route through an interface that is down ("Nexthop device is
+/// not up"), and the reference refuses IPAM altogether with disableContainerInterface:
+/// academy keeps the addresses but refuses the routes it could not add.
+pub fn refuse_on_a_down_interface(ipam: &Ipam, is_default_gateway: bool) -> Result<()> {
+    let routes = match ipam {
+        Ipam::Builtin(b) => b.routes.len(),
+        // A delegated plugin's routes are known at ADD, which refuses them then.
+        Ipam::Delegated(_) => 0,
+    };
+    if routes > 0 || is_default_gateway {
+        return Err(Error::config(
+            "disableContainerInterface leaves the container interface down, and the kernel adds no route through a down interface",
+        )
+        .details("remove the routes (ipam.routes, isDefaultGateway; the flat form always routes by default) or disableContainerInterface"));
     }
     Ok(())
 }

@@ -3,13 +3,15 @@
 //! - `socket`: one blocking netlink socket of any protocol, with the request/ack loop
 //!   shared by every protocol: sequence numbers, acks, dumps, batches, and the kernel's
 //!   own error text.
-//! - `route`: rtnetlink (links, addresses, routes). The only user of
-//!   netlink-packet-route, whose API breaks in almost every minor release.
+//! - `route`: rtnetlink (links, addresses, routes), with `decode` reading its replies.
+//!   The only users of netlink-packet-route, whose API breaks in almost every minor
+//!   release.
 //! - `nftables`: nf_tables over NETLINK_NETFILTER, the masquerade of `ipMasq`. Its
 //!   messages are encoded here by hand (no crate covers nf_tables).
 //!
 //! Everything outside this folder speaks in the plain types re-exported here.
 
+mod decode;
 mod nftables;
 mod route;
 mod socket;
