@@ -1,6 +1,6 @@
 //! IPv6 duplicate address detection on the container's interface, as the reference
-//! bridge plugin handles it: off by default (academy adds the addresses with NODAD and
-//! `accept_dad` 0, so they are usable at once), on with `enabledad`, and then ADD waits
+//! bridge plugin handles it: off by default (`accept_dad` 0, so the addresses are usable
+//! at once), on with `enabledad`, and then ADD waits
 //! for it to end before it adds routes, the way the reference's SettleAddresses does
 //! (polls every 50 ms, gives up waiting after 10 s).
 

@@ -139,6 +139,12 @@ fn key() -> impl Strategy<Value = String> {
             "containerID",
             "ifname",
             "resolvConf",
+            "priority",
+            "table",
+            "scope",
+            "advmss",
+            "enabledad",
+            "disableContainerInterface",
         ])
         .prop_map(str::to_string),
         "[a-zA-Z]{1,8}",
