@@ -1,50 +1,13 @@
-//! Decoding rtnetlink replies into academy's plain types (`Link`, `Route`,
-//! `AddressState`), apart from the requests that ask for them.
+//! Decoding rtnetlink's address and route replies into academy's plain types
+//! (`AddressState`, `Route`), apart from the requests that ask for them.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnetwork::IpNetwork;
 use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressMessage};
-use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
 use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, RouteMetric};
 
-use super::route::{AddressState, Link, LinkKind, Route};
-
-pub(super) fn to_link(msg: &LinkMessage) -> Link {
-    let mut link = Link {
-        index: msg.header.index,
-        name: String::new(),
-        kind: LinkKind::None,
-        mac: None,
-        mtu: None,
-        up: msg.header.flags.contains(LinkFlags::Up),
-        promisc: msg.header.flags.contains(LinkFlags::Promisc),
-        controller: None,
-        alias: None,
-    };
-    for attr in &msg.attributes {
-        match attr {
-            LinkAttribute::IfName(n) => link.name = n.clone(),
-            LinkAttribute::Address(a) => link.mac = a.as_slice().try_into().ok(),
-            LinkAttribute::Mtu(m) => link.mtu = Some(*m),
-            LinkAttribute::Controller(c) => link.controller = Some(*c),
-            LinkAttribute::IfAlias(a) => link.alias = Some(a.clone()),
-            LinkAttribute::LinkInfo(infos) => {
-                for info in infos {
-                    if let LinkInfo::Kind(kind) = info {
-                        link.kind = match kind {
-                            InfoKind::Bridge => LinkKind::Bridge,
-                            InfoKind::Veth => LinkKind::Veth,
-                            other => LinkKind::Other(other.to_string()),
-                        };
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    link
-}
+use super::route::{AddressState, Route};
 
 pub(super) fn to_address(a: &AddressMessage) -> Option<AddressState> {
     let find = |local: bool| {

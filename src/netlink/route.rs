@@ -26,7 +26,7 @@ use netlink_packet_route::route::{
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::protocols::NETLINK_ROUTE;
 
-use super::decode::{to_address, to_link, to_routes};
+use super::decode::{to_address, to_routes};
 use super::socket::{Await, NlError, NlResult, NlSocket};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -509,4 +509,40 @@ fn family_of(ip: IpAddr) -> AddressFamily {
         IpAddr::V4(_) => AddressFamily::Inet,
         IpAddr::V6(_) => AddressFamily::Inet6,
     }
+}
+
+fn to_link(msg: &LinkMessage) -> Link {
+    let mut link = Link {
+        index: msg.header.index,
+        name: String::new(),
+        kind: LinkKind::None,
+        mac: None,
+        mtu: None,
+        up: msg.header.flags.contains(LinkFlags::Up),
+        promisc: msg.header.flags.contains(LinkFlags::Promisc),
+        controller: None,
+        alias: None,
+    };
+    for attr in &msg.attributes {
+        match attr {
+            LinkAttribute::IfName(n) => link.name = n.clone(),
+            LinkAttribute::Address(a) => link.mac = a.as_slice().try_into().ok(),
+            LinkAttribute::Mtu(m) => link.mtu = Some(*m),
+            LinkAttribute::Controller(c) => link.controller = Some(*c),
+            LinkAttribute::IfAlias(a) => link.alias = Some(a.clone()),
+            LinkAttribute::LinkInfo(infos) => {
+                for info in infos {
+                    if let LinkInfo::Kind(kind) = info {
+                        link.kind = match kind {
+                            InfoKind::Bridge => LinkKind::Bridge,
+                            InfoKind::Veth => LinkKind::Veth,
+                            other => LinkKind::Other(other.to_string()),
+                        };
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    link
 }
