@@ -294,3 +294,37 @@ fn a_foreign_default_route_stays_and_academy_adds_its_own() {
         "DEL touched the other route"
     );
 }
+
+/// A route that is already there with the same next hop (here: listed twice) is kept
+/// rather than an error, the result still lists it, and CHECK finds it.
+#[test]
+fn a_route_already_there_is_kept_and_checked() {
+    let lab = Lab::new("mnsame");
+    let conf = json!({
+        "cniVersion": "1.1.0",
+        "name": lab.network,
+        "type": "academy",
+        "bridge": lab.bridge,
+        "isGateway": true,
+        "ipam": {"type": "host-local", "subnet": lab.subnet(), "dataDir": lab.data_dir,
+                 "routes": [{"dst": "198.51.100.0/24"}, {"dst": "198.51.100.0/24"}]},
+    });
+    let result = lab.call("ADD").config(&conf).run().expect_result("ADD");
+    assert_eq!(route_dsts(&result), ["198.51.100.0/24", "198.51.100.0/24"]);
+    let routes: Vec<String> = netns_routes(&lab.netns)
+        .into_iter()
+        .filter(|r| r.starts_with("198.51.100.0/24"))
+        .collect();
+    assert_eq!(routes.len(), 1, "{routes:#?}");
+    let mut check = conf.clone();
+    check["prevResult"] = result;
+    lab.call("CHECK")
+        .config(&check)
+        .run()
+        .expect_silent_success("CHECK");
+    lab.call("DEL")
+        .config(&conf)
+        .run()
+        .expect_silent_success("DEL");
+    assert_eq!(netns_link_names(&lab.netns), ["lo"]);
+}
