@@ -22,7 +22,7 @@ use crate::masquerade;
 use crate::netlink::Netlink;
 use crate::netns::{Netns, OpenError};
 use crate::removal::{self, Reservations, Target};
-use crate::wire::{self, BridgeSpec, ContainerRoute, Created};
+use crate::wire::{self, BridgeSpec, ContainerRoute, ContainerSetup, Created};
 
 pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
     let netns = match Netns::open(&env.netns) {
@@ -58,7 +58,13 @@ pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
     let container_index = result.interfaces.len() + 2;
     result.interfaces.extend(interfaces);
     let mut result = addressing::into_result(result, assigned, container_index);
-    if conf.dns.is_some() {
+    // The reference's rule: the network config's dns replaces IPAM's (resolvConf, a
+    // delegated plugin's) only when it sets something.
+    if conf
+        .dns
+        .as_ref()
+        .is_some_and(|d| d.as_object().is_none_or(|o| o.values().any(is_set)))
+    {
         result.dns = conf.dns.clone();
     }
     Ok(result)
@@ -165,10 +171,20 @@ fn wire_up(
             Some(ContainerRoute {
                 dst: r.dst,
                 gw: r.gw?,
+                attrs: r.attrs,
             })
         })
         .collect();
-    wire::configure_container(netns, who.ifname, &addresses, &routes)?;
+    wire::configure_container(
+        netns,
+        &ContainerSetup {
+            ifname: who.ifname,
+            addresses: &addresses,
+            routes: &routes,
+            dad: conf.enable_dad,
+            up: !conf.disable_container_interface,
+        },
+    )?;
     // Read last: an unpinned bridge may change its MAC when a port joins.
     let bridge = nl.link(&conf.bridge)?.unwrap_or(bridge);
     let mtu = conf.mtu.or(bridge.mtu);
@@ -192,4 +208,14 @@ fn wire_up(
             sandbox: netns.path().to_string(),
         },
     ])
+}
+
+/// A dns field that is set: a non-empty string or list.
+fn is_set(v: &serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::String(s) => !s.is_empty(),
+        serde_json::Value::Array(a) => !a.is_empty(),
+        serde_json::Value::Null => false,
+        _ => true,
+    }
 }

@@ -97,6 +97,12 @@ pub fn acquire(env: &Env, conf: &Config, requested: &[IpAddr]) -> Result<Acquire
 /// One address from every range set: a requested one where a request falls in the set,
 /// else the next free one of its ranges in order.
 fn reserve(env: &Env, conf: &Config, b: &Builtin, requested: &[IpAddr]) -> Result<Acquired> {
+    // Before anything is reserved: an unreadable file leaves nothing to undo.
+    let dns = b
+        .resolv_conf
+        .as_deref()
+        .map(crate::config::resolv::read)
+        .transpose()?;
     let store = Store::open(&b.data_dir, &conf.name)?.in_netns(&env.netns);
     let holder = Attachment::of(env, conf).holder();
     let mut wanted: Vec<Option<(IpAddr, &Pool)>> = vec![None; b.range_sets.len()];
@@ -164,8 +170,10 @@ fn reserve(env: &Env, conf: &Config, b: &Builtin, requested: &[IpAddr]) -> Resul
         .map(|r| RouteEntry {
             dst: r.dst,
             gw: r.gw,
+            attrs: r.attrs,
         })
         .collect();
+    assigned.dns = dns;
     assigned.store = Some(store);
     Ok(Acquired::Got(assigned))
 }
@@ -212,10 +220,7 @@ fn complete_routes(conf: &Config, a: &mut Assigned) -> Result<()> {
                 )))
                 }
                 Some(_) => {}
-                None => a.routes.push(RouteEntry {
-                    dst: default,
-                    gw: Some(gw),
-                }),
+                None => a.routes.push(RouteEntry::new(default, Some(gw))),
             }
         }
     }

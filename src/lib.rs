@@ -14,6 +14,7 @@ mod check;
 pub mod cli;
 mod cni;
 mod config;
+mod dad;
 mod del;
 mod delegate;
 mod gc;

@@ -8,8 +8,9 @@ use ipnetwork::IpNetwork;
 
 use crate::attachment::Attachment;
 use crate::cni::{code, Error, Result};
+use crate::dad;
 use crate::hostveth::{self, Ownership};
-use crate::netlink::{Link, LinkKind, Netlink, VethPair};
+use crate::netlink::{Link, LinkKind, Netlink, RouteAttrs, VethPair};
 use crate::netns::Netns;
 
 /// What the node bridge must look like.
@@ -227,17 +228,32 @@ pub fn set_hairpin(host_name: &str) -> Result<()> {
 pub struct ContainerRoute {
     pub dst: IpNetwork,
     pub gw: IpAddr,
+    pub attrs: RouteAttrs,
+}
+
+/// What the container's interface gets.
+pub struct ContainerSetup<'a> {
+    pub ifname: &'a str,
+    pub addresses: &'a [IpNetwork],
+    pub routes: &'a [ContainerRoute],
+    /// `enabledad`: IPv6 duplicate address detection, waited for.
+    pub dad: bool,
+    /// False with `disableContainerInterface`: the interface stays down.
+    pub up: bool,
 }
 
 /// Step 3, inside the netns (`ip -n NS link set IFNAME up; ip -n NS addr add ADDR dev
 /// IFNAME; ip -n NS route add default via GW`). Runs on one scoped thread, the only
 /// time ADD enters the netns.
-pub fn configure_container(
-    netns: &Netns,
-    ifname: &str,
-    addresses: &[IpNetwork],
-    routes: &[ContainerRoute],
-) -> Result<()> {
+pub fn configure_container(netns: &Netns, setup: &ContainerSetup) -> Result<()> {
+    let ifname = setup.ifname;
+    if !setup.up && !setup.routes.is_empty() {
+        return Err(Error::config(format!(
+            "disableContainerInterface leaves {ifname} down, and the kernel adds no route through a down interface, but IPAM returned {} route(s)",
+            setup.routes.len()
+        ))
+        .details("configure the IPAM plugin without routes, or drop disableContainerInterface"));
+    }
     netns.run(|| {
         let mut nl = Netlink::open()?;
         let link = nl.link(ifname)?.ok_or_else(|| {
@@ -249,40 +265,37 @@ pub fn configure_container(
                 ),
             )
         })?;
-        tune_sysctls(ifname, addresses);
-        nl.set_up(link.index)?;
-        for address in addresses {
-            nl.add_address(link.index, *address)?;
+        tune_sysctls(ifname, setup.addresses, setup.dad);
+        if setup.up {
+            nl.set_up(link.index)?;
         }
-        for route in routes {
-            match nl.add_route(route.dst, route.gw, link.index) {
-                Ok(()) => {}
-                Err(e) if e.is(libc::EEXIST) && route.dst.prefix() == 0 => {
-                    return Err(Error::new(
-                        code::ROUTE_TAKEN,
-                        format!(
-                            "the container in {} already has a default route",
-                            netns.path()
-                        ),
-                    )
-                    .details("another network already routes this container by default"))
-                }
-                // As the reference plugin does: a route the container already has is kept.
+        for address in setup.addresses {
+            nl.add_container_address(link.index, *address)?;
+        }
+        // As the reference: routes once the addresses have settled.
+        if setup.dad && setup.up && setup.addresses.iter().any(|a| a.is_ipv6()) {
+            dad::wait(&mut nl, link.index, ifname)?;
+        }
+        for route in setup.routes {
+            match nl.add_route(route.dst, route.gw, link.index, &route.attrs) {
+                // This very route (same next hop) is already there: as the reference
+                // plugin of the host-local era did, it is kept ("the first one wins").
                 Err(e) if e.is(libc::EEXIST) => {}
-                Err(e) => return Err(e.into()),
+                other => other?,
             }
         }
         Ok(())
     })
 }
 
-/// The reference plugin's per-interface settings, for the same behaviour: no duplicate
-/// address detection (the address is ours; DAD would hold it tentative for a second), and
-/// a gratuitous ARP when the interface comes up. Best effort, like the reference: a
-/// kernel without IPv6 has no such file. /proc/sys/net is the calling thread's netns.
-fn tune_sysctls(ifname: &str, addresses: &[IpNetwork]) {
+/// The reference plugin's per-interface settings, for the same behaviour: duplicate
+/// address detection only with `enabledad` (else the address is ours; DAD would hold it
+/// tentative for a second), and a gratuitous ARP when the interface comes up. Best
+/// effort, like the reference: a kernel without IPv6 has no such file. /proc/sys/net is
+/// the calling thread's netns.
+fn tune_sysctls(ifname: &str, addresses: &[IpNetwork], dad: bool) {
     if addresses.iter().any(|a| a.is_ipv6()) {
-        let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{ifname}/accept_dad"), "0");
+        dad::set_sysctls(ifname, dad);
     }
     if addresses.iter().any(|a| a.is_ipv4()) {
         let _ = std::fs::write(format!("/proc/sys/net/ipv4/conf/{ifname}/arp_notify"), "1");

@@ -3,14 +3,16 @@
 //! - `socket`: one blocking netlink socket of any protocol, with the request/ack loop
 //!   shared by every protocol: sequence numbers, acks, dumps, batches, and the kernel's
 //!   own error text.
-//! - `route`: rtnetlink (links, addresses, routes). The only user of
-//!   netlink-packet-route, whose API breaks in almost every minor release.
+//! - `route`: rtnetlink (links, addresses, routes), with `decode` reading its replies.
+//!   The only users of netlink-packet-route, whose API breaks in almost every minor
+//!   release.
 //! - `nftables`: nf_tables over NETLINK_NETFILTER, the masquerade of `ipMasq`. Its
 //!   messages are encoded here by hand (no crate covers nf_tables).
 //!
 //! Everything outside this folder speaks in the plain types re-exported here; the layer
 //! knows nothing of CNI (src/cni/kernel.rs turns a refused request into a CNI error).
 
+mod decode;
 mod nftables;
 mod route;
 mod socket;
@@ -18,5 +20,5 @@ mod socket;
 pub use nftables::{
     set_name as nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork, Nftables,
 };
-pub use route::{Link, LinkKind, Netlink, VethPair};
+pub use route::{Link, LinkKind, Netlink, Route, RouteAttrs, VethPair, MAIN_TABLE};
 pub use socket::NlError;

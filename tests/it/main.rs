@@ -9,15 +9,20 @@
 //! |               | env, config, versions, namespaces, conflicts; DEL and CHECK    |
 //! | `ipam_lab`    | seed 000: the address store under real namespaces, in parallel |
 //! | `failure/`    | failure atomicity: a fault at every netlink request and store  |
-//! |               | call; seed 004's restart; ADD/DEL/GC bursts and races          |
+//! |               | call (route attributes and DAD too); seed 004's restart;       |
+//! |               | ADD/DEL/GC bursts and races                                    |
 //! | `leaks/`      | leaks: self-healing, `academy list` and `academy reclaim`      |
 //! | `hardening`   | what a hostile or unlucky host puts in academy's way           |
 //! | `masquerade`  | ipMasq end to end, against an outside the test makes           |
 //! | `dropin/`     | academy as a drop-in for the reference bridge + host-local,    |
 //! |               | one file per subject (addresses, static requests, keys, ...)   |
+//! | `multinet`    | a container on several networks (academy's, the reference's)   |
+//! | `route_attrs` | routes with priority, table, scope, mtu, advmss                |
+//! | `iface_keys`  | enabledad, disableContainerInterface, ipam.resolvConf          |
 //! | `netns_entry` | how often, and from which thread, the netns is entered         |
 //! | `podman/`     | academy under a real runtime (podman 4.3, CNI backend), as     |
 //! |               | named phases of one run                                        |
+//! | `podman_multinet` | a podman container on two academy networks, -p, connect    |
 //! | `cri`         | academy under containerd's CRI plugin, as kubelet drives it    |
 //! | `installer`   | the installer image (FROM scratch) and its DaemonSet           |
 //!
@@ -58,10 +63,14 @@ mod dropin;
 mod failure;
 mod gate;
 mod hardening;
+mod iface_keys;
 mod installer;
 mod ipam_lab;
 mod leaks;
 mod masquerade;
+mod multinet;
 mod netns_entry;
 mod podman;
+mod podman_multinet;
 mod protocol;
+mod route_attrs;

@@ -5,6 +5,7 @@
 //! - [`lab`]: the [`Lab`] guard, its attachments, configs, calls and cnitool;
 //! - [`store`]: what the plugin's store holds (reservations, holders, leftovers);
 //! - [`kernel`]: asking the kernel what it has (`ip`);
+//! - [`netns_state`]: a container netns's routes, addresses and sysctls, to compare;
 //! - [`snapshot`]: what a failed invocation must leave as it was;
 //! - [`assertions`]: the CNI error contract, ADD results, the state after DEL;
 //! - [`strace`]: the one strace parser, and fault injection through strace;
@@ -12,7 +13,8 @@
 //! - [`outside`]: the made "outside" of outbound-NAT tests;
 //! - [`nft`]: academy's nf_tables table, read and cleaned with the `nft` tool;
 //! - [`host`]: file locks that serialise tests across processes, mounts left in a folder;
-//! - [`podman`]: a podman on a test folder's own stores and config.
+//! - [`podman`]: a podman on a test folder's own stores and config;
+//! - [`reference`]: running the reference bridge plugin beside academy.
 //!
 //! Everything is re-exported here: a test module says `use crate::common::*;`.
 //!
@@ -24,10 +26,12 @@ pub mod assertions;
 pub mod host;
 pub mod kernel;
 pub mod lab;
+pub mod netns_state;
 pub mod nft;
 pub mod outside;
 pub mod podman;
 pub mod process;
+pub mod reference;
 pub mod shim;
 pub mod snapshot;
 pub mod store;
@@ -38,9 +42,11 @@ pub use assertions::*;
 pub use host::*;
 pub use kernel::*;
 pub use lab::*;
+pub use netns_state::*;
 pub use outside::*;
 pub use podman::*;
 pub use process::*;
+pub use reference::*;
 pub use shim::*;
 pub use snapshot::*;
 pub use store::*;

@@ -44,63 +44,11 @@ mod reference;
 mod static_addresses;
 
 use std::path::Path;
-use std::sync::Mutex;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
 use serde_json::{json, Value};
-
-const REFERENCE_BIN: &str = "/opt/cni/lab-bin";
-
-/// Held by every test that runs the reference bridge. With isGateway the reference
-/// turns on forwarding host-wide (net.ipv6.conf.all.forwarding); [`ReferenceBridge`]
-/// puts the old value back before academy's run, and no other reference run may flip
-/// it while academy's bridge sysctls are read.
-static REFERENCE: Mutex<()> = Mutex::new(());
-
-fn reference_lock() -> std::sync::MutexGuard<'static, ()> {
-    REFERENCE.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The reference's own bridge, deleted when the reference run ends (or the test
-/// panics), and the host-wide forwarding switches the reference may have turned on put
-/// back as they were.
-struct ReferenceBridge {
-    name: String,
-    forwarding: Vec<(&'static str, String)>,
-}
-
-const FORWARDING: [&str; 2] = [
-    "/proc/sys/net/ipv4/ip_forward",
-    "/proc/sys/net/ipv6/conf/all/forwarding",
-];
-
-impl ReferenceBridge {
-    fn new(lab: &Lab) -> ReferenceBridge {
-        let b = ReferenceBridge {
-            name: lab.slot.link_name("acr"),
-            forwarding: FORWARDING.iter().map(|p| (*p, read_trimmed(p))).collect(),
-        };
-        b.remove();
-        b
-    }
-
-    fn remove(&self) {
-        if Path::new("/sys/class/net").join(&self.name).exists() {
-            let _ = run("ip", &["link", "del", &self.name], &[]);
-        }
-        for (path, value) in &self.forwarding {
-            write_sysctl(path, value);
-        }
-    }
-}
-
-impl Drop for ReferenceBridge {
-    fn drop(&mut self) {
-        self.remove();
-    }
-}
 
 /// The folder of Debian's containernetworking-plugins (tuning, static).
 fn debian_plugins() -> &'static str {
@@ -320,16 +268,4 @@ fn result_ips(result: &Value) -> Vec<(String, String)> {
             )
         })
         .collect()
-}
-
-fn read_trimmed(path: &str) -> String {
-    std::fs::read_to_string(path)
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|e| format!("unreadable ({e})"))
-}
-
-fn write_sysctl(path: &str, value: &str) {
-    if read_trimmed(path) != value {
-        let _ = std::fs::write(path, value);
-    }
 }

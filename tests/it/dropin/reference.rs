@@ -193,7 +193,7 @@ fn reference_and_academy(
     plugin: impl Fn(&str, &str, &Path) -> Value,
 ) -> (Run, Run) {
     let _serial = reference_lock();
-    let reference_bridge = ReferenceBridge::new(lab);
+    let reference_bridge = ReferenceBridge::new(lab.slot.link_name("acr"));
     let reference_data = lab.root.join("reference-data");
     let reference = run_network(
         lab,

@@ -62,6 +62,7 @@
 //! clean-state and recovery checks.
 
 mod bursts;
+mod keys;
 mod netlink;
 mod races;
 mod restart;

@@ -44,20 +44,12 @@ mod masquerade;
 mod phases;
 mod setup;
 
-use std::collections::BTreeSet;
 use std::fs;
 use std::net::Ipv4Addr;
 use std::time::Instant;
 
 use crate::common::*;
-use setup::{build_image, require_packages, set_up, Guard};
-
-const IMAGE: &str = "localhost/academy-podman-busybox:test";
-/// What the test runs besides academy; `make setup` installs them.
-const PACKAGES: [&str; 3] = ["podman", "runc", "busybox-static"];
-/// Serializes runs of this test on one machine, also across processes: podman's network
-/// namespaces share /run/netns, and the test compares what is there before and after.
-const LOCK: &str = "/run/academy-podman-test.lock";
+use setup::{set_up, Guard};
 
 /// A container command that ends at once on SIGTERM (so `podman stop` needs no SIGKILL).
 const IDLE: &str = "trap 'exit 0' TERM; sleep 600 & wait";
@@ -98,17 +90,6 @@ fn assert_pinged(output: &str, gateway: &str) {
         output.contains(&format!("PING {gateway} ")) && output.contains("1 packets received"),
         "the container did not ping its gateway {gateway}:\n{output}"
     );
-}
-
-/// Podman's network namespaces (podman 4 names them netns-<uuid>, older ones cni-<uuid>).
-fn podman_netns() -> BTreeSet<String> {
-    let Ok(dir) = fs::read_dir("/run/netns") else {
-        return BTreeSet::new();
-    };
-    dir.filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("netns-") || n.starts_with("cni-"))
-        .collect()
 }
 
 /// The network's reservations as (address, holder): academy's store of the lab.
@@ -223,8 +204,8 @@ fn academy_under_podman() {
         0,
         "the podman test must run as root (it runs rootful podman, makes bridges)"
     );
-    let lock = lock_file(LOCK);
-    require_packages();
+    let lock = lock_file(PODMAN_LOCK);
+    require_podman_packages();
     step(t0, "packages present");
 
     // Two networks, each on a lab of its own (bridge, /29 of the lab's subnet, store,
@@ -242,7 +223,7 @@ fn academy_under_podman() {
     let (p, net, full) = (&guard.podman, &guard.net, &guard.full);
     let bridges = [net.bridge.clone(), full.bridge.clone()];
     set_up(p, net, full);
-    build_image(p);
+    p.build_image();
     step(t0, "image imported");
 
     let c = Ctx { guard: &guard, t0 };

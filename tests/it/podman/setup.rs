@@ -8,25 +8,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::Flock;
-use nix::sys::resource::{getrlimit, Resource};
 use serde_json::json;
 
 use super::*;
-
-/// podman, runc and busybox-static, or a failure that says to run `make setup`.
-pub(super) fn require_packages() {
-    let installed = |p: &str| {
-        run("dpkg-query", &["-W", "-f=${Status}", p], &[])
-            .stdout
-            .contains("install ok installed")
-    };
-    let missing: Vec<&str> = PACKAGES.into_iter().filter(|p| !installed(p)).collect();
-    assert!(
-        missing.is_empty(),
-        "the podman test needs {missing:?} (podman 4.3 with the CNI backend, runc, a static \
-         busybox for the image): run `make setup`"
-    );
-}
 
 /// The podman of this test (own config and stores, see [`PrivatePodman`]) and its own
 /// CNI config folder.
@@ -144,39 +128,7 @@ exit $rc
     );
     fs::set_permissions(&shim, fs::Permissions::from_mode(0o755)).expect("chmod shim");
 
-    // Capped below this process's hard limits: podman's defaults for root (nofile 1048576,
-    // nproc from pid_max) make runc's setrlimit fail with EPERM without CAP_SYS_RESOURCE.
-    let cap = |resource, wanted: u64| {
-        let (_, hard) = getrlimit(resource).expect("getrlimit");
-        wanted.min(hard)
-    };
-    let nofile = cap(Resource::RLIMIT_NOFILE, 1024);
-    let nproc = cap(Resource::RLIMIT_NPROC, 1024);
-    let dir = podman.dir.display();
-    write(
-        &podman.dir.join("containers.conf"),
-        &format!(
-            r#"# Written by academy's tests/it/podman/setup.rs; read only through CONTAINERS_CONF.
-[containers]
-default_ulimits = ["nofile={nofile}:{nofile}", "nproc={nproc}:{nproc}"]
-
-[network]
-network_backend = "cni"
-cni_plugin_dirs = ["{plugins}"]
-network_config_dir = "{confs}"
-
-[engine]
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-events_logger = "file"
-events_logfile_path = "{dir}/events.log"
-tmp_dir = "{dir}/tmp"
-volume_path = "{dir}/volumes"
-"#,
-            plugins = podman.plugin_dir().display(),
-            confs = podman.conf_dir().display(),
-        ),
-    );
+    podman.write_conf(&podman.plugin_dir(), &podman.conf_dir());
 
     for (lab, range) in [
         (net, json!({})),
@@ -201,30 +153,4 @@ volume_path = "{dir}/volumes"
             &serde_json::to_string_pretty(&list).unwrap(),
         );
     }
-}
-
-/// A busybox image made locally (no registry is reachable): `podman import` of a rootfs
-/// tarball holding the static busybox and the applets the test calls.
-pub(super) fn build_image(podman: &PrivatePodman) {
-    let rootfs = podman.dir.join("rootfs");
-    fs::create_dir_all(rootfs.join("bin")).expect("rootfs");
-    fs::copy("/bin/busybox", rootfs.join("bin/busybox"))
-        .expect("copy /bin/busybox (busybox-static)");
-    for applet in ["sh", "ip", "ping", "sleep", "cat", "true", "nc", "echo"] {
-        std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(applet)).expect("symlink");
-    }
-    let tarball = podman.dir.join("rootfs.tar");
-    let out = run(
-        "tar",
-        &[
-            "-C",
-            rootfs.to_str().unwrap(),
-            "-cf",
-            tarball.to_str().unwrap(),
-            ".",
-        ],
-        &[],
-    );
-    assert_eq!(out.code, 0, "tar of the image's rootfs failed:\n{out}");
-    podman.must(&["import", tarball.to_str().expect("utf-8 path"), IMAGE]);
 }

@@ -56,8 +56,6 @@ fn unimplemented_reference_fields_are_refused() {
         ("vlan", json!(5)),
         ("vlanTrunk", json!([{ "id": 5 }])),
         ("macspoofchk", json!(true)),
-        ("enabledad", json!(true)),
-        ("disableContainerInterface", json!(true)),
         ("portIsolation", json!(true)),
     ];
     let mut table: Vec<Refusal> = unsupported
@@ -135,15 +133,35 @@ fn bad_ipam_blocks_are_named() {
             &["ipam.routes"],
         ),
         refusal(
-            "ipam.resolvConf",
+            "ipam.resolvConf not absolute",
             add(
                 &lab,
                 ipam_form(
-                    json!({ "type": "host-local", "subnet": subnet, "resolvConf": "/etc/resolv.conf" }),
+                    json!({ "type": "host-local", "subnet": subnet, "resolvConf": "etc/resolv.conf" }),
+                ),
+            ),
+            7,
+            &["ipam.resolvConf"],
+        ),
+        refusal(
+            "a route key academy cannot apply",
+            add(
+                &lab,
+                ipam_form(
+                    json!({ "type": "host-local", "subnet": subnet, "routes": [{"dst": "10.0.0.0/8", "realm": 3}] }),
                 ),
             ),
             2,
-            &["ipam.resolvConf"],
+            &["ipam.routes[0].realm"],
+        ),
+        refusal(
+            "disableContainerInterface with the flat form's default route",
+            add(
+                &lab,
+                lab.config_with(V, "disableContainerInterface", json!(true)),
+            ),
+            7,
+            &["disableContainerInterface"],
         ),
     ];
     refuse_all(&lab, table);
