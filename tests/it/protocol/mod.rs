@@ -53,9 +53,11 @@ fn refuse_all(lab: &Lab, table: Vec<Refusal>) {
     let count = table.len();
     let mut failures = Vec::new();
     for case in table {
-        let before = lab.snapshot();
+        // Settled: a container wired just before (the table's setup) gets its IPv6
+        // link-local address whenever the kernel gets to it, not because of this case.
+        let before = settled_snapshot(lab);
         let out = case.call.run();
-        let after = lab.snapshot();
+        let after = settled_snapshot(lab);
         let mut problems = Vec::new();
         let needles: Vec<&str> = case.needles.iter().map(String::as_str).collect();
         if let Err(e) = check_cni_error(&out, case.code, &needles) {
