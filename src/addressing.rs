@@ -57,6 +57,14 @@ pub fn acquire(env: &Env, conf: &Config, requested: &[IpAddr]) -> Result<Acquire
             Acquired::Got(a) => a,
             other => return Ok(other),
         },
+        // A layer-2 network: an interface on the bridge, no address (config refused
+        // every key that needs one).
+        Ipam::None if requested.is_empty() => return Ok(Acquired::Got(Assigned::default())),
+        Ipam::None => {
+            return Err(crate::config::layer2::refused(
+                "a requested address (CNI_ARGS IP=)",
+            ))
+        }
         Ipam::Delegated(plugin) => {
             let result = delegate::exec(plugin, Command::Add, env, &conf.raw)?
                 .ok_or_else(|| {
@@ -278,6 +286,7 @@ pub fn release(env: &Env, conf: &Config) -> Result<Vec<IpAddr>> {
         Ipam::Delegated(plugin) => {
             delegate::exec(plugin, Command::Del, env, &conf.raw).map(|_| Vec::new())
         }
+        Ipam::None => Ok(Vec::new()),
     }
 }
 
@@ -304,6 +313,7 @@ pub fn check(env: &Env, conf: &Config, ips: &[&IpConfig], diffs: &mut Vec<String
             }
             Ok(())
         }
+        Ipam::None => Ok(()),
     }
 }
 
@@ -326,6 +336,7 @@ pub fn gc(env: &Env, conf: &Config, errors: &mut Vec<Error>) {
                 errors.push(e);
             }
         }
+        Ipam::None => {}
     }
 }
 
@@ -339,6 +350,7 @@ pub fn status(env: &Env, conf: &Config) -> Result<()> {
         Ipam::Delegated(plugin) => {
             delegate::exec(plugin, Command::Status, env, &conf.raw).map(drop)
         }
+        Ipam::None => Ok(()),
     }
 }
 

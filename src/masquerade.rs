@@ -170,7 +170,7 @@ pub fn gc(conf: &Config, valid: &HashSet<(String, String)>, errors: &mut Vec<Err
 fn networks(conf: &Config, addresses: &[IpNetwork]) -> Vec<MasqNetwork> {
     let own: Vec<IpNetwork> = match &conf.ipam {
         Ipam::Builtin(b) => b.range_sets.iter().flatten().map(|p| p.subnet()).collect(),
-        Ipam::Delegated(_) => Vec::new(),
+        Ipam::Delegated(_) | Ipam::None => Vec::new(),
     };
     let mut networks: Vec<MasqNetwork> = Vec::new();
     for address in addresses {

@@ -6,6 +6,7 @@
 //! form with an `ipam` block, so that a bridge + host-local conflist works with only its
 //! `type` changed.
 
+pub mod layer2;
 mod ranges;
 mod requests;
 pub mod resolv;
@@ -83,6 +84,9 @@ pub enum Ipam {
     Builtin(Builtin),
     /// Another IPAM plugin, run from CNI_PATH.
     Delegated(String),
+    /// None: a layer-2 network (no `ipam`, or one without a type, as the reference reads
+    /// it): the container gets its interface on the bridge and no address.
+    None,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,6 +195,9 @@ impl Config {
         } else {
             ipam_block(&map, &requests, &cni_version)?
         };
+        if ipam == Ipam::None {
+            layer2::refuse_layer3_keys(&f, &requests)?;
+        }
         // The flat form is the seed's plugin: its gateway is on the bridge unless told not.
         let is_gateway = is_default_gateway || f.boolean("isGateway")?.unwrap_or(flat);
         let disable_container_interface = f.boolean("disableContainerInterface")?.unwrap_or(false);
@@ -305,7 +312,7 @@ impl Config {
     pub fn builtin(&self) -> Option<&Builtin> {
         match &self.ipam {
             Ipam::Builtin(b) => Some(b),
-            Ipam::Delegated(_) => None,
+            Ipam::Delegated(_) | Ipam::None => None,
         }
     }
 }
@@ -365,20 +372,15 @@ fn flat_form(f: &Fields) -> Result<(Builtin, Option<IpAddr>)> {
 /// other IPAM plugin (delegated).
 fn ipam_block(map: &Map<String, Value>, requests: &Requests, cni_version: &str) -> Result<Ipam> {
     let Some(ipam) = map.get("ipam").filter(|v| !v.is_null()) else {
-        return Err(
-            Error::config("the config has neither subnet nor an ipam block").details(
-                "add \"subnet\": \"10.98.0.0/24\" (flat form) or an ipam block of type host-local",
-            ),
-        );
+        return Ok(Ipam::None);
     };
     let Value::Object(ipam) = ipam else {
         return Err(Error::config(format!("ipam must be an object, got {ipam}")));
     };
     let f = Fields(ipam);
-    let kind = f
-        .string("type")?
-        .filter(|t| !t.is_empty())
-        .ok_or_else(|| Error::config("ipam.type is missing"))?;
+    let Some(kind) = f.string("type")?.filter(|t| !t.is_empty()) else {
+        return layer2::empty_ipam(ipam);
+    };
     if kind != "host-local" {
         if kind.contains('/') || kind == "." || kind == ".." {
             return Err(Error::config(format!(

@@ -149,6 +149,7 @@ pub fn refuse_on_a_down_interface(ipam: &Ipam, is_default_gateway: bool) -> Resu
         Ipam::Builtin(b) => b.routes.len(),
         // A delegated plugin's routes are known at ADD, which refuses them then.
         Ipam::Delegated(_) => 0,
+        Ipam::None => 0,
     };
     if routes > 0 || is_default_gateway {
         return Err(Error::config(

@@ -212,10 +212,20 @@ fn ipam_block_errors() {
         assert_eq!(err.code, code, "{ipam}: {err}");
         assert!(err.msg.contains(needle), "{ipam}: {}", err.msg);
     }
-    assert!(parse(base)
-        .unwrap_err()
-        .msg
-        .contains("neither subnet nor an ipam block"));
+    // No ipam block, or an empty one: the reference's layer-2 network.
+    assert_eq!(parse(base).unwrap().ipam, Ipam::None);
+    assert_eq!(parse(&with(base, "ipam", "{}")).unwrap().ipam, Ipam::None);
+    let e = parse(&with(base, "ipam", r#"{"subnet":"10.1.0.0/24"}"#)).unwrap_err();
+    assert!(e.msg.contains("ipam.type is missing"), "{e}");
+    // What needs addresses is refused there, never ignored.
+    for key in ["isGateway", "isDefaultGateway", "ipMasq", "forceAddress"] {
+        let e = parse(&with(base, key, "true")).unwrap_err();
+        assert_eq!(e.code, 7, "{key}: {e}");
+        assert!(e.msg.contains(key) && e.msg.contains("layer-2"), "{e}");
+        assert_eq!(parse(&with(base, key, "false")).unwrap().ipam, Ipam::None);
+    }
+    let e = parse(&with(base, "runtimeConfig", r#"{"ips":["10.1.0.5/24"]}"#)).unwrap_err();
+    assert!(e.msg.contains("layer-2"), "{e}");
     let c = parse(&with(base, "ipam", r#"{"type":"static"}"#)).unwrap();
     assert_eq!(c.ipam, Ipam::Delegated("static".into()));
 }

@@ -19,6 +19,7 @@
 //! | `multinet`    | a container on several networks (academy's, the reference's)   |
 //! | `route_attrs` | routes with priority, table, scope, mtu, advmss                |
 //! | `iface_keys`  | enabledad, disableContainerInterface, ipam.resolvConf          |
+//! | `layer2`      | a network without ipam: interfaces on the bridge, no address   |
 //! | `netns_entry` | how often, and from which thread, the netns is entered         |
 //! | `podman/`     | academy under a real runtime (podman 4.3, CNI backend), as     |
 //! |               | named phases of one run                                        |
@@ -66,6 +67,7 @@ mod hardening;
 mod iface_keys;
 mod installer;
 mod ipam_lab;
+mod layer2;
 mod leaks;
 mod masquerade;
 mod multinet;
