@@ -20,6 +20,7 @@ mod gc;
 mod hostveth;
 mod ipam;
 mod masquerade;
+mod nat_repair;
 mod netlink;
 mod netns;
 pub mod plugin;

@@ -4,9 +4,14 @@
 //! netlink/nftables.rs; this module decides what goes in and names the owners.
 //!
 //! An element's comment is its attachment's holder key (`<container id>:<ifname>`), the
-//! same identity the address store and GC's valid list use. An element never outlives
-//! its reservation: ADD adds it after reserving, every teardown removes it before
-//! releasing.
+//! same identity the address store and GC's valid list use, stored as
+//! `stored_comment` makes it fit the kernel's cap. Every removal compares that identity
+//! before it removes (never by address alone: an address can have passed to another
+//! attachment). An element never outlives its reservation: ADD adds it after reserving,
+//! every teardown removes it before releasing.
+//!
+//! ADD also repairs the network's NAT (see `add`); nat_repair.rs rebuilds it from the
+//! store for an operator and for STATUS.
 
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -14,30 +19,176 @@ use std::net::IpAddr;
 use ipnetwork::IpNetwork;
 
 use crate::attachment::Attachment;
-use crate::cni::{Error, Result};
+use crate::cni::{code, Error, Result};
 use crate::config::{Config, Ipam};
 use crate::ipam::Holder;
+use crate::nat_repair;
 use crate::netlink::{
-    nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork, Nftables,
+    nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork, MasqRule, NatChange,
+    Nftables, NlError, SetElement, SetShape,
 };
 
-/// Adds the container's addresses to its network's sets (creating what is missing).
+/// Adds the container's addresses to its network's sets, in the batch that also makes
+/// sure of the network's table, chain, set and rule when its rule is missing or outdated
+/// (made for other ranges): an admin's `nft flush` is repaired by the next ADD, and when
+/// the set itself had to be re-created, the elements of the network's other wired
+/// attachments are put back from the store in the same batch. Costs one small dump of
+/// academy's chain before the batch.
 pub fn add(conf: &Config, holder: &Holder, addresses: &[IpNetwork]) -> Result<()> {
     let networks = networks(conf, addresses);
-    let elements: Vec<MasqElement> = addresses
-        .iter()
-        .map(|a| MasqElement {
-            address: a.ip(),
-            comment: holder.key(),
-        })
-        .collect();
+    let key = stored_comment(&holder.key());
+    let own: Vec<IpAddr> = addresses.iter().map(|a| a.ip()).collect();
     let mut nft = Nftables::open()?;
-    Ok(nft.add_elements(&networks, &elements)?)
+    // Elements found already there: this attachment's (a retried ADD), or a stale one of
+    // a holder whose reservation is gone (the address is this attachment's now).
+    let mut present: Vec<IpAddr> = Vec::new();
+    let mut retake: Vec<IpAddr> = Vec::new();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let rules = nft.masquerade_rules()?;
+        let mut change = NatChange::default();
+        for network in &networks {
+            let repair = repair_of(&mut nft, &conf.name, network, &rules)?;
+            if let Some(set_was_missing) = repair {
+                add_repair(&mut change, network, &rules);
+                if set_was_missing {
+                    change.if_missing.extend(nat_repair::wired_elements(
+                        conf,
+                        network.family,
+                        &own,
+                    ));
+                }
+            }
+        }
+        for address in &own {
+            let element = SetElement {
+                set: nftables_set_name(&conf.name, Family::of(*address)),
+                element: MasqElement {
+                    address: *address,
+                    comment: key.clone(),
+                },
+            };
+            if retake.contains(address) {
+                change.retake.push(element.clone());
+            }
+            if !present.contains(address) {
+                change.exclusive.push(element);
+            }
+        }
+        match nft.apply(&change) {
+            Ok(()) => {
+                if !change.rules.is_empty() {
+                    eprintln!(
+                        "academy: network {}: re-created its masquerade rule{} ({} element(s) of wired attachments restored)",
+                        conf.name,
+                        if change.rules.len() > 1 { "s" } else { "" },
+                        change.if_missing.len()
+                    );
+                }
+                return Ok(());
+            }
+            Err(e) if attempt < 3 && e.is(libc::EEXIST) && e.request.starts_with("add ") => {
+                (present, retake) = existing(&mut nft, &conf.name, &own, &key)?;
+            }
+            // A concurrent ADD repaired the rule first (the handle is gone) or removed
+            // a set: look again.
+            Err(e) if attempt < 3 && e.is(libc::ENOENT) => {}
+            Err(e) if e.is(libc::EEXIST) || e.is(libc::EOPNOTSUPP) || e.is(libc::EBUSY) => {
+                return Err(foreign(&e))
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
-/// Removes the addresses from the network's sets; any already gone is fine.
-pub fn remove(conf: &Config, addresses: &[IpAddr]) -> Result<()> {
-    Removal::open()?.remove(conf, addresses)
+/// Whether the network's rule needs (re-)making: None when academy's one rule for the
+/// set is there and current; Some(whether the set is missing too) otherwise. A set of
+/// another shape under academy's name refuses ADD before anything is made.
+pub(crate) fn repair_of(
+    nft: &mut Nftables,
+    network_name: &str,
+    network: &MasqNetwork,
+    rules: &[MasqRule],
+) -> Result<Option<bool>> {
+    let set = network.set_name();
+    let ours: Vec<&MasqRule> = rules.iter().filter(|r| r.set == set).collect();
+    if ours.len() == 1 && ours[0].comment == network.rule_comment() {
+        return Ok(None);
+    }
+    match nft.set_shape(network_name, network.family)? {
+        SetShape::Foreign(why) => Err(foreign_set(&set, &why)),
+        SetShape::Missing => Ok(Some(true)),
+        SetShape::Ours => Ok(Some(false)),
+    }
+}
+
+/// Adds to `change` what makes `network`'s table, chain, set and one current rule.
+pub(crate) fn add_repair(change: &mut NatChange, network: &MasqNetwork, rules: &[MasqRule]) {
+    let set = network.set_name();
+    change.ensure.push(network.clone());
+    change
+        .drop_rules
+        .extend(rules.iter().filter(|r| r.set == set).map(|r| r.handle));
+    change.rules.push(network.clone());
+}
+
+/// Which of `own` already have an element: (this attachment's, another holder's).
+fn existing(
+    nft: &mut Nftables,
+    network: &str,
+    own: &[IpAddr],
+    key: &str,
+) -> Result<(Vec<IpAddr>, Vec<IpAddr>)> {
+    let (mut present, mut retake) = (Vec::new(), Vec::new());
+    for address in own {
+        match nft.element(network, *address)? {
+            Some(e) if e.comment == key => present.push(*address),
+            Some(e) => {
+                eprintln!(
+                    "academy: masquerade element {address} still named {:?}, whose reservation is gone: it is this attachment's now",
+                    e.comment
+                );
+                present.push(*address);
+                retake.push(*address);
+            }
+            None => {}
+        }
+    }
+    // A retaken element is removed and added back in one batch.
+    present.retain(|a| !retake.contains(a));
+    Ok((present, retake))
+}
+
+pub(crate) fn foreign_set(set: &str, why: &str) -> Error {
+    Error::new(
+        code::HOST_NAME_TAKEN,
+        format!("nf_tables set inet academy {set} is not academy's: it has {why}"),
+    )
+    .details(format!(
+        "academy makes that set for this network's ipMasq; remove the other one (nft delete set inet academy {set}) or rename the network"
+    ))
+}
+
+/// The kernel refused to make academy's table, chain or set: something else has its name.
+fn foreign(e: &NlError) -> Error {
+    Error::new(
+        code::HOST_NAME_TAKEN,
+        format!("kernel refused to {e}: an object of that name in table inet academy is not academy's"),
+    )
+    .details("academy owns table inet academy; remove the conflicting chain or set (nft list table inet academy shows it)")
+}
+
+/// Removes the addresses from the network's sets when they are `holder`'s.
+pub fn remove_of(conf: &Config, holder: &Holder, addresses: &[IpAddr]) -> Result<()> {
+    Removal::open()?.remove_owned(conf, holder, addresses)
+}
+
+/// For a legacy reservation that names its container only: the elements whose comment
+/// names that container.
+pub fn remove_of_container(conf: &Config, container_id: &str, addresses: &[IpAddr]) -> Result<()> {
+    let prefix = format!("{container_id}:");
+    Removal::open()?.remove_if(conf, addresses, |c| c.starts_with(&prefix))
 }
 
 /// An open nf_tables socket for a teardown. The kernel frees removed elements only after
@@ -51,11 +202,47 @@ impl Removal {
         Ok(Removal(Nftables::open()?))
     }
 
-    pub fn remove(&mut self, conf: &Config, addresses: &[IpAddr]) -> Result<()> {
-        if addresses.is_empty() {
+    /// Removes those of `addresses` whose element is `holder`'s: each element is looked
+    /// up and its comment compared, so an element that is now another attachment's (its
+    /// address reclaimed and given again) stays. One lookup per address, then one batch.
+    pub fn remove_owned(
+        &mut self,
+        conf: &Config,
+        holder: &Holder,
+        addresses: &[IpAddr],
+    ) -> Result<()> {
+        let key = stored_comment(&holder.key());
+        self.remove_if(conf, addresses, |c| c == key)
+    }
+
+    fn remove_if(
+        &mut self,
+        conf: &Config,
+        addresses: &[IpAddr],
+        owned: impl Fn(&str) -> bool,
+    ) -> Result<()> {
+        let mut mine = Vec::new();
+        for address in addresses {
+            match self.0.element(&conf.name, *address) {
+                Ok(Some(e)) if owned(&e.comment) => mine.push(*address),
+                Ok(Some(e)) => eprintln!(
+                    "academy: left {address} in the masquerade: its element is {:?}'s, not this attachment's",
+                    e.comment
+                ),
+                Ok(None) => {}
+                Err(e) => match self.0.set_shape(&conf.name, Family::of(*address)) {
+                    Ok(SetShape::Foreign(why)) => eprintln!(
+                        "academy: nf_tables set inet academy {} is not academy's ({why}): nothing of this attachment's is in it, left alone",
+                        nftables_set_name(&conf.name, Family::of(*address))
+                    ),
+                    _ => return Err(e.into()),
+                },
+            }
+        }
+        if mine.is_empty() {
             return Ok(());
         }
-        Ok(self.0.delete_elements(&conf.name, addresses)?)
+        Ok(self.0.delete_elements(&conf.name, &mine)?)
     }
 }
 
@@ -63,59 +250,106 @@ impl Removal {
 /// knows no addresses (a delegated IPAM without prevResult). O(set size), so never on
 /// the usual paths.
 pub fn owned_by(conf: &Config, holder: &Holder) -> Result<Vec<IpAddr>> {
-    let key = holder.key();
+    let key = stored_comment(&holder.key());
     let mut nft = Nftables::open()?;
     let mut found = Vec::new();
     for family in [Family::V4, Family::V6] {
+        if let SetShape::Foreign(_) = nft.set_shape(&conf.name, family)? {
+            continue;
+        }
         let elements = nft.elements(&conf.name, family)?;
         found.extend(
             elements
                 .into_iter()
-                .filter(|e| e.comment == stored_comment(&key))
+                .filter(|e| e.comment == key)
                 .map(|e| e.address),
         );
     }
     Ok(found)
 }
 
-/// CHECK: each address is in its set and the network's rule is in the chain.
-pub fn check(conf: &Config, addresses: &[IpNetwork], diffs: &mut Vec<String>) -> Result<()> {
+/// CHECK: each address is in its set as this attachment's, and the network's rule is
+/// in the chain, made for the network's current ranges.
+pub fn check(
+    conf: &Config,
+    holder: &Holder,
+    addresses: &[IpNetwork],
+    diffs: &mut Vec<String>,
+) -> Result<()> {
     let mut nft = Nftables::open()?;
+    let rules = nft.masquerade_rules()?;
     for network in networks(conf, addresses) {
-        if !nft.has_rule(&network)? {
+        let set = network.set_name();
+        if let SetShape::Foreign(why) = nft.set_shape(&conf.name, network.family)? {
             diffs.push(format!(
-                "the masquerade rule of nf_tables set inet academy {} is missing from chain postrouting",
-                network.set_name()
+                "nf_tables set inet academy {set} is not academy's: it has {why}"
+            ));
+            continue;
+        }
+        let ours: Vec<&MasqRule> = rules.iter().filter(|r| r.set == set).collect();
+        if ours.is_empty() {
+            diffs.push(format!(
+                "the masquerade rule of nf_tables set inet academy {set} is missing from chain postrouting"
+            ));
+        } else if !ours.iter().any(|r| r.comment == network.rule_comment()) {
+            diffs.push(format!(
+                "the masquerade rule of nf_tables set inet academy {set} was made for other ranges ({:?}, not {:?})",
+                ours[0].comment,
+                network.rule_comment()
             ));
         }
     }
+    let key = stored_comment(&holder.key());
     for address in addresses {
-        if !nft.has_element(&conf.name, address.ip())? {
-            diffs.push(format!(
-                "address {} is not in nf_tables set inet academy {}: its traffic leaves unmasqueraded",
+        let set = nftables_set_name(&conf.name, Family::of(address.ip()));
+        match nft.element(&conf.name, address.ip()) {
+            Ok(Some(e)) if e.comment == key => {}
+            Ok(Some(e)) => diffs.push(format!(
+                "address {}'s element in nf_tables set inet academy {set} is {:?}'s, not this attachment's",
                 address.ip(),
-                nftables_set_name(&conf.name, Family::of(address.ip()))
-            ));
+                e.comment
+            )),
+            Ok(None) => diffs.push(format!(
+                "address {} is not in nf_tables set inet academy {set}: its traffic leaves unmasqueraded",
+                address.ip()
+            )),
+            Err(_) => {} // a foreign set: reported above
         }
     }
     Ok(())
 }
 
-/// GC: removes every element of the network's sets whose attachment is not in `valid`.
-/// Errors are collected; the sweep goes on.
+/// GC: removes every element of the network's sets whose attachment is not in `valid`,
+/// each compared by its comment again just before the removal. Errors are collected;
+/// the sweep goes on.
 pub fn gc(conf: &Config, valid: &HashSet<(String, String)>, errors: &mut Vec<Error>) {
-    let mut nft = match Nftables::open() {
-        Ok(nft) => nft,
-        Err(e) => return errors.push(e.into()),
+    let mut removal = match Removal::open() {
+        Ok(r) => r,
+        Err(e) => return errors.push(e),
     };
     let live: HashSet<String> = valid
         .iter()
         .map(|(cid, ifname)| {
             let key = Attachment::new(&conf.name, cid, ifname).holder().key();
-            stored_comment(&key).to_string()
+            stored_comment(&key)
         })
         .collect();
     for family in [Family::V4, Family::V6] {
+        let nft = &mut removal.0;
+        match nft.set_shape(&conf.name, family) {
+            Ok(SetShape::Foreign(why)) => {
+                eprintln!(
+                    "academy: GC left nf_tables set inet academy {} alone: it is not academy's ({why})",
+                    nftables_set_name(&conf.name, family)
+                );
+                continue;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                errors.push(e.into());
+                continue;
+            }
+        }
         let elements = match nft.elements(&conf.name, family) {
             Ok(e) => e,
             Err(e) => {
@@ -123,32 +357,33 @@ pub fn gc(conf: &Config, valid: &HashSet<(String, String)>, errors: &mut Vec<Err
                 continue;
             }
         };
-        let stale: Vec<&MasqElement> = elements
-            .iter()
+        let stale: Vec<MasqElement> = elements
+            .into_iter()
             .filter(|e| !live.contains(&e.comment))
             .collect();
         if stale.is_empty() {
             continue;
         }
+        let stale_comments: HashSet<&str> = stale.iter().map(|e| e.comment.as_str()).collect();
         let addresses: Vec<IpAddr> = stale.iter().map(|e| e.address).collect();
-        match nft.delete_elements(&conf.name, &addresses) {
+        match removal.remove_if(conf, &addresses, |c| stale_comments.contains(c)) {
             Ok(()) => {
-                for e in stale {
+                for e in &stale {
                     eprintln!(
                         "academy: GC removed {} from the masquerade (held by {})",
                         e.address, e.comment
                     );
                 }
             }
-            Err(e) => errors.push(e.into()),
+            Err(e) => errors.push(e),
         }
     }
 }
 
 /// Per family of `addresses`, the network's subnets in that family: all of academy's
-/// own ranges (so the rule made by the first ADD fits every later one), or the
+/// own ranges (the rule's exclusions follow the network's current ranges), or the
 /// addresses' own subnets for a delegated IPAM.
-fn networks(conf: &Config, addresses: &[IpNetwork]) -> Vec<MasqNetwork> {
+pub(crate) fn networks(conf: &Config, addresses: &[IpNetwork]) -> Vec<MasqNetwork> {
     let own: Vec<IpNetwork> = match &conf.ipam {
         Ipam::Builtin(b) => b.range_sets.iter().flatten().map(|p| p.subnet()).collect(),
         Ipam::Delegated(_) => Vec::new(),

@@ -369,7 +369,11 @@ fn free_address(
         };
         // The masquerade element goes before the reservation: it never outlives it.
         if free && conf.ip_masq {
-            if let Err(e) = masquerade::remove(conf, &[r.address]) {
+            let removed = match r.holder() {
+                Some(holder) => masquerade::remove_of(conf, &holder, &[r.address]),
+                None => masquerade::remove_of_container(conf, &r.container_id, &[r.address]),
+            };
+            if let Err(e) = removed {
                 failure = Some(e);
                 return false;
             }

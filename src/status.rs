@@ -5,6 +5,7 @@ use crate::addressing;
 use crate::cni::env::Env;
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
+use crate::nat_repair;
 use crate::netlink::{LinkKind, Netlink};
 use crate::reclaim;
 use crate::wire::kind_name;
@@ -31,5 +32,6 @@ pub fn status(env: &Env, conf: &Config) -> Result<()> {
         }
     }
     // A full pool holding old leaks is served: the next ADD reclaims them.
-    addressing::status(env, conf).or_else(|e| reclaim::status_despite_leaks(conf, e))
+    addressing::status(env, conf).or_else(|e| reclaim::status_despite_leaks(conf, e))?;
+    nat_repair::status(conf)
 }

@@ -44,7 +44,7 @@ pub fn attachment(env: &Env, conf: &Config, removing: Removing) -> Result<()> {
             Removing::Del => held(&who, conf)?,
         };
         let removal = masquerade_socket.insert(masquerade::Removal::open()?);
-        removal.remove(conf, &addresses)?;
+        removal.remove_owned(conf, &who.holder(), &addresses)?;
     }
     let mut nl = Netlink::open()?;
     // A foreign link under academy's derived name is not ours to delete, and must not

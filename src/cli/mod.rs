@@ -7,6 +7,7 @@
 
 mod install;
 mod leaks;
+mod nat;
 
 use std::collections::HashMap;
 
@@ -40,6 +41,12 @@ const SUBCOMMANDS: &[Subcommand] = &[
         args: "CONFLIST [--older-than DURATION | --keep-ids FILE [--older-than DURATION]] [--dry-run]",
         about: "free leaked reservations (or every attachment not in FILE) and what academy made for them",
         run: leaks::reclaim,
+    },
+    Subcommand {
+        name: "restore-nat",
+        args: "[--conf-dir DIR | CONFLIST...]",
+        about: "put back the outbound NAT (ipMasq) of every academy network in DIR (default /etc/cni/net.d) from the address store, in one batch",
+        run: nat::restore,
     },
 ];
 

@@ -55,10 +55,13 @@ pub fn addresses(network: &str) -> BTreeSet<String> {
 pub fn has_rule(network: &str, family: &str) -> bool {
     rule_handles(network)
         .iter()
-        .any(|(comment, _)| comment.ends_with(&format!("{network}-{family}")))
+        .any(|(set, _)| *set == format!("{network}-{family}"))
 }
 
-fn rule_handles(network: &str) -> Vec<(String, u64)> {
+/// academy's rules of the network (comment "academy ipMasq ...", looking up one of the
+/// network's sets), as (set, handle). By the set the rule looks up, not by its
+/// comment, which is capped for long network names.
+pub fn rule_handles(network: &str) -> Vec<(String, u64)> {
     let out = run(
         "nft",
         &[
@@ -79,17 +82,41 @@ fn rule_handles(network: &str) -> Vec<(String, u64)> {
     let mut found = Vec::new();
     for item in v["nftables"].as_array().into_iter().flatten() {
         let rule = &item["rule"];
-        if let (Some(comment), Some(handle)) = (rule["comment"].as_str(), rule["handle"].as_u64()) {
-            let ours = [format!("{network}-v4"), format!("{network}-v6")];
-            if ours
-                .iter()
-                .any(|s| comment == format!("academy ipMasq {s}"))
-            {
-                found.push((comment.to_string(), handle));
+        let (Some(comment), Some(handle)) = (rule["comment"].as_str(), rule["handle"].as_u64())
+        else {
+            continue;
+        };
+        if !comment.starts_with("academy ipMasq ") {
+            continue;
+        }
+        let exprs = rule["expr"].to_string();
+        for family in ["v4", "v6"] {
+            let set = format!("{network}-{family}");
+            if exprs.contains(&format!("\"@{set}\"")) {
+                found.push((set, handle));
             }
         }
     }
     found
+}
+
+/// The comment of the network's rule of `family`, if there is one.
+pub fn rule_comment(network: &str, family: &str) -> Option<String> {
+    let handle = rule_handles(network)
+        .into_iter()
+        .find(|(set, _)| *set == format!("{network}-{family}"))?
+        .1;
+    let out = run(
+        "nft",
+        &["-j", "-a", "list", "chain", "inet", "academy", "postrouting"],
+        &[],
+    );
+    let v: Value = serde_json::from_str(out.stdout.trim()).ok()?;
+    v["nftables"]
+        .as_array()?
+        .iter()
+        .find(|i| i["rule"]["handle"].as_u64() == Some(handle))
+        .and_then(|i| i["rule"]["comment"].as_str().map(str::to_string))
 }
 
 /// Removes a network's rules and sets, and the table once no set is left in it. Never
