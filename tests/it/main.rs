@@ -49,6 +49,7 @@ mod installer;
 mod ipam_lab;
 mod leaks;
 mod masquerade;
+mod nat_repair;
 mod netns_entry;
 mod podman;
 mod protocol;
