@@ -40,6 +40,7 @@
 
 mod common;
 
+mod cli_inputs;
 mod cri;
 mod dropin;
 mod failure;
@@ -49,6 +50,7 @@ mod installer;
 mod ipam_lab;
 mod leaks;
 mod masquerade;
+mod nat_identity;
 mod nat_repair;
 mod netns_entry;
 mod podman;
