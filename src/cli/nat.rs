@@ -92,3 +92,30 @@ fn networks_in(dir: &Path) -> Result<Vec<Config>, CliError> {
     }
     Ok(confs)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shipped unit runs this subcommand with flags it accepts.
+    #[test]
+    fn the_systemd_unit_runs_restore_nat_with_valid_flags() {
+        let unit = include_str!("../../deploy/systemd/academy-restore-nat.service");
+        for key in ["ExecStart=", "ExecReload="] {
+            let line = unit
+                .lines()
+                .find(|l| l.starts_with(key))
+                .unwrap_or_else(|| panic!("no {key}"));
+            let words: Vec<String> = line[key.len()..]
+                .split_whitespace()
+                .map(String::from)
+                .collect();
+            assert!(words[0].ends_with("/academy"), "{line}");
+            assert_eq!(words[1], "restore-nat", "{line}");
+            let parsed = Parsed::new(&words[2..], &[("--conf-dir", true)]).ok();
+            assert!(parsed.is_some_and(|p| p.value("--conf-dir").is_some()), "{line}");
+        }
+        assert!(unit.contains("PartOf=nftables.service firewalld.service"));
+        assert!(unit.contains("After=nftables.service firewalld.service"));
+    }
+}
