@@ -113,7 +113,10 @@ mod tests {
             assert!(words[0].ends_with("/academy"), "{line}");
             assert_eq!(words[1], "restore-nat", "{line}");
             let parsed = Parsed::new(&words[2..], &[("--conf-dir", true)]).ok();
-            assert!(parsed.is_some_and(|p| p.value("--conf-dir").is_some()), "{line}");
+            assert!(
+                parsed.is_some_and(|p| p.value("--conf-dir").is_some()),
+                "{line}"
+            );
         }
         assert!(unit.contains("PartOf=nftables.service firewalld.service"));
         assert!(unit.contains("After=nftables.service firewalld.service"));

@@ -212,8 +212,32 @@ fn gc_removes_five_thousand_stale_elements_in_one_run() {
     node.nft(&["-f", file.to_str().unwrap()]);
     assert_eq!(node.elements().len(), 5001);
 
-    let gc = node.run(&gc_call(&lab, config.clone(), &[(&a.cid, "eth0")]));
+    // Under strace, to count the requests: the removal is batched, not one request per
+    // element (which is what a refused oversized batch used to fall back to).
+    let trace = lab.root.join("gc.trace");
+    let trace_path = trace.to_str().unwrap();
+    let gc = gc_call(&lab, config.clone(), &[(&a.cid, "eth0")]).spawn(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &node.ns,
+            "strace",
+            "-f",
+            "-qq",
+            "-e",
+            "trace=sendto,sendmsg",
+            "-o",
+            trace_path,
+            plugin(),
+        ],
+    );
     gc.expect_silent_success("GC of 5,000 stale elements");
+    let sends = std::fs::read_to_string(&trace).unwrap().lines().count();
+    assert!(
+        sends < 50,
+        "GC of 5,000 elements took {sends} netlink sends"
+    );
     assert_eq!(
         node.elements(),
         BTreeSet::from([format!("{} {}:eth0", result_address(&kept), a.cid)])
