@@ -14,14 +14,19 @@
 //! store for an operator and for STATUS.
 
 use std::collections::HashSet;
+use std::fs::File;
 use std::net::IpAddr;
+use std::os::unix::fs::OpenOptionsExt;
+use std::time::Duration;
+
+use nix::fcntl::Flock;
 
 use ipnetwork::IpNetwork;
 
 use crate::attachment::Attachment;
 use crate::cni::{code, Error, Result};
 use crate::config::{Config, Ipam};
-use crate::ipam::Holder;
+use crate::ipam::{files, Holder};
 use crate::nat_repair;
 use crate::netlink::{
     nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork, MasqRule, NatChange,
@@ -43,6 +48,9 @@ pub fn add(conf: &Config, holder: &Holder, addresses: &[IpNetwork]) -> Result<()
     // a holder whose reservation is gone (the address is this attachment's now).
     let mut present: Vec<IpAddr> = Vec::new();
     let mut retake: Vec<IpAddr> = Vec::new();
+    // Taken only to repair: concurrent first ADDs of a network would otherwise each
+    // add a rule. Held until the end of ADD's batch.
+    let mut lock = None;
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -60,6 +68,11 @@ pub fn add(conf: &Config, holder: &Holder, addresses: &[IpNetwork]) -> Result<()
                     ));
                 }
             }
+        }
+        if !change.rules.is_empty() && lock.is_none() {
+            lock = Some(repair_lock());
+            attempt -= 1;
+            continue; // look again under the lock: another ADD may have repaired it
         }
         for address in &own {
             let element = SetElement {
@@ -94,13 +107,33 @@ pub fn add(conf: &Config, holder: &Holder, addresses: &[IpNetwork]) -> Result<()
             // A concurrent ADD repaired the rule first (the handle is gone) or removed
             // a set: look again.
             Err(e) if attempt < 3 && e.is(libc::ENOENT) => {}
-            Err(e) if e.is(libc::EEXIST) || e.is(libc::EOPNOTSUPP) || e.is(libc::EBUSY) => {
+            Err(e)
+                if e.request.starts_with("create")
+                    && (e.is(libc::EEXIST) || e.is(libc::EOPNOTSUPP) || e.is(libc::EBUSY)) =>
+            {
                 return Err(foreign(&e))
             }
             Err(e) => return Err(e.into()),
         }
     }
 }
+
+/// The host's lock on repairs of academy's NAT (any network): a repair is rare and takes
+/// a millisecond. Best effort: without /run, or after 5 s, ADD goes on unlocked (at
+/// worst a network gets two identical rules, which the next repair makes one).
+fn repair_lock() -> Option<Flock<File>> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(REPAIR_LOCK)
+        .ok()?;
+    files::lock_exclusive(file, Duration::from_secs(5)).ok()
+}
+
+const REPAIR_LOCK: &str = "/run/academy-nat.lock";
 
 /// Whether the network's rule needs (re-)making: None when academy's one rule for the
 /// set is there and current; Some(whether the set is missing too) otherwise. A set of

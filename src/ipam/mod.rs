@@ -49,7 +49,7 @@
 //! them); the worst outcome is an address missing from the index, which GC recovers.
 
 mod allocator;
-mod files;
+pub(crate) mod files;
 pub mod leaks;
 mod store;
 

@@ -45,6 +45,22 @@ fn del_leaves_an_element_that_is_now_another_attachment_s() {
         BTreeSet::from([format!("{address} someone-else:eth0")])
     );
     assert_eq!(lab.reservations(), Vec::<String>::new());
+
+    // The address is free in the store, so an ADD may get it: the stale element (its
+    // holder gone) becomes the new attachment's, in one batch.
+    let b = lab.attachment("b");
+    let ask = lab
+        .call_for("ADD", &b)
+        .config(&config)
+        .env("CNI_ARGS", &format!("IP={address}"));
+    let again = node.run(&ask).expect_result("ADD of the freed address");
+    assert_eq!(result_address(&again), address);
+    assert_eq!(
+        node.elements(),
+        BTreeSet::from([format!("{address} {}:eth0", b.cid)])
+    );
+    node.call("DEL", &b, &config).expect_silent_success("DEL");
+    assert!(node.elements().is_empty());
 }
 
 /// A delegated IPAM (a script that hands out the address its config names) and DEL

@@ -189,3 +189,48 @@ fn the_rule_follows_the_network_s_current_ranges() {
     node.call("CHECK", &a, &with_prev(&two, &first))
         .expect_silent_success("CHECK with the new ranges");
 }
+
+/// Concurrent first ADDs of a network (and concurrent ADDs after a flush) each find the
+/// rule missing; repairs are serialised, so the network still ends with one rule.
+#[test]
+fn concurrent_repairs_leave_one_rule() {
+    let lab = Lab::new("nrrace");
+    let node = Node::new(&lab);
+    let config = masq_config(&lab);
+    for round in ["first", "after a flush"] {
+        let attachments: Vec<Attach> = (0..8)
+            .map(|i| lab.attachment(&format!("{}{i}", &round[..1])))
+            .collect();
+        // Every netlink send of the main thread held 100 ms (strace): the ADDs' looks at
+        // the chain and their batches interleave, as on a loaded node.
+        std::thread::scope(|s| {
+            for a in &attachments {
+                let (lab, node, config) = (&lab, &node, &config);
+                s.spawn(move || {
+                    let call = lab.call_for("ADD", a).config(config);
+                    let out = call.spawn(
+                        "ip",
+                        &[
+                            "netns",
+                            "exec",
+                            &node.ns,
+                            "strace",
+                            "-qq",
+                            "-o",
+                            "/dev/null",
+                            "-e",
+                            "trace=sendto",
+                            "-e",
+                            "inject=sendto:delay_enter=100000",
+                            plugin(),
+                        ],
+                    );
+                    out.expect_result("parallel ADD")
+                });
+            }
+        });
+        assert_eq!(node.rules("v4").len(), 1, "rules after the {round} ADDs");
+        node.nft(&["flush", "chain", "inet", "academy", "postrouting"]);
+    }
+    assert_eq!(node.elements().len(), 16);
+}
