@@ -260,3 +260,30 @@ fn gc_removes_five_thousand_stale_elements_in_one_run() {
     );
     node.call("DEL", &a, &config).expect_silent_success("DEL");
 }
+
+/// A chain `postrouting` in academy's table that is not academy's nat chain (a plain
+/// chain, or a filter chain on the hook) refuses ADD, naming it, and leaves nothing.
+#[test]
+fn a_foreign_chain_under_academy_s_name_refuses_add_and_leaves_nothing() {
+    for (tag, definition) in [
+        ("nichain", None),
+        (
+            "nifilter",
+            Some("{ type filter hook postrouting priority 0; }"),
+        ),
+    ] {
+        let lab = Lab::new(tag);
+        let node = Node::new(&lab);
+        node.nft(&["add", "table", "inet", "academy"]);
+        let mut args = vec!["add", "chain", "inet", "academy", "postrouting"];
+        args.extend(definition);
+        node.nft(&args);
+        let a = lab.attach();
+        let out = node.call("ADD", &a, &masq_config(&lab));
+        assert_cni_error(&out, 103, &["chain", "postrouting", "not academy's"]);
+        assert_eq!(lab.reservations(), Vec::<String>::new());
+        assert_eq!(netns_link_names(&lab.netns), vec!["lo".to_string()]);
+        node.call("DEL", &a, &masq_config(&lab))
+            .expect_silent_success("DEL after the refused ADD");
+    }
+}
