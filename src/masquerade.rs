@@ -121,7 +121,7 @@ pub fn add(conf: &Config, holder: &Holder, addresses: &[IpNetwork]) -> Result<()
 /// The host's lock on repairs of academy's NAT (any network): a repair is rare and takes
 /// a millisecond. Best effort: without /run, or after 5 s, ADD goes on unlocked (at
 /// worst a network gets two identical rules, which the next repair makes one).
-fn repair_lock() -> Option<Flock<File>> {
+pub(crate) fn repair_lock() -> Option<Flock<File>> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)

@@ -11,7 +11,7 @@ use ipnetwork::IpNetwork;
 
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
-use crate::masquerade::{add_repair, repair_of};
+use crate::masquerade::{add_repair, repair_lock, repair_of};
 use crate::netlink::{
     nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork, MasqRule, NatChange,
     Netlink, Nftables, SetElement,
@@ -181,6 +181,8 @@ pub const RESTORE_HINT: &str = "run `academy restore-nat` (or `academy restore-n
 pub type Restored = Vec<(String, Result<Vec<String>>)>;
 
 pub fn restore(confs: &[Config]) -> Result<Restored> {
+    // As ADD's repairs: one repairer at a time, or each would add the rules it found missing.
+    let _lock = repair_lock();
     let mut nft = Nftables::open()?;
     let rules = nft.masquerade_rules()?;
     let mut all = NatChange::default();
