@@ -57,7 +57,7 @@ pub fn add(conf: &Config, holder: &Holder, addresses: &[IpNetwork]) -> Result<()
         let rules = nft.masquerade_rules()?;
         let mut change = NatChange::default();
         for network in &networks {
-            let repair = repair_of(&mut nft, &conf.name, network, &rules)?;
+            let repair = repair_of(&mut nft, conf, network, &rules)?;
             if let Some(set_was_missing) = repair {
                 add_repair(&mut change, network, &rules);
                 if set_was_missing {
@@ -140,20 +140,28 @@ const REPAIR_LOCK: &str = "/run/academy-nat.lock";
 /// another shape under academy's name refuses ADD before anything is made.
 pub(crate) fn repair_of(
     nft: &mut Nftables,
-    network_name: &str,
+    conf: &Config,
     network: &MasqNetwork,
     rules: &[MasqRule],
 ) -> Result<Option<bool>> {
     let set = network.set_name();
     let ours: Vec<&MasqRule> = rules.iter().filter(|r| r.set == set).collect();
-    if ours.len() == 1 && ours[0].comment == network.rule_comment() {
+    if ours.len() == 1 && is_current(conf, ours[0], network) {
         return Ok(None);
     }
-    match nft.set_shape(network_name, network.family)? {
+    match nft.set_shape(&conf.name, network.family)? {
         SetShape::Foreign(why) => Err(foreign_set(&set, &why)),
         SetShape::Missing => Ok(Some(true)),
         SetShape::Ours => Ok(Some(false)),
     }
+}
+
+/// Whether a rule of academy's for the network's set excludes what it should. With
+/// academy's own IPAM, exactly the network's current ranges; a delegated IPAM's
+/// subnets are only known from the addresses of each ADD, which would make every ADD
+/// from another subnet rewrite the rule, so there any rule of academy's will do.
+fn is_current(conf: &Config, rule: &MasqRule, network: &MasqNetwork) -> bool {
+    conf.builtin().is_none() || rule.comment == network.rule_comment()
 }
 
 /// Adds to `change` what makes `network`'s table, chain, set and one current rule.
@@ -324,7 +332,7 @@ pub fn check(
             diffs.push(format!(
                 "the masquerade rule of nf_tables set inet academy {set} is missing from chain postrouting"
             ));
-        } else if !ours.iter().any(|r| r.comment == network.rule_comment()) {
+        } else if !ours.iter().any(|r| is_current(conf, r, &network)) {
             diffs.push(format!(
                 "the masquerade rule of nf_tables set inet academy {set} was made for other ranges ({:?}, not {:?})",
                 ours[0].comment,

@@ -112,7 +112,7 @@ pub fn plan(conf: &Config, nft: &mut Nftables, rules: &[MasqRule]) -> Result<Rep
     for network in range_networks(conf) {
         let set = network.set_name();
         let want: Vec<&SetElement> = wired.iter().filter(|e| e.set == set).collect();
-        let needs_rule = repair_of(nft, &conf.name, &network, rules)?;
+        let needs_rule = repair_of(nft, conf, &network, rules)?;
         let set_missing = needs_rule == Some(true);
         if needs_rule.is_some() {
             // A set never used and never made is not missing anything.

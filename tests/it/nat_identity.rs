@@ -63,21 +63,46 @@ fn del_leaves_an_element_that_is_now_another_attachment_s() {
     assert!(node.elements().is_empty());
 }
 
+/// A delegated IPAM: a script in the lab's CNI_PATH that hands out the address its
+/// config names. Returns the network config for an address.
+fn fixed_ipam(lab: &Lab) -> impl Fn(String) -> Value + '_ {
+    lab.install_script(
+        "fixedipam",
+        "#!/bin/sh\ncase \"$CNI_COMMAND\" in\nADD) a=$(jq -r .ipam.address); printf '{\"cniVersion\":\"1.1.0\",\"ips\":[{\"address\":\"%s\"}]}' \"$a\" ;;\nesac\n",
+    );
+    move |address: String| {
+        json!({"cniVersion": "1.1.0", "name": lab.network, "type": "academy",
+               "bridge": lab.bridge, "ipMasq": true,
+               "ipam": {"type": "fixedipam", "address": address}})
+    }
+}
+
+/// With a delegated IPAM the network's subnets are known only from each ADD's address:
+/// an ADD from another subnet does not rewrite the rule the first one made.
+#[test]
+fn a_delegated_ipam_s_rule_is_kept_across_subnets() {
+    let lab = Lab::new("nideleg");
+    let node = Node::new(&lab);
+    let config = fixed_ipam(&lab);
+    let a = lab.attachment("a");
+    node.call("ADD", &a, &config(format!("{}/24", lab.ip(5))))
+        .expect_result("ADD in the lab's subnet");
+    let first = node.rules("v4");
+    let b = lab.attachment("b");
+    // Only inside the node's netns: no route to it exists on the host.
+    node.call("ADD", &b, &config("172.31.251.5/24".into()))
+        .expect_result("ADD in another subnet");
+    assert_eq!(node.rules("v4"), first);
+    assert_eq!(first.len(), 1);
+}
+
 /// A delegated IPAM (a script that hands out the address its config names) and DEL
 /// without prevResult: academy finds the attachment's elements by comment alone.
 #[test]
 fn container_ids_sharing_a_long_prefix_keep_their_own_elements() {
     let lab = Lab::new("niprefix");
     let node = Node::new(&lab);
-    lab.install_script(
-        "fixedipam",
-        "#!/bin/sh\ncase \"$CNI_COMMAND\" in\nADD) a=$(jq -r .ipam.address); printf '{\"cniVersion\":\"1.1.0\",\"ips\":[{\"address\":\"%s\"}]}' \"$a\" ;;\nesac\n",
-    );
-    let config = |address: String| {
-        json!({"cniVersion": "1.1.0", "name": lab.network, "type": "academy",
-               "bridge": lab.bridge, "ipMasq": true,
-               "ipam": {"type": "fixedipam", "address": address}})
-    };
+    let config = fixed_ipam(&lab);
     let prefix = format!("{}-{}", lab.cid, "p".repeat(140));
     let ids = [format!("{prefix}-one"), format!("{prefix}-two")];
     let mut elements = BTreeSet::new();
