@@ -85,6 +85,7 @@ pub fn add(conf: &Config, holder: &Holder, addresses: &[IpNetwork]) -> Result<()
             if retake.contains(address) {
                 change.retake.push(element.clone());
             }
+            // A retaken element is removed and added back in the same batch.
             if !present.contains(address) {
                 change.exclusive.push(element);
             }
@@ -102,7 +103,7 @@ pub fn add(conf: &Config, holder: &Holder, addresses: &[IpNetwork]) -> Result<()
                 return Ok(());
             }
             Err(e) if attempt < 3 && e.is(libc::EEXIST) && e.request.starts_with("add ") => {
-                (present, retake) = existing(&mut nft, &conf.name, &own, &key)?;
+                (present, retake) = existing(&mut nft, conf, holder, &own, &key)?;
             }
             // A concurrent ADD repaired the rule first (the handle is gone) or removed
             // a set: look again.
@@ -174,31 +175,59 @@ pub(crate) fn add_repair(change: &mut NatChange, network: &MasqNetwork, rules: &
     change.rules.push(network.clone());
 }
 
-/// Which of `own` already have an element: (this attachment's, another holder's).
+/// Which of `own` already have an element: (this attachment's, a stale one to take
+/// over). An element named for another attachment is taken over only when the store
+/// gives its address to this one (the other's reservation is gone, so its element is a
+/// leftover). Otherwise the address has passed to that attachment while this ADD was
+/// stalled (a healing ADD, a reclaim): its element is left alone and ADD fails with 11,
+/// its undo removing nothing but its own.
 fn existing(
     nft: &mut Nftables,
-    network: &str,
+    conf: &Config,
+    holder: &Holder,
     own: &[IpAddr],
     key: &str,
 ) -> Result<(Vec<IpAddr>, Vec<IpAddr>)> {
     let (mut present, mut retake) = (Vec::new(), Vec::new());
     for address in own {
-        match nft.element(network, *address)? {
+        match nft.element(&conf.name, *address)? {
             Some(e) if e.comment == key => present.push(*address),
             Some(e) => {
+                if !reserved_to(conf, holder, *address)? {
+                    return Err(Error::new(
+                        code::TRY_AGAIN_LATER,
+                        format!(
+                            "address {address} is in the masquerade as {:?}'s, and the store does not give it to this attachment: it passed to another while this ADD ran",
+                            e.comment
+                        ),
+                    )
+                    .details("the runtime may retry the ADD; the other attachment's masquerade is left as it is"));
+                }
                 eprintln!(
                     "academy: masquerade element {address} still named {:?}, whose reservation is gone: it is this attachment's now",
                     e.comment
                 );
-                present.push(*address);
                 retake.push(*address);
             }
             None => {}
         }
     }
-    // A retaken element is removed and added back in one batch.
-    present.retain(|a| !retake.contains(a));
     Ok((present, retake))
+}
+
+/// Whether academy's store holds `address` for `holder` (never, for a delegated IPAM:
+/// academy cannot tell who its addresses are given to).
+fn reserved_to(conf: &Config, holder: &Holder, address: IpAddr) -> Result<bool> {
+    if conf.builtin().is_none() {
+        return Ok(false);
+    }
+    let Some(store) = crate::reclaim::open_store(conf)? else {
+        return Ok(false);
+    };
+    Ok(store
+        .reservations()?
+        .iter()
+        .any(|r| r.address == address && r.holder().as_ref() == Some(holder)))
 }
 
 pub(crate) fn foreign_set(set: &str, why: &str) -> Error {

@@ -96,6 +96,34 @@ fn a_delegated_ipam_s_rule_is_kept_across_subnets() {
     assert_eq!(first.len(), 1);
 }
 
+/// An ADD whose address already has another attachment's element, where nothing proves
+/// the address is this ADD's own (a stalled ADD whose address was reclaimed and given
+/// again; here a delegated IPAM, whose givings academy cannot see): it fails with 11,
+/// and its undo leaves the other attachment's element in place.
+#[test]
+fn an_add_never_takes_over_an_element_it_cannot_prove_is_its_own() {
+    let lab = Lab::new("nisteal");
+    let node = Node::new(&lab);
+    let config = fixed_ipam(&lab);
+    let first = lab.attachment("first");
+    node.call("ADD", &first, &config(format!("{}/24", lab.ip(9))))
+        .expect_result("ADD that makes the set");
+    let address = lab.ip(7);
+    let set = format!("{}-v4", lab.network);
+    let other = format!("{{ {address} comment \"new-holder:eth0\" }}");
+    node.nft(&["add", "element", "inet", "academy", &set, &other]);
+    let links = node.links();
+
+    let a = lab.attachment("stalled");
+    let out = node.call("ADD", &a, &config(format!("{address}/24")));
+    assert_cni_error(&out, 11, &[&address, "new-holder:eth0"]);
+    assert!(node
+        .elements()
+        .contains(&format!("{address} new-holder:eth0")));
+    assert_eq!(node.links(), links, "the failed ADD's veth is gone");
+    assert_eq!(netns_link_names(&a.netns), vec!["lo".to_string()]);
+}
+
 /// A delegated IPAM (a script that hands out the address its config names) and DEL
 /// without prevResult: academy finds the attachment's elements by comment alone.
 #[test]
