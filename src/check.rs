@@ -9,6 +9,7 @@ use crate::cni::{code, Error, Result};
 use crate::config::Config;
 use crate::hostveth::{self, Ownership};
 use crate::masquerade;
+use crate::nat_repair;
 use crate::netlink::{LinkKind, Netlink, Route, RouteAttrs, MAIN_TABLE};
 use crate::netns::{Netns, OpenError};
 use crate::wire::kind_name;
@@ -94,18 +95,28 @@ pub fn check(env: &Env, conf: &Config) -> Result<()> {
         }
     }
     if diffs.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::new(
-            code::CHECK_MISMATCH,
-            format!(
-                "CHECK found {} difference(s): {}",
-                diffs.len(),
-                diffs.join("; ")
-            ),
-        )
-        .details("the attachment is not as ADD left it; DEL and ADD it again to repair it"))
+        return Ok(());
     }
+    // Only the masquerade is lost to an admin's flush while the container runs; academy
+    // can rebuild that from its store without touching the container.
+    let nat_only = diffs.iter().all(|d| d.contains("nf_tables"));
+    let details = if nat_only {
+        format!(
+            "the outbound NAT is not as ADD left it: {}",
+            nat_repair::RESTORE_HINT
+        )
+    } else {
+        "the attachment is not as ADD left it; DEL and ADD it again to repair it".to_string()
+    };
+    Err(Error::new(
+        code::CHECK_MISMATCH,
+        format!(
+            "CHECK found {} difference(s): {}",
+            diffs.len(),
+            diffs.join("; ")
+        ),
+    )
+    .details(details))
 }
 
 /// The bridge, the host veth, the masquerade and the store, from the host.
@@ -145,7 +156,7 @@ fn check_host(conf: &Config, env: &Env, ips: &[&IpConfig], diffs: &mut Vec<Strin
     }
     if conf.ip_masq {
         let addresses: Vec<_> = ips.iter().map(|ip| ip.address).collect();
-        masquerade::check(conf, &addresses, diffs)?;
+        masquerade::check(conf, &who.holder(), &addresses, diffs)?;
     }
     addressing::check(env, conf, ips, diffs)
 }

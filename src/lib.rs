@@ -22,6 +22,7 @@ mod hostveth;
 mod ipam;
 mod leaks;
 mod masquerade;
+mod nat_repair;
 mod netlink;
 mod netns;
 pub mod plugin;

@@ -176,6 +176,7 @@ fn read_conflist(file: &Path) -> Result<(String, Vec<u8>), String> {
 /// Writes `bytes` to `dir/name` with `mode` atomically, unless it is already there.
 fn put(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> Result<Outcome, String> {
     let dest = dir.join(name);
+    sweep_stale_temps(dir, name);
     if is_current(&dest, bytes, mode) {
         return Ok(Outcome::Unchanged);
     }
@@ -187,7 +188,7 @@ fn put(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> Result<Outcome, Strin
     }
     // Hidden, and unique per process, so two installers never write the same temp file
     // and no runtime picks it up as a plugin or a config.
-    let tmp = dir.join(format!(".{name}.academy-install.{}", std::process::id()));
+    let tmp = dir.join(format!("{}{}", temp_prefix(name), std::process::id()));
     let written = write_synced(&tmp, bytes, mode).and_then(|()| {
         fs::rename(&tmp, &dest)?;
         // The rename itself is durable only once the folder is synced.
@@ -198,6 +199,45 @@ fn put(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> Result<Outcome, Strin
         return Err(format!("cannot write {}: {e}", dest.display()));
     }
     Ok(Outcome::Installed)
+}
+
+fn temp_prefix(name: &str) -> String {
+    format!(".{name}.academy-install.")
+}
+
+/// A killed installer (OOM, a node drain, SIGKILL) leaves its temp file: a full copy of
+/// the binary (2.3 MB). Removes those of earlier installers: a temp file is stale when
+/// its installer's pid is this process's own (an earlier container's pid 1, say), no
+/// process has that pid, or it is older than a minute (the pid was reused; writing one
+/// takes milliseconds). A live concurrent installer's file is left alone. Best effort.
+fn sweep_stale_temps(dir: &Path, name: &str) {
+    let prefix = temp_prefix(name);
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file = entry.file_name();
+        let Some(pid) = file.to_str().and_then(|f| f.strip_prefix(&prefix)) else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<u32>() else {
+            continue;
+        };
+        let old = entry
+            .metadata()
+            .ok()
+            .filter(|m| m.is_file())
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > std::time::Duration::from_secs(60));
+        let dead = pid == std::process::id() || !Path::new(&format!("/proc/{pid}")).exists();
+        if (dead || old) && fs::remove_file(entry.path()).is_ok() {
+            say(&format!(
+                "removed {}, left by an installer that was killed",
+                entry.path().display()
+            ));
+        }
+    }
 }
 
 fn is_current(dest: &Path, bytes: &[u8], mode: u32) -> bool {
@@ -295,6 +335,30 @@ mod tests {
             .map(|e| e.file_name())
             .collect();
         assert_eq!(names, vec![OsString::from("academy")], "no temp file left");
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn put_removes_the_temp_files_of_killed_installers_only() {
+        let d = temp_dir("stale");
+        fs::write(d.join("academy"), b"same").unwrap();
+        fs::set_permissions(d.join("academy"), fs::Permissions::from_mode(0o755)).unwrap();
+        // Past any pid_max (4194304): no such process. And this process's own pid.
+        let dead = d.join(".academy.academy-install.4999999");
+        let own = d.join(format!(".academy.academy-install.{}", std::process::id()));
+        // A live installer's (pid 1 always exists), fresh: kept.
+        let live = d.join(".academy.academy-install.1");
+        let other = d.join(".other.academy-install.4999999");
+        for f in [&dead, &own, &live, &other] {
+            fs::write(f, b"partial").unwrap();
+        }
+        assert_eq!(
+            put(&d, "academy", b"same", 0o755).unwrap(),
+            Outcome::Unchanged
+        );
+        assert!(!dead.exists() && !own.exists(), "stale temp files left");
+        assert!(live.exists(), "a live installer's temp file was removed");
+        assert!(other.exists(), "another file's temp was removed");
         fs::remove_dir_all(&d).unwrap();
     }
 

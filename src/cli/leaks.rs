@@ -252,8 +252,9 @@ fn summary(items: &[Freed]) -> String {
 /// and '#' comments are skipped. An empty list is refused: it would free every
 /// attachment, and is what a failed listing command leaves behind.
 fn read_keep_ids(file: &str) -> Result<HashSet<String>, CliError> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| CliError::Failed(format!("cannot read --keep-ids file {file}: {e}")))?;
+    let bytes = super::read_input(file, "--keep-ids file", 64 << 20)?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| CliError::Failed(format!("--keep-ids file {file} is not UTF-8 text")))?;
     let ids: HashSet<String> = text
         .lines()
         .map(str::trim)

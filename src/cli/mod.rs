@@ -7,6 +7,7 @@
 
 mod install;
 mod leaks;
+mod nat;
 
 use std::collections::HashMap;
 
@@ -40,6 +41,12 @@ const SUBCOMMANDS: &[Subcommand] = &[
         args: "CONFLIST [--older-than DURATION | --keep-ids FILE [--older-than DURATION]] [--dry-run]",
         about: "free leaked reservations (or every attachment not in FILE) and what academy made for them",
         run: leaks::reclaim,
+    },
+    Subcommand {
+        name: "restore-nat",
+        args: "[--conf-dir DIR | CONFLIST...]",
+        about: "put back the outbound NAT (ipMasq) of every academy network in DIR (default /etc/cni/net.d) from the address store, in one batch",
+        run: nat::restore,
     },
 ];
 
@@ -184,8 +191,7 @@ impl Parsed {
 /// network name, store and bridge are exactly what ADD uses). A single-plugin `.conf`
 /// of type academy is accepted too.
 pub fn load_network(path: &str) -> Result<Config, CliError> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| CliError::Failed(format!("cannot read conflist {path}: {e}")))?;
+    let bytes = read_input(path, "conflist", 16 << 20)?;
     let value: Value = serde_json::from_slice(&bytes)
         .map_err(|e| CliError::Failed(format!("{path} is not valid JSON: {e}")))?;
     let Value::Object(list) = value else {
@@ -209,6 +215,57 @@ pub fn load_network(path: &str) -> Result<Config, CliError> {
             "{path}: its academy plugin config is not valid: {e}"
         ))
     })
+}
+
+/// The bytes of a file an operator names (a conflist, a list of ids), at most `limit`.
+/// Opened without blocking, so a FIFO with no writer (or a device) cannot hang the
+/// command: anything but a regular file or a pipe is refused, and a pipe that gives
+/// nothing is said to be one. A pipe with a writer (`<(crictl pods -q)`) is read.
+pub fn read_input(path: &str, what: &str, limit: u64) -> Result<Vec<u8>, CliError> {
+    use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let failed = |e: std::io::Error| CliError::Failed(format!("cannot read {what} {path}: {e}"));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(failed)?;
+    let kind = file.metadata().map_err(failed)?.file_type();
+    let pipe = kind.is_fifo();
+    if !kind.is_file() && !pipe {
+        let name = if kind.is_dir() {
+            "a directory"
+        } else if kind.is_socket() {
+            "a socket"
+        } else {
+            "a device"
+        };
+        return Err(CliError::Failed(format!(
+            "cannot read {what} {path}: it is {name}, not a regular file"
+        )));
+    }
+    if pipe {
+        // Blocking again: a writer that is still writing is waited for; with no writer
+        // at all the read ends at once.
+        let flags = nix::fcntl::OFlag::empty();
+        nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_SETFL(flags))
+            .map_err(|e| failed(e.into()))?;
+    }
+    let mut bytes = Vec::new();
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(failed)?;
+    if bytes.len() as u64 > limit {
+        return Err(CliError::Failed(format!(
+            "{what} {path} is larger than {limit} bytes"
+        )));
+    }
+    if pipe && bytes.is_empty() {
+        return Err(CliError::Failed(format!(
+            "cannot read {what} {path}: it is a FIFO (named pipe) and nothing was written to it; give a regular file"
+        )));
+    }
+    Ok(bytes)
 }
 
 /// The academy entry of a conflist's plugins, given the list's cniVersion and name as

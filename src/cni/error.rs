@@ -21,8 +21,8 @@ pub mod code {
     pub const NAME_IN_USE: u32 = 101;
     /// CNI_NETNS could not be opened or entered.
     pub const NETNS_UNUSABLE: u32 = 102;
-    /// A host link name academy needs (the bridge, the host veth) belongs to a link
-    /// academy did not make for it.
+    /// A host name academy needs (the bridge, the host veth, an nf_tables set or chain
+    /// of its table) belongs to something academy did not make for it.
     pub const HOST_NAME_TAKEN: u32 = 103;
     /// No free address is left in the range.
     pub const ADDRESS_EXHAUSTED: u32 = 110;

@@ -12,6 +12,7 @@ use crate::config::Config;
 use crate::hostveth;
 use crate::ipam::store::{Locked, StoreDir};
 use crate::ipam::Holder;
+use crate::masquerade;
 use crate::netlink::Netlink;
 use crate::removal::{self, Reservations, Target};
 
@@ -201,8 +202,9 @@ pub fn reclaim(
                         .entry((entry.reservation.container_id.clone(), ifname.clone()))
                         .or_default()
                         .push(locked),
-                    // A legacy reservation names no attachment: swept alone, by kind.
-                    None => match locked.remove() {
+                    // A legacy reservation names no attachment: swept alone, by kind, its
+                    // masquerade element (named by its container) first.
+                    None => match sweep_legacy(conf, &entry.reservation.container_id, locked) {
                         Ok(true) => report.freed.push(item.clone()),
                         Ok(false) => {}
                         Err(e) => report.errors.push(e),
@@ -238,6 +240,15 @@ pub fn reclaim(
     }
     report.errors.extend(removed.errors);
     Ok(report)
+}
+
+/// A legacy reservation (no interface in it): the masquerade elements its container's
+/// attachments left at its address, then the file, still locked.
+fn sweep_legacy(conf: &Config, container_id: &str, locked: Locked) -> Result<bool> {
+    if conf.ip_masq {
+        masquerade::remove_of_container(conf, container_id, &[locked.address()])?;
+    }
+    locked.remove()
 }
 
 /// Locks the entry's reservation if `sel` still picks it: same holder, old enough and,

@@ -18,7 +18,8 @@ mod route;
 mod socket;
 
 pub use nftables::{
-    set_name as nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork, Nftables,
+    set_name as nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork, MasqRule,
+    NatChange, Nftables, SetElement, SetShape,
 };
 pub use route::{Link, LinkKind, Netlink, Route, RouteAttrs, VethPair, MAIN_TABLE};
 pub use socket::NlError;

@@ -59,6 +59,7 @@
 
 mod common;
 
+mod cli_inputs;
 mod cri;
 mod dropin;
 mod failure;
@@ -71,6 +72,8 @@ mod layer2;
 mod leaks;
 mod masquerade;
 mod multinet;
+mod nat_identity;
+mod nat_repair;
 mod netns_entry;
 mod podman;
 mod podman_multinet;

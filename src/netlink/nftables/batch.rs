@@ -7,7 +7,7 @@ use netlink_packet_core::{
 
 use super::attrs::Attrs;
 use super::NFPROTO_INET;
-use crate::netlink::socket::{NlResult, NlSocket};
+use crate::netlink::socket::{NlError, NlResult, NlSocket};
 
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
@@ -27,6 +27,37 @@ pub(super) struct Batch<'a> {
     bytes: Vec<u8>,
     first: u32,
     descriptions: Vec<String>,
+    /// A change whose attributes could not be encoded (an attribute over 64 KiB).
+    too_long: Option<String>,
+}
+
+/// Bytes per sendmsg, well below the socket's default send buffer (212,992 bytes: a
+/// larger message fails with EMSGSIZE). Only a batch this large (a GC removing thousands
+/// of elements, a restore of a big node) is split, each part applied all or nothing.
+pub(super) const BATCH_BYTES: usize = 128 * 1024;
+
+/// One change of a batch, not yet encoded.
+pub(super) struct Change {
+    pub(super) kind: u8,
+    pub(super) flags: u16,
+    pub(super) attrs: Attrs,
+    pub(super) description: String,
+}
+
+/// Sends `changes` in as few batches as fit BATCH_BYTES (one in every usual case), in
+/// order; stops at the first refused batch.
+pub(super) fn commit_all(socket: &mut NlSocket, changes: Vec<Change>) -> NlResult<()> {
+    let mut batch = Batch::new(socket);
+    for change in changes {
+        if !batch.descriptions.is_empty()
+            && batch.bytes.len() + change.attrs.0.len() + 64 > BATCH_BYTES
+        {
+            let socket = batch.commit_keep()?;
+            batch = Batch::new(socket);
+        }
+        batch.add(change.kind, change.flags, change.attrs, change.description);
+    }
+    batch.commit()
 }
 
 impl<'a> Batch<'a> {
@@ -48,10 +79,15 @@ impl<'a> Batch<'a> {
             socket,
             bytes,
             descriptions: Vec::new(),
+            too_long: None,
         }
     }
 
     pub(super) fn add(&mut self, kind: u8, flags: u16, attrs: Attrs, description: String) {
+        if attrs.too_long() {
+            self.too_long.get_or_insert(description);
+            return;
+        }
         let sequence = self.socket.next_sequence();
         let flags = NLM_F_REQUEST | NLM_F_ACK | flags;
         encode(
@@ -66,9 +102,20 @@ impl<'a> Batch<'a> {
         self.descriptions.push(description);
     }
 
-    pub(super) fn commit(mut self) -> NlResult<()> {
+    pub(super) fn commit(self) -> NlResult<()> {
+        self.commit_keep().map(drop)
+    }
+
+    /// Commits, and gives the socket back for the next batch.
+    fn commit_keep(mut self) -> NlResult<&'a mut NlSocket> {
+        if let Some(what) = self.too_long {
+            return Err(NlError {
+                reason: Some("an attribute is longer than netlink's 65,535 bytes".into()),
+                ..NlError::new(what, libc::EMSGSIZE)
+            });
+        }
         if self.descriptions.is_empty() {
-            return Ok(());
+            return Ok(self.socket);
         }
         let sequence = self.socket.next_sequence();
         let res_id = NFNL_SUBSYS_NFTABLES;
@@ -90,7 +137,8 @@ impl<'a> Batch<'a> {
                 .get((seq - first) as usize)
                 .cloned()
                 .unwrap_or_else(|| what.clone())
-        })
+        })?;
+        Ok(self.socket)
     }
 }
 

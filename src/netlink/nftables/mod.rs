@@ -10,29 +10,33 @@
 //! - each set element carries a comment naming its attachment, so GC can find the
 //!   elements of attachments that are gone without the address store.
 //!
-//! Every change is one batch: one sendmsg, applied by the kernel all or nothing. A set
-//! and its rule are created in the same batch, so a set never exists without its rule,
-//! and adding elements (the common case) needs nothing but the elements.
+//! Every change is one batch: one sendmsg, applied by the kernel all or nothing (split
+//! only when it would not fit a sendmsg: thousands of elements). A set and its rule are
+//! created in the same batch, and a rule found missing or outdated is re-created in the
+//! batch that adds the elements (change.rs). What academy finds under its names is
+//! judged before it is used (inspect.rs): a set of another shape, or a rule without
+//! academy's comment, is someone else's and left alone.
 
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
-use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST};
+use netlink_packet_core::{NLM_F_DUMP, NLM_F_REQUEST};
 use netlink_sys::protocols::NETLINK_NETFILTER;
 
 use super::socket::{Await, NlResult, NlSocket};
 
 mod attrs;
 mod batch;
+mod change;
+mod digest;
+mod inspect;
 mod rule;
 
 pub use attrs::stored_comment;
-use attrs::{
-    address_bytes, address_from, attributes, comment_of, comment_udata, Attrs, NFTA_DATA_VALUE,
-    NFTA_LIST_ELEM,
-};
-use batch::{encode, nftables_type, Batch, HEADERS_LEN};
-use rule::masquerade_rule;
+use attrs::{address_from, attributes, comment_of, Attrs, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
+use batch::{encode, nftables_type, HEADERS_LEN};
+pub use change::{NatChange, SetElement};
+pub use inspect::{MasqRule, SetShape, RULE_PREFIX};
 
 pub const TABLE: &str = "academy";
 pub const CHAIN: &str = "postrouting";
@@ -46,7 +50,9 @@ const NFT_MSG_NEWTABLE: u8 = 0;
 const NFT_MSG_NEWCHAIN: u8 = 3;
 const NFT_MSG_NEWRULE: u8 = 6;
 const NFT_MSG_GETRULE: u8 = 7;
+const NFT_MSG_DELRULE: u8 = 8;
 const NFT_MSG_NEWSET: u8 = 9;
+const NFT_MSG_GETSET: u8 = 10;
 const NFT_MSG_NEWSETELEM: u8 = 12;
 const NFT_MSG_GETSETELEM: u8 = 13;
 const NFT_MSG_DELSETELEM: u8 = 14;
@@ -71,6 +77,7 @@ const NFTA_SET_ELEM_KEY: u16 = 1;
 const NFTA_SET_ELEM_USERDATA: u16 = 6;
 const NFTA_RULE_TABLE: u16 = 1;
 const NFTA_RULE_CHAIN: u16 = 2;
+const NFTA_RULE_HANDLE: u16 = 3;
 const NFTA_RULE_EXPRESSIONS: u16 = 4;
 const NFTA_RULE_USERDATA: u16 = 7;
 
@@ -132,9 +139,16 @@ impl MasqNetwork {
         set_name(&self.network, self.family)
     }
 
-    /// The rule's comment: how CHECK recognises it among others in the chain.
-    fn rule_comment(&self) -> String {
-        format!("academy ipMasq {}", self.set_name())
+    /// The rule's comment: academy's mark (RULE_PREFIX), the set, and the destinations
+    /// the rule leaves alone, so that a rule made for other ranges reads as outdated.
+    /// Capped as every stored comment is (a network name may be 128 bytes).
+    pub fn rule_comment(&self) -> String {
+        let excluded: Vec<String> = self.subnets.iter().map(|s| s.to_string()).collect();
+        stored_comment(&format!(
+            "{RULE_PREFIX}{} except {}",
+            self.set_name(),
+            excluded.join(",")
+        ))
     }
 }
 
@@ -161,48 +175,14 @@ impl Nftables {
         })
     }
 
-    /// Adds each element to its network's set (`networks` has one entry per family of
-    /// the elements), creating the table, chain, set and rule first when missing.
-    pub fn add_elements(
-        &mut self,
-        networks: &[MasqNetwork],
-        elements: &[MasqElement],
-    ) -> NlResult<()> {
-        match self.change_elements(NFT_MSG_NEWSETELEM, networks, elements) {
-            Err(e) if e.is(libc::ENOENT) => {
-                for network in networks {
-                    self.create(network)?;
-                }
-                self.change_elements(NFT_MSG_NEWSETELEM, networks, elements)
-            }
-            other => other,
-        }
-    }
-
     /// Removes the addresses from the network's sets. Nothing to remove is success.
     pub fn delete_elements(&mut self, network: &str, addresses: &[IpAddr]) -> NlResult<()> {
-        let networks: Vec<MasqNetwork> = [Family::V4, Family::V6]
-            .into_iter()
-            .map(|family| MasqNetwork {
-                network: network.to_string(),
-                family,
-                subnets: Vec::new(),
-            })
-            .collect();
-        let elements: Vec<MasqElement> = addresses
-            .iter()
-            .map(|a| MasqElement {
-                address: *a,
-                comment: String::new(),
-            })
-            .collect();
-        match self.change_elements(NFT_MSG_DELSETELEM, &networks, &elements) {
+        match self.change_elements(network, addresses) {
             // One batch is all or nothing: one missing element (or set, or table) keeps
             // the others. Rare (a DEL repeated, a crash undone), so one at a time.
             Err(e) if e.is(libc::ENOENT) => {
-                for element in &elements {
-                    let one = std::slice::from_ref(element);
-                    match self.change_elements(NFT_MSG_DELSETELEM, &networks, one) {
+                for address in addresses {
+                    match self.change_elements(network, std::slice::from_ref(address)) {
                         Err(e) if !e.is(libc::ENOENT) => return Err(e),
                         _ => {}
                     }
@@ -237,180 +217,22 @@ impl Nftables {
         }
     }
 
-    /// Whether `address` is in its network's set.
-    pub fn has_element(&mut self, network: &str, address: IpAddr) -> NlResult<bool> {
-        Ok(self.element(network, address)?.is_some())
-    }
-
-    /// The element of `address` in its network's set, with its comment; None when absent.
-    pub fn element(&mut self, network: &str, address: IpAddr) -> NlResult<Option<MasqElement>> {
-        let family = Family::of(address);
-        let set = set_name(network, family);
-        let mut attrs = Attrs::default();
-        attrs.str(NFTA_SET_ELEM_LIST_TABLE, TABLE);
-        attrs.str(NFTA_SET_ELEM_LIST_SET, &set);
-        attrs.nested(NFTA_SET_ELEM_LIST_ELEMENTS, |list| {
-            list.nested(NFTA_LIST_ELEM, |elem| {
-                elem.nested(NFTA_SET_ELEM_KEY, |key| {
-                    key.put(NFTA_DATA_VALUE, &address_bytes(address))
-                })
-            })
-        });
-        let what = format!("look up {address} in nf_tables set {TABLE} {set}");
-        let mut found = None;
-        let result = self.request(NFT_MSG_GETSETELEM, 0, attrs, Await::One, &what, |p| {
-            found = decode_elements(p, family).into_iter().next();
-        });
-        match result {
-            Ok(()) => Ok(found.or(Some(MasqElement {
-                address,
-                comment: String::new(),
-            }))),
-            Err(e) if e.is(libc::ENOENT) => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Whether the chain holds the network's masquerade rule.
-    pub fn has_rule(&mut self, network: &MasqNetwork) -> NlResult<bool> {
-        let mut attrs = Attrs::default();
-        attrs.str(NFTA_RULE_TABLE, TABLE);
-        attrs.str(NFTA_RULE_CHAIN, CHAIN);
-        let wanted = network.rule_comment();
-        let what = format!("list the rules of nf_tables chain {TABLE} {CHAIN}");
-        let mut found = false;
-        let result = self.request(
-            NFT_MSG_GETRULE,
-            NLM_F_DUMP,
-            attrs,
-            Await::Dump,
-            &what,
-            |p| {
-                let comment = attributes(p)
-                    .find(|(kind, _)| *kind == NFTA_RULE_USERDATA)
-                    .and_then(|(_, data)| comment_of(data));
-                found |= comment.as_deref() == Some(wanted.as_str());
-            },
-        );
-        match result {
-            Err(e) if e.is(libc::ENOENT) => Ok(false),
-            other => other.map(|()| found),
-        }
-    }
-
-    /// The table, chain, set and rule of one network and family, in one batch. The set
-    /// is created exclusively and the rule with it: if the set exists, so does the rule,
-    /// and the kernel refuses the whole batch, which is success here.
-    fn create(&mut self, network: &MasqNetwork) -> NlResult<()> {
-        let set = network.set_name();
-        let (_, len, _, _) = network.family.layout();
-        let mut batch = Batch::new(&mut self.socket);
-
-        let mut table = Attrs::default();
-        table.str(NFTA_TABLE_NAME, TABLE);
-        batch.add(
-            NFT_MSG_NEWTABLE,
-            NLM_F_CREATE,
-            table,
-            format!("create table inet {TABLE}"),
-        );
-
-        let mut chain = Attrs::default();
-        chain.str(NFTA_CHAIN_TABLE, TABLE);
-        chain.str(NFTA_CHAIN_NAME, CHAIN);
-        chain.nested(NFTA_CHAIN_HOOK, |hook| {
-            hook.be32(NFTA_HOOK_HOOKNUM, NF_INET_POST_ROUTING);
-            hook.be32(NFTA_HOOK_PRIORITY, NF_IP_PRI_NAT_SRC);
-        });
-        chain.str(NFTA_CHAIN_TYPE, "nat");
-        batch.add(
-            NFT_MSG_NEWCHAIN,
-            NLM_F_CREATE,
-            chain,
-            format!("create chain {CHAIN}"),
-        );
-
-        let mut set_attrs = Attrs::default();
-        set_attrs.str(NFTA_SET_TABLE, TABLE);
-        set_attrs.str(NFTA_SET_NAME, &set);
-        let key_type = match network.family {
-            Family::V4 => TYPE_IPV4_ADDR,
-            Family::V6 => TYPE_IPV6_ADDR,
-        };
-        set_attrs.be32(NFTA_SET_KEY_TYPE, key_type);
-        set_attrs.be32(NFTA_SET_KEY_LEN, len);
-        set_attrs.be32(NFTA_SET_ID, 1);
-        batch.add(
-            NFT_MSG_NEWSET,
-            NLM_F_CREATE | NLM_F_EXCL,
-            set_attrs,
-            format!("create set {set}"),
-        );
-
-        let mut rule = Attrs::default();
-        rule.str(NFTA_RULE_TABLE, TABLE);
-        rule.str(NFTA_RULE_CHAIN, CHAIN);
-        rule.nested(NFTA_RULE_EXPRESSIONS, |list| masquerade_rule(list, network));
-        rule.put(NFTA_RULE_USERDATA, &comment_udata(&network.rule_comment()));
-        batch.add(
-            NFT_MSG_NEWRULE,
-            NLM_F_CREATE | NLM_F_APPEND,
-            rule,
-            format!("add the masquerade rule of set {set}"),
-        );
-
-        match batch.commit() {
-            Err(e) if e.is(libc::EEXIST) => Ok(()),
-            other => other,
-        }
-    }
-
-    /// One batch with one NEWSETELEM or DELSETELEM message per family present.
-    fn change_elements(
-        &mut self,
-        kind: u8,
-        networks: &[MasqNetwork],
-        elements: &[MasqElement],
-    ) -> NlResult<()> {
-        let verb = if kind == NFT_MSG_NEWSETELEM {
-            "add"
-        } else {
-            "remove"
-        };
-        let mut batch = Batch::new(&mut self.socket);
-        for network in networks {
-            let mine: Vec<&MasqElement> = elements
+    /// One batch removing `addresses` from the network's sets (all or nothing).
+    fn change_elements(&mut self, network: &str, addresses: &[IpAddr]) -> NlResult<()> {
+        let change = NatChange {
+            retake: addresses
                 .iter()
-                .filter(|e| Family::of(e.address) == network.family)
-                .collect();
-            if mine.is_empty() {
-                continue;
-            }
-            let set = network.set_name();
-            let mut attrs = Attrs::default();
-            attrs.str(NFTA_SET_ELEM_LIST_TABLE, TABLE);
-            attrs.str(NFTA_SET_ELEM_LIST_SET, &set);
-            attrs.nested(NFTA_SET_ELEM_LIST_ELEMENTS, |list| {
-                for element in &mine {
-                    list.nested(NFTA_LIST_ELEM, |elem| {
-                        elem.nested(NFTA_SET_ELEM_KEY, |key| {
-                            key.put(NFTA_DATA_VALUE, &address_bytes(element.address))
-                        });
-                        if !element.comment.is_empty() {
-                            elem.put(NFTA_SET_ELEM_USERDATA, &comment_udata(&element.comment));
-                        }
-                    });
-                }
-            });
-            let addresses: Vec<String> = mine.iter().map(|e| e.address.to_string()).collect();
-            let what = format!(
-                "{verb} {} in nf_tables set inet {TABLE} {set}",
-                addresses.join(", ")
-            );
-            // A new element that exists already (an ADD repeated) is fine: no EXCL.
-            batch.add(kind, NLM_F_CREATE, attrs, what);
-        }
-        batch.commit()
+                .map(|a| SetElement {
+                    set: set_name(network, Family::of(*a)),
+                    element: MasqElement {
+                        address: *a,
+                        comment: String::new(),
+                    },
+                })
+                .collect(),
+            ..NatChange::default()
+        };
+        self.apply(&change)
     }
 
     /// One request outside a batch (the GET messages), its replies' attributes handed to
@@ -424,6 +246,9 @@ impl Nftables {
         what: &str,
         mut on_reply: impl FnMut(&[u8]),
     ) -> NlResult<()> {
+        if attrs.too_long() {
+            return Err(super::socket::NlError::new(what, libc::EMSGSIZE));
+        }
         let sequence = self.socket.next_sequence();
         let mut bytes = Vec::new();
         encode(
@@ -475,6 +300,7 @@ fn decode_elements(payload: &[u8], family: Family) -> Vec<MasqElement> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netlink::nftables::attrs::comment_udata;
 
     #[test]
     fn elements_decode_from_a_set_element_reply() {

@@ -14,7 +14,8 @@ const NFTA_EXPR_DATA: u16 = 2;
 
 /// The rule, as `nft --debug=netlink` shows it for
 /// `meta nfproto ipv4 ip saddr @set ip daddr != SUBNET ... ip daddr != 224.0.0.0/4 masquerade`.
-pub(super) fn masquerade_rule(list: &mut Attrs, network: &MasqNetwork) {
+/// `set_id` is the set's NFTA_SET_ID when the same batch creates it (0: it exists).
+pub(super) fn masquerade_rule(list: &mut Attrs, network: &MasqNetwork, set_id: u32) {
     let (nfproto, len, saddr, daddr) = network.family.layout();
     expr(list, "meta", |e| {
         e.be32(1, NFT_REG_1); // NFTA_META_DREG
@@ -25,7 +26,9 @@ pub(super) fn masquerade_rule(list: &mut Attrs, network: &MasqNetwork) {
     expr(list, "lookup", |e| {
         e.str(1, &network.set_name()); // NFTA_LOOKUP_SET
         e.be32(2, NFT_REG_1); // NFTA_LOOKUP_SREG
-        e.be32(4, 1); // NFTA_LOOKUP_SET_ID: the set may be new in this batch
+        if set_id != 0 {
+            e.be32(4, set_id); // NFTA_LOOKUP_SET_ID: the set may be new in this batch
+        }
     });
     payload(list, daddr, len);
     for subnet in network.subnets.iter().chain([&network.family.multicast()]) {

@@ -12,6 +12,8 @@
 //! - [`shim`]: the LD_PRELOAD netlink fault shim;
 //! - [`outside`]: the made "outside" of outbound-NAT tests;
 //! - [`nft`]: academy's nf_tables table, read and cleaned with the `nft` tool;
+//! - [`node`]: a private netns academy runs in as its host, for tests that flush or
+//!   plant objects in academy's nf_tables table;
 //! - [`host`]: file locks that serialise tests across processes, mounts left in a folder;
 //! - [`podman`]: a podman on a test folder's own stores and config;
 //! - [`reference`]: running the reference bridge plugin beside academy.
@@ -28,6 +30,7 @@ pub mod kernel;
 pub mod lab;
 pub mod netns_state;
 pub mod nft;
+pub mod node;
 pub mod outside;
 pub mod podman;
 pub mod process;
@@ -43,6 +46,7 @@ pub use host::*;
 pub use kernel::*;
 pub use lab::*;
 pub use netns_state::*;
+pub use node::*;
 pub use outside::*;
 pub use podman::*;
 pub use process::*;

@@ -5,24 +5,31 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use super::process::run;
+use super::process::{run, Out};
+
+/// `nft ARGS`, in the host's netns or (Some) in a named one.
+pub fn nft_in(netns: Option<&str>, args: &[&str]) -> Out {
+    match netns {
+        None => run("nft", args, &[]),
+        Some(ns) => {
+            let mut all = vec!["netns", "exec", ns, "nft"];
+            all.extend_from_slice(args);
+            run("ip", &all, &[])
+        }
+    }
+}
 
 /// The elements of a network's masquerade sets, as "address comment".
 pub fn elements(network: &str) -> BTreeSet<String> {
+    elements_in(None, network)
+}
+
+/// [`elements`] in a named netns (None: the host's).
+pub fn elements_in(netns: Option<&str>, network: &str) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
     for family in ["v4", "v6"] {
-        let out = run(
-            "nft",
-            &[
-                "-j",
-                "list",
-                "set",
-                "inet",
-                "academy",
-                &format!("{network}-{family}"),
-            ],
-            &[],
-        );
+        let set = format!("{network}-{family}");
+        let out = nft_in(netns, &["-j", "list", "set", "inet", "academy", &set]);
         if out.code != 0 {
             continue; // no such set (or table): no elements
         }
@@ -53,14 +60,17 @@ pub fn addresses(network: &str) -> BTreeSet<String> {
 
 /// Whether the network's masquerade rule of `family` ("v4"/"v6") is in the chain.
 pub fn has_rule(network: &str, family: &str) -> bool {
-    rule_handles(network)
+    rule_handles_in(None, network)
         .iter()
-        .any(|(comment, _)| comment.ends_with(&format!("{network}-{family}")))
+        .any(|(set, _)| *set == format!("{network}-{family}"))
 }
 
-fn rule_handles(network: &str) -> Vec<(String, u64)> {
-    let out = run(
-        "nft",
+/// academy's rules of the network (comment "academy ipMasq ...", looking up one of the
+/// network's sets), as (set, handle). By the set the rule looks up, not by its
+/// comment, which is capped for long network names.
+pub fn rule_handles_in(netns: Option<&str>, network: &str) -> Vec<(String, u64)> {
+    let out = nft_in(
+        netns,
         &[
             "-j",
             "-a",
@@ -70,7 +80,6 @@ fn rule_handles(network: &str) -> Vec<(String, u64)> {
             "academy",
             "postrouting",
         ],
-        &[],
     );
     if out.code != 0 {
         return Vec::new();
@@ -79,23 +88,61 @@ fn rule_handles(network: &str) -> Vec<(String, u64)> {
     let mut found = Vec::new();
     for item in v["nftables"].as_array().into_iter().flatten() {
         let rule = &item["rule"];
-        if let (Some(comment), Some(handle)) = (rule["comment"].as_str(), rule["handle"].as_u64()) {
-            let ours = [format!("{network}-v4"), format!("{network}-v6")];
-            if ours
-                .iter()
-                .any(|s| comment == format!("academy ipMasq {s}"))
-            {
-                found.push((comment.to_string(), handle));
+        let (Some(comment), Some(handle)) = (rule["comment"].as_str(), rule["handle"].as_u64())
+        else {
+            continue;
+        };
+        if !comment.starts_with("academy ipMasq ") {
+            continue;
+        }
+        let exprs = rule["expr"].to_string();
+        for family in ["v4", "v6"] {
+            let set = format!("{network}-{family}");
+            if exprs.contains(&format!("\"@{set}\"")) {
+                found.push((set, handle));
             }
         }
     }
     found
 }
 
+/// The comments of the network's rules of `family` in a named netns (None: the host's).
+pub fn rule_comments_in(netns: Option<&str>, network: &str, family: &str) -> Vec<String> {
+    let handles: Vec<u64> = rule_handles_in(netns, network)
+        .into_iter()
+        .filter(|(set, _)| *set == format!("{network}-{family}"))
+        .map(|(_, h)| h)
+        .collect();
+    let out = nft_in(
+        netns,
+        &[
+            "-j",
+            "-a",
+            "list",
+            "chain",
+            "inet",
+            "academy",
+            "postrouting",
+        ],
+    );
+    let v: Value = serde_json::from_str(out.stdout.trim()).unwrap_or(Value::Null);
+    v["nftables"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| {
+            i["rule"]["handle"]
+                .as_u64()
+                .is_some_and(|h| handles.contains(&h))
+        })
+        .filter_map(|i| i["rule"]["comment"].as_str().map(str::to_string))
+        .collect()
+}
+
 /// Removes a network's rules and sets, and the table once no set is left in it. Never
 /// panics: it runs from Drop guards.
 pub fn remove_network(network: &str) {
-    for (_, handle) in rule_handles(network) {
+    for (_, handle) in rule_handles_in(None, network) {
         let h = handle.to_string();
         let _ = run(
             "nft",

@@ -1,0 +1,124 @@
+//! `academy restore-nat`: puts back the outbound NAT (ipMasq) of every academy network of
+//! a conf dir from the address store, in one batch: after `nft flush ruleset`, a
+//! firewalld reload, `nft -f` of a ruleset or `nft delete table inet academy`, running
+//! containers get their masquerade back without a restart (deploy/systemd/academy-restore-nat.service
+//! runs it after such reloads). Idempotent: with nothing missing it changes nothing.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use super::{load_network, CliError, Parsed};
+use crate::cni::code;
+use crate::config::Config;
+use crate::nat_repair;
+
+const DEFAULT_CONF_DIR: &str = "/etc/cni/net.d";
+
+pub fn restore(args: &[String]) -> Result<(), CliError> {
+    let p = Parsed::new(args, &[("--conf-dir", true)])?;
+    let confs = if p.positional.is_empty() {
+        let dir = p.value("--conf-dir").unwrap_or(DEFAULT_CONF_DIR);
+        networks_in(Path::new(dir))?
+    } else {
+        if p.has("--conf-dir") {
+            return Err(CliError::Usage(
+                "give either --conf-dir or conflist files, not both".into(),
+            ));
+        }
+        let mut confs = Vec::new();
+        for path in &p.positional {
+            confs.push(load_network(path)?);
+        }
+        confs
+    };
+    let confs: Vec<Config> = confs.into_iter().filter(|c| c.ip_masq).collect();
+    if confs.is_empty() {
+        eprintln!("academy restore-nat: no academy network with ipMasq found; nothing to do");
+        return Ok(());
+    }
+    let report = nat_repair::restore(&confs).map_err(|e| CliError::Failed(e.to_string()))?;
+    let mut failed = Vec::new();
+    for (network, outcome) in report {
+        match outcome {
+            Ok(missing) if missing.is_empty() => {
+                eprintln!("network {network}: outbound NAT complete, nothing to do")
+            }
+            Ok(missing) => eprintln!("network {network}: restored {}", missing.join("; ")),
+            // A delegated IPAM: nothing to restore from, not a failure.
+            Err(e) if e.code == code::INVALID_CONFIG => {
+                eprintln!("network {network}: skipped: {e}")
+            }
+            Err(e) => {
+                eprintln!("network {network}: not restored: {e}");
+                failed.push(network);
+            }
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::Failed(format!(
+            "the NAT of {} network(s) could not be restored: {}",
+            failed.len(),
+            failed.join(", ")
+        )))
+    }
+}
+
+/// The academy networks of a conf dir, as libcni reads it: *.conf, *.conflist and
+/// *.json in name order, the first file of a network name winning. Files that are not
+/// academy's are passed over.
+fn networks_in(dir: &Path) -> Result<Vec<Config>, CliError> {
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| CliError::Failed(format!("cannot read conf dir {}: {e}", dir.display())))?;
+    let mut paths: Vec<_> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| {
+            let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("");
+            matches!(ext, "conf" | "conflist" | "json") && p.is_file()
+        })
+        .collect();
+    paths.sort();
+    let mut seen = HashSet::new();
+    let mut confs = Vec::new();
+    for path in paths {
+        let Some(text) = path.to_str() else { continue };
+        match load_network(text) {
+            Ok(conf) if seen.insert(conf.name.clone()) => confs.push(conf),
+            Ok(_) => {}
+            Err(_) => {} // not an academy network
+        }
+    }
+    Ok(confs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shipped unit runs this subcommand with flags it accepts.
+    #[test]
+    fn the_systemd_unit_runs_restore_nat_with_valid_flags() {
+        let unit = include_str!("../../deploy/systemd/academy-restore-nat.service");
+        for key in ["ExecStart=", "ExecReload="] {
+            let line = unit
+                .lines()
+                .find(|l| l.starts_with(key))
+                .unwrap_or_else(|| panic!("no {key}"));
+            let words: Vec<String> = line[key.len()..]
+                .split_whitespace()
+                .map(String::from)
+                .collect();
+            assert!(words[0].ends_with("/academy"), "{line}");
+            assert_eq!(words[1], "restore-nat", "{line}");
+            let parsed = Parsed::new(&words[2..], &[("--conf-dir", true)]).ok();
+            assert!(
+                parsed.is_some_and(|p| p.value("--conf-dir").is_some()),
+                "{line}"
+            );
+        }
+        assert!(unit.contains("PartOf=nftables.service firewalld.service"));
+        assert!(unit.contains("After=nftables.service firewalld.service"));
+    }
+}

@@ -1,0 +1,217 @@
+//! One change of academy's NAT state, sent as one batch (split only past BATCH_BYTES):
+//! the table, chain and sets made sure of, outdated rules replaced, elements added or
+//! taken over. Everything is idempotent but the elements added exclusively, so the same
+//! change can be sent again after a concurrent one.
+
+use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_EXCL};
+
+use super::attrs::{address_bytes, comment_udata, Attrs, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
+use super::batch::{commit_all, Change};
+use super::rule::masquerade_rule;
+use super::*;
+
+/// Elements per NEWSETELEM/DELSETELEM message: each is at most ~160 bytes (key and a
+/// 127-byte comment), so a message's element list stays far below netlink's 64 KiB.
+const ELEMENTS_PER_MESSAGE: usize = 256;
+
+/// An element of a set, by set name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetElement {
+    pub set: String,
+    pub element: MasqElement,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct NatChange {
+    /// Networks whose table, chain and set are made sure of (created if missing, left as
+    /// they are if academy's; a foreign chain or set of the name refuses the batch).
+    pub ensure: Vec<MasqNetwork>,
+    /// academy's rules to delete (by handle), replaced in the same batch by `rules`.
+    pub drop_rules: Vec<u64>,
+    pub rules: Vec<MasqNetwork>,
+    /// Elements to take away before `exclusive` adds them back with their owner's comment.
+    pub retake: Vec<SetElement>,
+    /// Added with NLM_F_EXCL: the batch fails with EEXIST if one is already there.
+    pub exclusive: Vec<SetElement>,
+    /// Added if missing, left alone if present (whatever their comment).
+    pub if_missing: Vec<SetElement>,
+}
+
+impl NatChange {
+    pub fn is_empty(&self) -> bool {
+        self.ensure.is_empty()
+            && self.drop_rules.is_empty()
+            && self.rules.is_empty()
+            && self.retake.is_empty()
+            && self.exclusive.is_empty()
+            && self.if_missing.is_empty()
+    }
+}
+
+impl Nftables {
+    pub fn apply(&mut self, change: &NatChange) -> NlResult<()> {
+        let mut changes = Vec::new();
+        if !change.ensure.is_empty() || !change.rules.is_empty() {
+            changes.push(table());
+            changes.push(chain());
+        }
+        for (id, network) in change.ensure.iter().enumerate() {
+            changes.push(set(network, id as u32 + 1));
+        }
+        for handle in &change.drop_rules {
+            let mut attrs = Attrs::default();
+            attrs.str(NFTA_RULE_TABLE, TABLE);
+            attrs.str(NFTA_RULE_CHAIN, CHAIN);
+            attrs.be64(NFTA_RULE_HANDLE, *handle);
+            changes.push(Change {
+                kind: NFT_MSG_DELRULE,
+                flags: 0,
+                attrs,
+                description: format!(
+                    "delete academy's outdated rule (handle {handle}) from chain {CHAIN}"
+                ),
+            });
+        }
+        for network in &change.rules {
+            let id = change
+                .ensure
+                .iter()
+                .position(|n| n.set_name() == network.set_name())
+                .map_or(0, |i| i as u32 + 1);
+            changes.push(rule(network, id));
+        }
+        element_changes(&mut changes, NFT_MSG_DELSETELEM, 0, &change.retake);
+        element_changes(
+            &mut changes,
+            NFT_MSG_NEWSETELEM,
+            NLM_F_CREATE | NLM_F_EXCL,
+            &change.exclusive,
+        );
+        element_changes(
+            &mut changes,
+            NFT_MSG_NEWSETELEM,
+            NLM_F_CREATE,
+            &change.if_missing,
+        );
+        commit_all(&mut self.socket, changes)
+    }
+}
+
+fn table() -> Change {
+    let mut attrs = Attrs::default();
+    attrs.str(NFTA_TABLE_NAME, TABLE);
+    Change {
+        kind: NFT_MSG_NEWTABLE,
+        flags: NLM_F_CREATE,
+        attrs,
+        description: format!("create table inet {TABLE}"),
+    }
+}
+
+fn chain() -> Change {
+    let mut attrs = Attrs::default();
+    attrs.str(NFTA_CHAIN_TABLE, TABLE);
+    attrs.str(NFTA_CHAIN_NAME, CHAIN);
+    attrs.nested(NFTA_CHAIN_HOOK, |hook| {
+        hook.be32(NFTA_HOOK_HOOKNUM, NF_INET_POST_ROUTING);
+        hook.be32(NFTA_HOOK_PRIORITY, NF_IP_PRI_NAT_SRC);
+    });
+    attrs.str(NFTA_CHAIN_TYPE, "nat");
+    Change {
+        kind: NFT_MSG_NEWCHAIN,
+        flags: NLM_F_CREATE,
+        attrs,
+        description: format!("create chain inet {TABLE} {CHAIN} (type nat, hook postrouting)"),
+    }
+}
+
+/// Without NLM_F_EXCL: an identical set is success, any other set of the name EEXIST.
+fn set(network: &MasqNetwork, id: u32) -> Change {
+    let set = network.set_name();
+    let (_, len, _, _) = network.family.layout();
+    let mut attrs = Attrs::default();
+    attrs.str(NFTA_SET_TABLE, TABLE);
+    attrs.str(NFTA_SET_NAME, &set);
+    let key_type = match network.family {
+        Family::V4 => TYPE_IPV4_ADDR,
+        Family::V6 => TYPE_IPV6_ADDR,
+    };
+    attrs.be32(NFTA_SET_KEY_TYPE, key_type);
+    attrs.be32(NFTA_SET_KEY_LEN, len);
+    attrs.be32(NFTA_SET_ID, id);
+    Change {
+        kind: NFT_MSG_NEWSET,
+        flags: NLM_F_CREATE,
+        attrs,
+        description: format!("create set inet {TABLE} {set}"),
+    }
+}
+
+fn rule(network: &MasqNetwork, set_id: u32) -> Change {
+    let mut attrs = Attrs::default();
+    attrs.str(NFTA_RULE_TABLE, TABLE);
+    attrs.str(NFTA_RULE_CHAIN, CHAIN);
+    attrs.nested(NFTA_RULE_EXPRESSIONS, |list| {
+        masquerade_rule(list, network, set_id)
+    });
+    attrs.put(NFTA_RULE_USERDATA, &comment_udata(&network.rule_comment()));
+    Change {
+        kind: NFT_MSG_NEWRULE,
+        flags: NLM_F_CREATE | NLM_F_APPEND,
+        attrs,
+        description: format!("add the masquerade rule of set {}", network.set_name()),
+    }
+}
+
+/// One message per set and ELEMENTS_PER_MESSAGE elements.
+fn element_changes(out: &mut Vec<Change>, kind: u8, flags: u16, elements: &[SetElement]) {
+    let verb = if kind == NFT_MSG_NEWSETELEM {
+        "add"
+    } else {
+        "remove"
+    };
+    let mut sets: Vec<&str> = elements.iter().map(|e| e.set.as_str()).collect();
+    sets.sort_unstable();
+    sets.dedup();
+    for set in sets {
+        let mine: Vec<&MasqElement> = elements
+            .iter()
+            .filter(|e| e.set == set)
+            .map(|e| &e.element)
+            .collect();
+        for chunk in mine.chunks(ELEMENTS_PER_MESSAGE) {
+            let mut attrs = Attrs::default();
+            attrs.str(NFTA_SET_ELEM_LIST_TABLE, TABLE);
+            attrs.str(NFTA_SET_ELEM_LIST_SET, set);
+            attrs.nested(NFTA_SET_ELEM_LIST_ELEMENTS, |list| {
+                for element in chunk {
+                    list.nested(NFTA_LIST_ELEM, |elem| {
+                        elem.nested(NFTA_SET_ELEM_KEY, |key| {
+                            key.put(NFTA_DATA_VALUE, &address_bytes(element.address))
+                        });
+                        if kind == NFT_MSG_NEWSETELEM && !element.comment.is_empty() {
+                            elem.put(NFTA_SET_ELEM_USERDATA, &comment_udata(&element.comment));
+                        }
+                    });
+                }
+            });
+            let mut addresses: Vec<String> = chunk
+                .iter()
+                .take(8)
+                .map(|e| e.address.to_string())
+                .collect();
+            if chunk.len() > 8 {
+                addresses.push(format!("and {} more", chunk.len() - 8));
+            }
+            out.push(Change {
+                kind,
+                flags,
+                attrs,
+                description: format!(
+                    "{verb} {} in nf_tables set inet {TABLE} {set}",
+                    addresses.join(", ")
+                ),
+            });
+        }
+    }
+}

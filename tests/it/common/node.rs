@@ -1,0 +1,64 @@
+//! A private "node": a netns of the lab's own in which academy runs as if it were the
+//! host (`ip netns exec <node> academy`), so a test may flush or delete academy's
+//! nf_tables table, or plant foreign objects in it, without touching the host's, where
+//! other tests and processes keep theirs (nf_tables is per netns).
+
+use std::collections::BTreeSet;
+
+use super::kernel::netns_link_names;
+use super::lab::{Attach, Lab};
+use super::nft::{elements_in, nft_in, rule_comments_in};
+use super::process::{plugin, run, Call, Out};
+
+pub struct Node<'a> {
+    pub lab: &'a Lab,
+    pub ns: String,
+}
+
+impl<'a> Node<'a> {
+    /// A node netns owned (and deleted) by the lab; its loopback up.
+    pub fn new(lab: &'a Lab) -> Node<'a> {
+        let ns = lab.add_netns("node");
+        run("ip", &["-n", &ns, "link", "set", "lo", "up"], &[]);
+        Node { lab, ns }
+    }
+
+    /// The plugin run inside the node with the call's environment and stdin.
+    pub fn run(&self, call: &Call) -> Out {
+        call.spawn("ip", &["netns", "exec", &self.ns, plugin()])
+    }
+
+    /// `verb` for an attachment, with `config` on stdin, inside the node.
+    pub fn call(&self, verb: &str, a: &Attach, config: &serde_json::Value) -> Out {
+        self.run(&self.lab.call_for(verb, a).config(config))
+    }
+
+    /// `academy ARGS` (a subcommand) inside the node.
+    pub fn academy(&self, args: &[&str]) -> Out {
+        let mut all = vec!["netns", "exec", &self.ns, plugin()];
+        all.extend_from_slice(args);
+        run("ip", &all, &[])
+    }
+
+    /// `nft ARGS` inside the node; panics when it fails.
+    pub fn nft(&self, args: &[&str]) -> Out {
+        let out = nft_in(Some(&self.ns), args);
+        assert_eq!(out.code, 0, "nft {}:\n{out}", args.join(" "));
+        out
+    }
+
+    /// The network's elements in the node, as "address comment".
+    pub fn elements(&self) -> BTreeSet<String> {
+        elements_in(Some(&self.ns), &self.lab.network)
+    }
+
+    /// The comments of academy's rules for the network's set of `family` in the node.
+    pub fn rules(&self, family: &str) -> Vec<String> {
+        rule_comments_in(Some(&self.ns), &self.lab.network, family)
+    }
+
+    /// The node's link names.
+    pub fn links(&self) -> Vec<String> {
+        netns_link_names(&self.ns)
+    }
+}
