@@ -19,12 +19,10 @@ Needs root, iproute2 and strace; a C compiler for the two small native helpers
 import argparse
 import atexit
 import gc
-import hashlib
 import json
 import os
 import random
 import signal
-import subprocess
 import sys
 import time
 
@@ -32,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import chart  # noqa: E402
 import cni  # noqa: E402
+import provenance  # noqa: E402
 import report  # noqa: E402
 import trace  # noqa: E402
 from cni import Attachment, Plugin  # noqa: E402
@@ -81,7 +80,7 @@ class Bench:
         self.sp = Spawner(launcher)
         self.nlfloor = lab.build_native("nlfloor")
         academy_bin = lab.snapshot(args.academy, "academy")
-        self.academy_sha = _sha256(academy_bin)
+        self.academy_sha = provenance.sha256(academy_bin)
         ref_dir = os.path.abspath(args.reference_dir)
 
         self.ns = {
@@ -127,11 +126,6 @@ class Bench:
         }
         return Plugin("reference", os.path.join(ref_dir, "bridge"), conf, ref_dir, bridge,
                       os.path.join(data_dir, name))
-
-
-def _sha256(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
 
 
 class Floors:
@@ -486,51 +480,6 @@ def project_hostlocal(points: list, n: int) -> float:
 # ---- the run ----------------------------------------------------------------------------
 
 
-def machine() -> dict:
-    def first(path, key):
-        try:
-            with open(path) as f:
-                for line in f:
-                    if line.startswith(key):
-                        return line.split(":", 1)[1].strip()
-        except OSError:
-            pass
-        return "unknown"
-
-    try:
-        debian = open("/etc/debian_version").read().strip()
-    except OSError:
-        debian = "unknown"
-    return {
-        "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "kernel": os.uname().release,
-        "nproc": os.cpu_count(),
-        "cpu": first("/proc/cpuinfo", "model name"),
-        "memory": first("/proc/meminfo", "MemTotal"),
-        "debian": debian,
-        "loadavg_start": os.getloadavg(),
-    }
-
-
-def provenance(b: Bench) -> dict:
-    repo = os.path.dirname(HERE)
-    git = lambda *a: subprocess.run(["git", "-C", repo, *a], capture_output=True, text=True).stdout.strip()
-    pkg = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "containernetworking-plugins"],
-                         capture_output=True, text=True)
-    return {
-        "academy_binary": os.path.abspath(b.args.academy),
-        "academy_sha256": b.academy_sha,
-        "academy_size": os.path.getsize(b.plugins["academy"].binary),
-        "git_commit": git("rev-parse", "--short", "HEAD"),
-        "git_dirty_src": bool(git("status", "--porcelain", "--", "src", "Cargo.toml", "Cargo.lock")),
-        "reference_dir": os.path.abspath(b.args.reference_dir),
-        "reference_version": f"containernetworking-plugins {pkg.stdout}" if pkg.returncode == 0 else "unknown",
-        "reference_sha256": _sha256(b.plugins["reference"].binary),
-        "clean_rss": b.sp.clean_rss,
-        "nlfloor": bool(b.nlfloor),
-    }
-
-
 def _progress(msg: str):
     if sys.stderr.isatty():
         sys.stderr.write(f"\r\033[K{msg}")
@@ -576,10 +525,10 @@ def main():
     try:
         lab.preclean()
         b = Bench(args, lab)
-        results = {"machine": machine(), "settings": {
+        results = {"machine": provenance.machine(), "settings": {
             k: getattr(args, k) for k in ("cycles", "warmup", "burst", "burst_rounds",
                                           "points", "scale_cycles", "seed", "quick")}}
-        results["provenance"] = provenance(b)
+        results["provenance"] = provenance.of(b)
         load = results["machine"]["loadavg_phases"] = {}
         gc.disable()  # no collector pauses inside a timed spawn-to-reap
         load["cycles"] = os.getloadavg()

@@ -16,8 +16,11 @@
 # (comment and visible text on that line) to the line where the snippet now is: the only
 # one, or the nearest to the old line when there are several; a snippet that is gone is
 # still an error. It also checks README's "Layout of the code" block: every path it lists
-# exists, and every module at the top of src/ is listed. The work is done by
-# scripts/doctools/refs.py and layout.py (unit-tested).
+# exists, and every module at the top of src/ is listed; and, when run without FILE
+# arguments, that every src/, tests/, bench/, docs/, scripts/, conflists/ or deploy/ path
+# written in prose (README.md, docs/, Cargo.toml's comments, comments in src/ and tests/)
+# exists in the tree. The work is done by scripts/doctools/refs.py, layout.py and
+# paths.py (unit-tested).
 set -euo pipefail
 case ${1:-} in
   -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;

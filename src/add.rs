@@ -1,7 +1,7 @@
 //! ADD: reserve addresses, wire the container to the bridge, report what was done.
 //!
 //! Order: reserve, wire, masquerade (ipMasq), then check nothing was taken away. A
-//! failure at any step runs the attachment's teardown (teardown.rs, the same as DEL's)
+//! failure at any step runs the attachment's removal (removal.rs, the same as DEL's)
 //! before the error is printed (the bridge stays: it is shared). A kill leaves at most a
 //! reservation whose holder index names it, a veth whose alias (or name and bridge) names
 //! it, and masquerade elements whose comment names it, all of which DEL for the same
@@ -9,17 +9,20 @@
 
 use ipnetwork::IpNetwork;
 
-use crate::addressing::{self, Assigned};
+use std::net::IpAddr;
+
+use crate::addressing::{self, Acquired, Assigned, Refusal};
 use crate::attachment::Attachment;
 use crate::cni::env::Env;
 use crate::cni::result::{format_mac, CniResult, Interface};
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
+use crate::leaks;
 use crate::masquerade;
 use crate::netlink::Netlink;
 use crate::netns::{Netns, OpenError};
-use crate::teardown::{self, Removing};
-use crate::wire::{self, BridgeSpec, ContainerRoute};
+use crate::removal::{self, Reservations, Target};
+use crate::wire::{self, BridgeSpec, ContainerRoute, ContainerSetup, Created};
 
 pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
     let netns = match Netns::open(&env.netns) {
@@ -39,10 +42,14 @@ pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
     };
     let requests = conf.requests.clone().with_cni_args(&env.args)?;
 
-    let assigned = addressing::acquire(env, conf, &requests.ips)?;
+    let assigned = acquire(env, conf, &requests.ips)?;
     let who = Attachment::of(env, conf);
     let interfaces = make(&netns, &who, conf, &assigned, requests.mac).inspect_err(|_| {
-        if let Err(e) = teardown::attachment(env, conf, Removing::FailedAdd(&assigned)) {
+        let target = Target {
+            who,
+            reservations: Reservations::Assigned(env, &assigned),
+        };
+        if let Err(e) = removal::attachment(conf, target) {
             eprintln!("academy: while undoing a failed ADD: {e}");
         }
     })?;
@@ -51,10 +58,34 @@ pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
     let container_index = result.interfaces.len() + 2;
     result.interfaces.extend(interfaces);
     let mut result = addressing::into_result(result, assigned, container_index);
-    if conf.dns.is_some() {
+    // The reference's rule: the network config's dns replaces IPAM's (resolvConf, a
+    // delegated plugin's) only when it sets something.
+    if conf
+        .dns
+        .as_ref()
+        .is_some_and(|d| d.as_object().is_none_or(|o| o.values().any(is_set)))
+    {
         result.dns = conf.dns.clone();
     }
     Ok(result)
+}
+
+/// The addresses, healing once where the allocator could not serve: a full pool may hold
+/// leaks, and a requested address may be held by a provably dead attachment (after a
+/// crash or a reboot). The allocator only allocates; freeing is decided here.
+fn acquire(env: &Env, conf: &Config, requested: &[IpAddr]) -> Result<Assigned> {
+    let healed = match addressing::acquire(env, conf, requested)? {
+        Acquired::Got(assigned) => return Ok(assigned),
+        Acquired::Refused(Refusal::Full(e)) => (leaks::heal(conf) > 0).then_some(()).ok_or(e),
+        Acquired::Refused(Refusal::Occupied(address, e)) => leaks::free_dead_holder(conf, address)
+            .then_some(())
+            .ok_or(e),
+    };
+    healed?;
+    match addressing::acquire(env, conf, requested)? {
+        Acquired::Got(assigned) => Ok(assigned),
+        Acquired::Refused(Refusal::Full(e) | Refusal::Occupied(_, e)) => Err(e),
+    }
 }
 
 /// Everything ADD makes after the reservation, then its last check; returns [bridge,
@@ -108,7 +139,27 @@ fn wire_up(
             force_address: conf.force_address,
         },
     )?;
-    let host = wire::create_pair(nl, netns, who, &bridge, conf.mtu, mac)?;
+    let mut created = wire::create_pair(nl, netns, who, &bridge, conf.mtu, mac)?;
+    if let Created::Stale = created {
+        // A killed or repeated ADD of this attachment left its pair: removed the one way
+        // (its nf_tables state too; this ADD adds its own), the reservations kept.
+        let stale = Target {
+            who: *who,
+            reservations: Reservations::Kept,
+        };
+        removal::attachment(conf, stale)?;
+        created = wire::create_pair(nl, netns, who, &bridge, conf.mtu, mac)?;
+    }
+    let Created::Pair(host) = created else {
+        return Err(Error::new(
+            code::TRY_AGAIN_LATER,
+            format!(
+                "host veth {} came back while ADD replaced it",
+                who.host_name()
+            ),
+        )
+        .details("another ADD of this attachment is running; retry"));
+    };
     if conf.hairpin_mode {
         wire::set_hairpin(&host.name)?;
     }
@@ -120,10 +171,20 @@ fn wire_up(
             Some(ContainerRoute {
                 dst: r.dst,
                 gw: r.gw?,
+                attrs: r.attrs,
             })
         })
         .collect();
-    wire::configure_container(netns, who.ifname, &addresses, &routes)?;
+    wire::configure_container(
+        netns,
+        &ContainerSetup {
+            ifname: who.ifname,
+            addresses: &addresses,
+            routes: &routes,
+            dad: conf.enable_dad,
+            up: !conf.disable_container_interface,
+        },
+    )?;
     // Read last: an unpinned bridge may change its MAC when a port joins.
     let bridge = nl.link(&conf.bridge)?.unwrap_or(bridge);
     let mtu = conf.mtu.or(bridge.mtu);
@@ -147,4 +208,14 @@ fn wire_up(
             sandbox: netns.path().to_string(),
         },
     ])
+}
+
+/// A dns field that is set: a non-empty string or list.
+fn is_set(v: &serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::String(s) => !s.is_empty(),
+        serde_json::Value::Array(a) => !a.is_empty(),
+        serde_json::Value::Null => false,
+        _ => true,
+    }
 }

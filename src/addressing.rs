@@ -14,7 +14,6 @@ use crate::cni::{code, Error, Result};
 use crate::config::{unspecified, Builtin, Config, Ipam};
 use crate::delegate;
 use crate::ipam::{Holder, Pool, Store};
-use crate::reclaim;
 
 /// What the container is given.
 #[derive(Debug, Default)]
@@ -34,10 +33,30 @@ impl Assigned {
     }
 }
 
-/// ADD's first step. On error nothing is left reserved.
-pub fn acquire(env: &Env, conf: &Config, requested: &[IpAddr]) -> Result<Assigned> {
+/// What the allocator could do. It only allocates: what to do about a full pool or an
+/// address someone else holds is ADD's decision.
+#[derive(Debug)]
+pub enum Acquired {
+    Got(Assigned),
+    Refused(Refusal),
+}
+
+/// Why the allocator could not serve a range set.
+#[derive(Debug)]
+pub enum Refusal {
+    /// Every range of the set is full; the error says so.
+    Full(Error),
+    /// A requested address is held by another attachment; the error names it.
+    Occupied(IpAddr, Error),
+}
+
+/// ADD's first step. Unless it got everything, nothing is left reserved.
+pub fn acquire(env: &Env, conf: &Config, requested: &[IpAddr]) -> Result<Acquired> {
     let mut assigned = match &conf.ipam {
-        Ipam::Builtin(b) => reserve(env, conf, b, requested)?,
+        Ipam::Builtin(b) => match reserve(env, conf, b, requested)? {
+            Acquired::Got(a) => a,
+            other => return Ok(other),
+        },
         Ipam::Delegated(plugin) => {
             let result = delegate::exec(plugin, Command::Add, env, &conf.raw)?
                 .ok_or_else(|| {
@@ -72,13 +91,19 @@ pub fn acquire(env: &Env, conf: &Config, requested: &[IpAddr]) -> Result<Assigne
         let _ = release(env, conf);
         return Err(e);
     }
-    Ok(assigned)
+    Ok(Acquired::Got(assigned))
 }
 
 /// One address from every range set: a requested one where a request falls in the set,
 /// else the next free one of its ranges in order.
-fn reserve(env: &Env, conf: &Config, b: &Builtin, requested: &[IpAddr]) -> Result<Assigned> {
-    let store = Store::open(&b.data_dir, &conf.name)?;
+fn reserve(env: &Env, conf: &Config, b: &Builtin, requested: &[IpAddr]) -> Result<Acquired> {
+    // Before anything is reserved: an unreadable file leaves nothing to undo.
+    let dns = b
+        .resolv_conf
+        .as_deref()
+        .map(crate::config::resolv::read)
+        .transpose()?;
+    let store = Store::open(&b.data_dir, &conf.name)?.in_netns(&env.netns);
     let holder = Attachment::of(env, conf).holder();
     let mut wanted: Vec<Option<(IpAddr, &Pool)>> = vec![None; b.range_sets.len()];
     for ip in requested {
@@ -113,24 +138,31 @@ fn reserve(env: &Env, conf: &Config, b: &Builtin, requested: &[IpAddr]) -> Resul
     let mut assigned = Assigned::default();
     for (set, want) in b.range_sets.iter().zip(wanted) {
         let got = match want {
-            Some((ip, pool)) => store
-                .reserve_requested(&holder, pool, ip)
-                .map(|ip| (ip, pool)),
-            None => reserve_free(conf, &store, &holder, set),
-        };
-        match got {
-            Ok((ip, pool)) => assigned.ips.push(IpConfig {
-                address: IpNetwork::new(ip, pool.subnet().prefix()).expect("ip is in the pool"),
-                gateway: pool.gateway(),
-                interface: None,
-            }),
-            Err(e) => {
-                if let Err(undo) = store.release(&holder) {
-                    eprintln!("academy: while undoing a failed reservation: {undo}");
+            Some((ip, pool)) => match store.reserve_requested(&holder, pool, ip) {
+                Ok(ip) => Ok(Ok((ip, pool))),
+                Err(e) if e.code == code::ADDRESS_UNAVAILABLE && store.is_reserved(ip)? => {
+                    Ok(Err(Refusal::Occupied(ip, e)))
                 }
-                return Err(e);
+                Err(e) => Err(e),
+            },
+            None => reserve_in_set(&store, &holder, set).map(|r| r.map_err(Refusal::Full)),
+        };
+        let failed = match got {
+            Ok(Ok((ip, pool))) => {
+                assigned.ips.push(IpConfig {
+                    address: IpNetwork::new(ip, pool.subnet().prefix()).expect("ip is in the pool"),
+                    gateway: pool.gateway(),
+                    interface: None,
+                });
+                continue;
             }
+            Ok(Err(refusal)) => Ok(Acquired::Refused(refusal)),
+            Err(e) => Err(e),
+        };
+        if let Err(undo) = store.release(&holder) {
+            eprintln!("academy: while undoing a failed reservation: {undo}");
         }
+        return failed;
     }
     assigned.routes = b
         .routes
@@ -138,26 +170,12 @@ fn reserve(env: &Env, conf: &Config, b: &Builtin, requested: &[IpAddr]) -> Resul
         .map(|r| RouteEntry {
             dst: r.dst,
             gw: r.gw,
+            attrs: r.attrs,
         })
         .collect();
+    assigned.dns = dns;
     assigned.store = Some(store);
-    Ok(assigned)
-}
-
-/// The next free address of a range set. When every range is full, leaks may be why (no
-/// DEL came): the network's reservations that have had no host veth for
-/// reclaimLeakedAfter are freed and the set is tried once more.
-fn reserve_free<'p>(
-    conf: &Config,
-    store: &Store,
-    holder: &Holder,
-    set: &'p [Pool],
-) -> Result<(IpAddr, &'p Pool)> {
-    match reserve_in_set(store, holder, set)? {
-        Ok(got) => Ok(got),
-        Err(full) if reclaim::heal(conf) > 0 => reserve_in_set(store, holder, set)?.or(Err(full)),
-        Err(full) => Err(full),
-    }
+    Ok(Acquired::Got(assigned))
 }
 
 /// `Ok(Err(e))` when every range of the set is full (`e` says so for the last).
@@ -202,10 +220,7 @@ fn complete_routes(conf: &Config, a: &mut Assigned) -> Result<()> {
                 )))
                 }
                 Some(_) => {}
-                None => a.routes.push(RouteEntry {
-                    dst: default,
-                    gw: Some(gw),
-                }),
+                None => a.routes.push(RouteEntry::new(default, Some(gw))),
             }
         }
     }
@@ -222,7 +237,7 @@ pub fn verify_still_held(who: &Attachment, assigned: &Assigned) -> Result<()> {
         return Ok(());
     };
     let holder = who.holder();
-    // With each reservation locked as a reclaimer locks it (src/ipam/leaks.rs).
+    // With each reservation locked as a reclaimer locks it (src/ipam/store/survey.rs).
     let addresses: Vec<IpAddr> = assigned.ips.iter().map(|ip| ip.address.ip()).collect();
     match store.confirm_held(&holder, &addresses)? {
         // Every reservation is still this container's, but without its index no DEL
@@ -245,20 +260,24 @@ pub fn verify_still_held(who: &Attachment, assigned: &Assigned) -> Result<()> {
 
 /// The undo of a failed ADD: frees what the attachment holds and, from the store ADD
 /// reserved with, what that ADD linked itself even if its holder index is gone.
-pub fn undo(env: &Env, conf: &Config, assigned: &Assigned) -> Result<()> {
+pub fn undo(env: &Env, conf: &Config, assigned: &Assigned) -> Result<Vec<IpAddr>> {
     match &assigned.store {
-        Some(store) => store.release(&Attachment::of(env, conf).holder()).map(drop),
+        Some(store) => store.release(&Attachment::of(env, conf).holder()),
         None => release(env, conf),
     }
 }
 
-/// DEL's IPAM half: frees whatever the attachment holds. Nothing held is success.
-pub fn release(env: &Env, conf: &Config) -> Result<()> {
+/// DEL's IPAM half: frees whatever the attachment holds, whoever wrote the reservation
+/// (academy, or host-local on a shared store). Nothing held is success. Returns what
+/// academy's store freed (nothing is known of a delegated plugin's).
+pub fn release(env: &Env, conf: &Config) -> Result<Vec<IpAddr>> {
     match &conf.ipam {
-        Ipam::Builtin(b) => Store::open(&b.data_dir, &conf.name)?
-            .release(&Attachment::of(env, conf).holder())
-            .map(drop),
-        Ipam::Delegated(plugin) => delegate::exec(plugin, Command::Del, env, &conf.raw).map(drop),
+        Ipam::Builtin(b) => {
+            Store::open(&b.data_dir, &conf.name)?.release(&Attachment::of(env, conf).holder())
+        }
+        Ipam::Delegated(plugin) => {
+            delegate::exec(plugin, Command::Del, env, &conf.raw).map(|_| Vec::new())
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::hostveth::{self, Ownership};
 use crate::masquerade;
 use crate::nat_repair;
-use crate::netlink::{LinkKind, Netlink};
+use crate::netlink::{LinkKind, Netlink, Route, RouteAttrs, MAIN_TABLE};
 use crate::netns::{Netns, OpenError};
 use crate::wire::kind_name;
 
@@ -52,8 +52,14 @@ pub fn check(env: &Env, conf: &Config) -> Result<()> {
     match inside {
         None => diffs.push(format!("{} is missing from {}", env.ifname, env.netns)),
         Some(found) => {
-            if !found.up {
-                diffs.push(format!("{} is down", env.ifname));
+            // disableContainerInterface: ADD left it down on purpose.
+            if found.up == conf.disable_container_interface {
+                diffs.push(format!(
+                    "{} is {} but ADD left it {}",
+                    env.ifname,
+                    if found.up { "up" } else { "down" },
+                    if found.up { "down" } else { "up" },
+                ));
             }
             if !container.mac.is_empty() && !found.mac.eq_ignore_ascii_case(&container.mac) {
                 diffs.push(format!(
@@ -77,11 +83,11 @@ pub fn check(env: &Env, conf: &Config) -> Result<()> {
                 r.gw.is_none_or(|gw| ips.iter().any(|ip| ip.address.contains(gw)))
             });
             for route in ours {
-                if !found.routes.iter().any(|r| r == route) {
+                let route = &with_config_attrs(conf, route);
+                if !found.routes.iter().any(|r| same_route(route, r)) {
                     diffs.push(format!(
-                        "route {} via {} is missing from {}",
-                        route.dst,
-                        route.gw.map(|g| g.to_string()).unwrap_or("-".into()),
+                        "route {} is missing from {}",
+                        describe(route),
                         env.netns
                     ));
                 }
@@ -159,7 +165,8 @@ struct Inside {
     up: bool,
     mac: String,
     addresses: Vec<ipnetwork::IpNetwork>,
-    routes: Vec<RouteEntry>,
+    /// The routes through the interface, of every table.
+    routes: Vec<Route>,
 }
 
 fn look_inside(ifname: &str) -> Result<Option<Inside>> {
@@ -173,11 +180,7 @@ fn look_inside(ifname: &str) -> Result<Option<Inside>> {
         routes.extend(
             nl.routes(ipv6)?
                 .into_iter()
-                .filter(|r| r.oif == Some(link.index))
-                .map(|r| RouteEntry {
-                    dst: r.dst,
-                    gw: r.gateway,
-                }),
+                .filter(|r| r.oif == Some(link.index)),
         );
     }
     Ok(Some(Inside {
@@ -197,4 +200,62 @@ fn list(items: &[ipnetwork::IpNetwork]) -> String {
         .map(|a| a.to_string())
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// A runtime built on libcni before 1.2 (podman 4, containerd 1.6/1.7, cnitool 1.1)
+/// re-encodes the result with routes of dst and gw only, so the prevResult it sends may
+/// have lost what ADD applied: the config's route of the same destination and gateway
+/// says it then.
+fn with_config_attrs(conf: &Config, route: &RouteEntry) -> RouteEntry {
+    let mut route = route.clone();
+    if route.attrs != RouteAttrs::default() {
+        return route;
+    }
+    let asked = conf
+        .builtin()
+        .into_iter()
+        .flat_map(|b| &b.routes)
+        .find(|r| r.dst == route.dst && (r.gw.is_none() || r.gw == route.gw));
+    if let Some(r) = asked {
+        route.attrs = r.attrs;
+    }
+    route
+}
+
+/// The kernel's route is the one ADD reported: destination, gateway (when the result
+/// names one), table, and each attribute the result sets (one it leaves unset is the
+/// kernel's to choose, e.g. IPv6's metric 1024). A second network's route of the same
+/// destination sits beside this one in the kernel (as with the reference plugin), so
+/// each network's CHECK finds its own through its own interface.
+fn same_route(want: &RouteEntry, got: &Route) -> bool {
+    let a = &want.attrs;
+    let matches = |want: Option<u32>, got: Option<u32>| want.is_none() || want == got;
+    want.dst == got.dst
+        && want.gw.is_none_or(|gw| got.gateway == Some(gw))
+        && a.table.unwrap_or(MAIN_TABLE) == got.table
+        && a.scope.is_none_or(|s| s == got.scope)
+        && matches(a.priority, got.priority)
+        && matches(a.mtu, got.mtu)
+        && matches(a.advmss, got.advmss)
+}
+
+fn describe(r: &RouteEntry) -> String {
+    let mut text = format!(
+        "{} via {}",
+        r.dst,
+        r.gw.map(|g| g.to_string()).unwrap_or("-".into())
+    );
+    let a = &r.attrs;
+    for (key, value) in [
+        ("table", a.table),
+        ("priority", a.priority),
+        ("scope", a.scope.map(u32::from)),
+        ("mtu", a.mtu),
+        ("advmss", a.advmss),
+    ] {
+        if let Some(v) = value {
+            text.push_str(&format!(" {key} {v}"));
+        }
+    }
+    text
 }

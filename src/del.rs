@@ -1,12 +1,17 @@
-//! DEL: remove everything academy made for the attachment (teardown.rs): the veth pair
-//! through its host end (no netns entry needed), the masquerade, the addresses. Nothing
-//! left to remove is success.
+//! DEL: remove everything academy made for the attachment (removal.rs): the veth pair
+//! through its host end (no netns entry needed), the nf_tables state, the addresses.
+//! Nothing left to remove is success.
 
+use crate::attachment::Attachment;
 use crate::cni::env::Env;
 use crate::cni::Result;
 use crate::config::Config;
-use crate::teardown::{self, Removing};
+use crate::removal::{self, Reservations, Target};
 
 pub fn del(env: &Env, conf: &Config) -> Result<()> {
-    teardown::attachment(env, conf, Removing::Del)
+    let target = Target {
+        who: Attachment::of(env, conf),
+        reservations: Reservations::Held(env),
+    };
+    removal::attachment(conf, target)
 }

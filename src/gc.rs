@@ -1,12 +1,24 @@
 //! GC (CNI 1.1): release everything of this network that the runtime's list of valid
-//! attachments does not name: host veths, masquerade elements and reservations alike (an address freed while
-//! its veth lives on, or the reverse, is the half-cleanup seed 004 warns about).
+//! attachments does not name (an address freed while its veth lives on, or the reverse,
+//! is the half-cleanup seed 004 warns about).
 //!
-//! GC trusts only that list. It never guesses liveness from other sources (a netns that
+//! Two parts. Every attachment academy finds a trace of (a host veth whose alias names
+//! it, a holder index in the store) and the list does not name is removed whole, by the
+//! one removal (removal.rs). Then what names no whole attachment is swept by kind:
+//!
+//! - a veth with academy's derived name but no alias (an ADD killed between creating
+//!   the pair and labelling it), on this network's bridge;
+//! - masquerade elements whose comment is no valid attachment's (comments are capped by
+//!   the kernel, so they are compared, never parsed back into an attachment);
+//! - reservations no index names (host-local's on a shared store, legacy id-only files,
+//!   an ADD killed before its index was written) and abandoned temp files;
+//! - for a delegated IPAM, that plugin's own GC.
+//!
+//! GC trusts only the list. It never guesses liveness from other sources (a netns that
 //! still exists, a recent file): Antrea freed in-use addresses by doing so. An empty list
 //! is meaningful and frees everything; a missing list is refused.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 
 use crate::addressing;
 use crate::attachment::Attachment;
@@ -14,8 +26,10 @@ use crate::cni::env::Env;
 use crate::cni::{Error, Result};
 use crate::config::Config;
 use crate::hostveth;
+use crate::ipam::Store;
 use crate::masquerade;
-use crate::netlink::{Link, LinkKind, LinkRef, Netlink};
+use crate::netlink::{Link, LinkKind, Netlink};
+use crate::removal::{self, Reservations, Target};
 use crate::wire;
 
 pub fn gc(env: &Env, conf: &Config) -> Result<()> {
@@ -26,12 +40,27 @@ pub fn gc(env: &Env, conf: &Config) -> Result<()> {
     })?;
     let mut errors = Vec::new();
 
+    let stale = stale_attachments(conf, valid, &mut errors);
+    let targets = stale
+        .iter()
+        .map(|(cid, ifname)| Target {
+            who: Attachment::new(&conf.name, cid, ifname),
+            reservations: Reservations::Indexed,
+        })
+        .collect();
+    let report = removal::attachments(conf, targets);
+    for veth in &report.veths {
+        eprintln!("academy: GC deleted host veth {veth}");
+    }
+    for (address, holder) in &report.freed {
+        eprintln!("academy: GC released {address} (held by {holder})");
+    }
+    errors.extend(report.errors);
+
     match Netlink::open() {
-        Ok(mut nl) => sweep_links(&mut nl, conf, valid, &mut errors),
+        Ok(mut nl) => sweep_unlabelled(&mut nl, conf, valid, &mut errors),
         Err(e) => errors.push(e.into()),
     }
-
-    // Before the addresses: an element never outlives its reservation.
     masquerade::gc(conf, valid, &mut errors);
     addressing::gc(env, conf, &mut errors);
 
@@ -49,9 +78,39 @@ pub fn gc(env: &Env, conf: &Config) -> Result<()> {
     }
 }
 
-/// Deletes this network's host veths whose attachment is not valid. An error on one link
-/// is recorded and the sweep goes on.
-fn sweep_links(
+/// The attachments of this network that academy has a trace of and the list does not
+/// name: host veths by alias, holder indexes in academy's store.
+fn stale_attachments(
+    conf: &Config,
+    valid: &HashSet<(String, String)>,
+    errors: &mut Vec<Error>,
+) -> BTreeSet<(String, String)> {
+    let mut found = BTreeSet::new();
+    match Netlink::open().and_then(|mut nl| nl.links()) {
+        Ok(links) => {
+            for link in &links {
+                if let Stale::Attachment(cid, ifname) =
+                    stale(link, conf, None, valid, &HashSet::new())
+                {
+                    found.insert((cid, ifname));
+                }
+            }
+        }
+        Err(e) => errors.push(e.into()),
+    }
+    if let Some(b) = conf.builtin() {
+        match Store::open(&b.data_dir, &conf.name).and_then(|s| s.indexed_holders()) {
+            Ok(holders) => found.extend(holders.into_iter().map(|h| (h.container_id, h.ifname))),
+            Err(e) => errors.push(e),
+        }
+    }
+    found.retain(|a| !valid.contains(a));
+    found
+}
+
+/// Deletes the unlabelled veths of this network (derived name, no alias, on its bridge)
+/// whose attachment is not valid. An error on one link is recorded and the sweep goes on.
+fn sweep_unlabelled(
     nl: &mut Netlink,
     conf: &Config,
     valid: &HashSet<(String, String)>,
@@ -69,43 +128,58 @@ fn sweep_links(
         .iter()
         .map(|(cid, ifname)| Attachment::new(&conf.name, cid, ifname).host_name())
         .collect();
-    for link in links.iter().filter(|l| l.kind == LinkKind::Veth) {
-        if !is_stale(link, conf, bridge, valid, &valid_names) {
+    for link in &links {
+        if stale(link, conf, bridge, valid, &valid_names) != Stale::Unlabelled {
             continue;
         }
-        match wire::delete_if_present(nl, LinkRef::Index(link.index)) {
-            Ok(_) => eprintln!(
-                "academy: GC deleted host veth {} ({})",
-                link.name,
-                link.alias.as_deref().unwrap_or("unlabelled")
-            ),
+        match wire::delete_if_present(nl, link.index) {
+            Ok(_) => eprintln!("academy: GC deleted host veth {} (unlabelled)", link.name),
             Err(e) => errors.push(e.context(format!("GC could not delete {}", link.name))),
         }
     }
 }
 
-fn is_stale(
+/// What GC makes of a host link.
+#[derive(Debug, PartialEq, Eq)]
+enum Stale {
+    Keep,
+    /// A veth whose alias names an attachment of this network the list does not name.
+    Attachment(String, String),
+    /// A veth with no alias: an ADD was killed between creating the pair and labelling
+    /// it. The pair was born attached to this network's bridge under a derived name,
+    /// which is how it is recognised.
+    Unlabelled,
+}
+
+fn stale(
     link: &Link,
     conf: &Config,
     bridge: Option<u32>,
     valid: &HashSet<(String, String)>,
     valid_names: &HashSet<String>,
-) -> bool {
+) -> Stale {
+    if link.kind != LinkKind::Veth {
+        return Stale::Keep;
+    }
     match link.alias.as_deref().map(hostveth::owner) {
         Some(Some((network, cid, ifname))) => {
-            network == conf.name && !valid.contains(&(cid.to_string(), ifname.to_string()))
+            let key = (cid.to_string(), ifname.to_string());
+            if network == conf.name && !valid.contains(&key) {
+                Stale::Attachment(key.0, key.1)
+            } else {
+                Stale::Keep
+            }
         }
         // Someone else's alias: not academy's.
-        Some(None) => false,
-        // No alias: an ADD was killed between creating the pair and labelling it. The
-        // pair was born attached to this network's bridge under a derived name, which is
-        // how it is recognised.
-        None => {
-            hostveth::is_derived_name(&link.name)
-                && bridge.is_some()
-                && link.controller == bridge
-                && !valid_names.contains(&link.name)
+        Some(None) => Stale::Keep,
+        None if hostveth::is_derived_name(&link.name)
+            && bridge.is_some()
+            && link.controller == bridge
+            && !valid_names.contains(&link.name) =>
+        {
+            Stale::Unlabelled
         }
+        None => Stale::Keep,
     }
 }
 

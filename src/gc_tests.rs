@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use super::is_stale;
+use super::{stale as verdict, Stale};
 use crate::config::Config;
 use crate::hostveth;
 use crate::netlink::{Link, LinkKind};
@@ -37,7 +37,7 @@ fn veth(name: &str, alias: Option<&str>, controller: Option<u32>) -> Link {
 fn stale(link: &Link, bridge: Option<u32>) -> bool {
     let valid: HashSet<(String, String)> = [("live".to_string(), "eth0".to_string())].into();
     let valid_names: HashSet<String> = [hostveth::name("live", "eth0")].into();
-    is_stale(link, &conf(), bridge, &valid, &valid_names)
+    verdict(link, &conf(), bridge, &valid, &valid_names) != Stale::Keep
 }
 
 #[test]

@@ -3,8 +3,8 @@
 //! Follow one ADD: main.rs reads the environment and stdin, plugin.rs decodes and
 //! dispatches, add.rs lists the steps, wire.rs does each step through netlink/ (the only
 //! netlink user) and netns.rs (the only place that enters a namespace), masquerade.rs
-//! puts the addresses in nf_tables for ipMasq, and ipam/ holds the addresses. DEL, and
-//! a failed ADD, undo it all through teardown.rs; attachment.rs names what belongs to
+//! puts the addresses in nf_tables for ipMasq, and ipam/ holds the addresses. DEL, a failed
+//! ADD, healing, reclaim and GC undo it all through removal.rs; attachment.rs names what belongs to
 //! whom.
 
 mod add;
@@ -14,19 +14,20 @@ mod check;
 pub mod cli;
 mod cni;
 mod config;
+mod dad;
 mod del;
 mod delegate;
 mod gc;
 mod hostveth;
 mod ipam;
+mod leaks;
 mod masquerade;
 mod nat_repair;
 mod netlink;
 mod netns;
 pub mod plugin;
-mod reclaim;
+mod removal;
 mod status;
-mod teardown;
 mod wire;
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 //! `stored_comment` makes it fit the kernel's cap. Every removal compares that identity
 //! before it removes (never by address alone: an address can have passed to another
 //! attachment). An element never outlives its reservation: ADD adds it after reserving,
-//! every teardown removes it before releasing.
+//! the one removal (removal.rs) takes it before releasing.
 //!
 //! ADD also repairs the network's NAT (see `add`); nat_repair.rs rebuilds it from the
 //! store for an operator and for STATUS.
@@ -26,7 +26,8 @@ use ipnetwork::IpNetwork;
 use crate::attachment::Attachment;
 use crate::cni::{code, Error, Result};
 use crate::config::{Config, Ipam};
-use crate::ipam::{files, Holder};
+use crate::ipam::store::files;
+use crate::ipam::Holder;
 use crate::nat_repair;
 use crate::netlink::{
     nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork, MasqRule, NatChange,
@@ -221,7 +222,7 @@ fn reserved_to(conf: &Config, holder: &Holder, address: IpAddr) -> Result<bool> 
     if conf.builtin().is_none() {
         return Ok(false);
     }
-    let Some(store) = crate::reclaim::open_store(conf)? else {
+    let Some(store) = crate::leaks::open_store(conf)? else {
         return Ok(false);
     };
     Ok(store
@@ -249,21 +250,9 @@ fn foreign(e: &NlError) -> Error {
     .details("academy owns table inet academy; remove the conflicting chain or set (nft list table inet academy shows it)")
 }
 
-/// Removes the addresses from the network's sets when they are `holder`'s.
-pub fn remove_of(conf: &Config, holder: &Holder, addresses: &[IpAddr]) -> Result<()> {
-    Removal::open()?.remove_owned(conf, holder, addresses)
-}
-
-/// For a legacy reservation that names its container only: the elements whose comment
-/// names that container.
-pub fn remove_of_container(conf: &Config, container_id: &str, addresses: &[IpAddr]) -> Result<()> {
-    let prefix = format!("{container_id}:");
-    Removal::open()?.remove_if(conf, addresses, |c| c.starts_with(&prefix))
-}
-
-/// An open nf_tables socket for a teardown. The kernel frees removed elements only after
+/// An open nf_tables socket for a removal. The kernel frees removed elements only after
 /// an RCU grace period, and closing the socket that removed them waits for that
-/// (measured here: 6 to 22 ms on the close). A teardown keeps it open across its slow
+/// (measured here: 6 to 22 ms on the close). A removal keeps it open across its slow
 /// step, the veth deletion, by which time the wait is over.
 pub struct Removal(Nftables);
 

@@ -139,6 +139,12 @@ fn key() -> impl Strategy<Value = String> {
             "containerID",
             "ifname",
             "resolvConf",
+            "priority",
+            "table",
+            "scope",
+            "advmss",
+            "enabledad",
+            "disableContainerInterface",
         ])
         .prop_map(str::to_string),
         "[a-zA-Z]{1,8}",
@@ -454,7 +460,7 @@ fn any_result() -> impl Strategy<Value = CniResult> {
                 .collect(),
             routes: routes
                 .into_iter()
-                .map(|(dst, gw)| RouteEntry { dst, gw })
+                .map(|(dst, gw)| RouteEntry::new(dst, gw))
                 .collect(),
             interfaces,
             dns: None,

@@ -5,9 +5,9 @@ use crate::addressing;
 use crate::cni::env::Env;
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
+use crate::leaks;
 use crate::nat_repair;
 use crate::netlink::{LinkKind, Netlink};
-use crate::reclaim;
 use crate::wire::kind_name;
 
 pub fn status(env: &Env, conf: &Config) -> Result<()> {
@@ -32,6 +32,18 @@ pub fn status(env: &Env, conf: &Config) -> Result<()> {
         }
     }
     // A full pool holding old leaks is served: the next ADD reclaims them.
-    addressing::status(env, conf).or_else(|e| reclaim::status_despite_leaks(conf, e))?;
-    nat_repair::status(conf)
+    addressing::status(env, conf)
+        .or_else(|e| leaks::status_despite_leaks(conf, e))
+        .and_then(|()| nat_repair::status(conf))
+        .map_err(as_status_error)
+}
+
+/// STATUS's one code: any reason ADD cannot be served (an unwritable store, a full pool)
+/// is 50, so the runtime holds off ADDs instead of failing each one; a config that cannot
+/// work (code 7) says so as itself.
+fn as_status_error(mut e: Error) -> Error {
+    if e.code != code::INVALID_CONFIG {
+        e.code = code::NOT_AVAILABLE;
+    }
+    e
 }

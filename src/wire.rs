@@ -1,6 +1,6 @@
 //! The kernel side of a bridge attachment, step by step, each step one or two netlink
 //! requests: the node bridge, the veth pair, the container's interface. The verbs
-//! (add, check, teardown) call these in order; undoing them is teardown.rs's.
+//! (add, check) call these in order; undoing them is removal.rs's.
 
 use std::net::IpAddr;
 
@@ -8,8 +8,9 @@ use ipnetwork::IpNetwork;
 
 use crate::attachment::Attachment;
 use crate::cni::{code, Error, Result};
+use crate::dad;
 use crate::hostveth::{self, Ownership};
-use crate::netlink::{Link, LinkKind, LinkRef, Netlink, VethPair};
+use crate::netlink::{Link, LinkKind, Netlink, RouteAttrs, VethPair};
 use crate::netns::Netns;
 
 /// What the node bridge must look like.
@@ -138,6 +139,14 @@ fn resolve_address_clash(
     Ok(())
 }
 
+/// What `create_pair` found.
+pub enum Created {
+    Pair(HostVeth),
+    /// A pair of this same attachment is in the way (a killed or repeated ADD): ADD
+    /// removes it through the one removal and asks again.
+    Stale,
+}
+
 /// What `create_pair` made.
 pub struct HostVeth {
     pub name: String,
@@ -147,8 +156,9 @@ pub struct HostVeth {
 
 /// Step 2 (`ip link add HOST type veth peer name IFNAME netns NS; ip link set HOST master
 /// BRIDGE up`): one request creates both ends, the container's already inside its netns.
-/// A stale pair of this same attachment (a killed or repeated ADD) is replaced; any
-/// other link in the way is an error, never deleted.
+/// A stale pair of this same attachment is reported, for ADD to remove; any other link
+/// in the way is an error, never deleted. A pair whose alias could not be set is left
+/// unlabelled for the failed ADD's removal, which knows it by its derived name.
 pub fn create_pair(
     nl: &mut Netlink,
     netns: &Netns,
@@ -156,7 +166,7 @@ pub fn create_pair(
     bridge: &Link,
     mtu: Option<u32>,
     container_mac: Option<[u8; 6]>,
-) -> Result<HostVeth> {
+) -> Result<Created> {
     let host = HostVeth {
         name: who.host_name(),
         mac: random_mac(),
@@ -171,43 +181,32 @@ pub fn create_pair(
         peer_netns: netns.fd(),
         mtu,
     };
-    let mut replaced_stale = false;
-    loop {
-        match nl.create_veth(&pair) {
-            Ok(()) => break,
-            Err(e) if e.is(libc::EEXIST) && !replaced_stale => {
-                // EEXIST names no side: look at the host side to tell which.
-                match nl.link(&host.name)? {
-                    None => {
-                        return Err(Error::new(
-                            code::NAME_IN_USE,
-                            format!(
-                                "an interface named {} already exists in {}",
-                                who.ifname,
-                                netns.path()
-                            ),
-                        )
-                        .details(
-                            "CNI_IFNAME must name an interface the container does not have yet",
-                        ))
-                    }
-                    Some(link) => match hostveth::ownership(&link, &who.alias()) {
-                        Ownership::Ours | Ownership::OursUnlabelled => {
-                            delete_if_present(nl, LinkRef::Index(link.index))?;
-                            replaced_stale = true;
-                        }
-                        Ownership::Foreign(why) => return Err(foreign_host_link(&host.name, &why)),
-                    },
+    match nl.create_veth(&pair) {
+        Ok(()) => {}
+        Err(e) if e.is(libc::EEXIST) => {
+            // EEXIST names no side: look at the host side to tell which.
+            match nl.link(&host.name)? {
+                None => {
+                    return Err(Error::new(
+                        code::NAME_IN_USE,
+                        format!(
+                            "an interface named {} already exists in {}",
+                            who.ifname,
+                            netns.path()
+                        ),
+                    )
+                    .details("CNI_IFNAME must name an interface the container does not have yet"))
                 }
+                Some(link) => match hostveth::ownership(&link, &who.alias()) {
+                    Ownership::Ours | Ownership::OursUnlabelled => return Ok(Created::Stale),
+                    Ownership::Foreign(why) => return Err(foreign_host_link(&host.name, &why)),
+                },
             }
-            Err(e) => return Err(e.into()),
         }
+        Err(e) => return Err(e.into()),
     }
-    if let Err(e) = nl.set_alias(&host.name, &who.alias()) {
-        let _ = nl.delete_link(LinkRef::Name(&host.name));
-        return Err(e.into());
-    }
-    Ok(host)
+    nl.set_alias(&host.name, &who.alias())?;
+    Ok(Created::Pair(host))
 }
 
 fn foreign_host_link(name: &str, why: &str) -> Error {
@@ -229,17 +228,32 @@ pub fn set_hairpin(host_name: &str) -> Result<()> {
 pub struct ContainerRoute {
     pub dst: IpNetwork,
     pub gw: IpAddr,
+    pub attrs: RouteAttrs,
+}
+
+/// What the container's interface gets.
+pub struct ContainerSetup<'a> {
+    pub ifname: &'a str,
+    pub addresses: &'a [IpNetwork],
+    pub routes: &'a [ContainerRoute],
+    /// `enabledad`: IPv6 duplicate address detection, waited for.
+    pub dad: bool,
+    /// False with `disableContainerInterface`: the interface stays down.
+    pub up: bool,
 }
 
 /// Step 3, inside the netns (`ip -n NS link set IFNAME up; ip -n NS addr add ADDR dev
 /// IFNAME; ip -n NS route add default via GW`). Runs on one scoped thread, the only
 /// time ADD enters the netns.
-pub fn configure_container(
-    netns: &Netns,
-    ifname: &str,
-    addresses: &[IpNetwork],
-    routes: &[ContainerRoute],
-) -> Result<()> {
+pub fn configure_container(netns: &Netns, setup: &ContainerSetup) -> Result<()> {
+    let ifname = setup.ifname;
+    if !setup.up && !setup.routes.is_empty() {
+        return Err(Error::config(format!(
+            "disableContainerInterface leaves {ifname} down, and the kernel adds no route through a down interface, but IPAM returned {} route(s)",
+            setup.routes.len()
+        ))
+        .details("configure the IPAM plugin without routes, or drop disableContainerInterface"));
+    }
     netns.run(|| {
         let mut nl = Netlink::open()?;
         let link = nl.link(ifname)?.ok_or_else(|| {
@@ -251,40 +265,37 @@ pub fn configure_container(
                 ),
             )
         })?;
-        tune_sysctls(ifname, addresses);
-        nl.set_up(link.index)?;
-        for address in addresses {
-            nl.add_address(link.index, *address)?;
+        tune_sysctls(ifname, setup.addresses, setup.dad);
+        if setup.up {
+            nl.set_up(link.index)?;
         }
-        for route in routes {
-            match nl.add_route(route.dst, route.gw, link.index) {
-                Ok(()) => {}
-                Err(e) if e.is(libc::EEXIST) && route.dst.prefix() == 0 => {
-                    return Err(Error::new(
-                        code::ROUTE_TAKEN,
-                        format!(
-                            "the container in {} already has a default route",
-                            netns.path()
-                        ),
-                    )
-                    .details("another network already routes this container by default"))
-                }
-                // As the reference plugin does: a route the container already has is kept.
+        for address in setup.addresses {
+            nl.add_container_address(link.index, *address)?;
+        }
+        // As the reference: routes once the addresses have settled.
+        if setup.dad && setup.up && setup.addresses.iter().any(|a| a.is_ipv6()) {
+            dad::wait(&mut nl, link.index, ifname)?;
+        }
+        for route in setup.routes {
+            match nl.add_route(route.dst, route.gw, link.index, &route.attrs) {
+                // This very route (same next hop) is already there: as the reference
+                // plugin of the host-local era did, it is kept ("the first one wins").
                 Err(e) if e.is(libc::EEXIST) => {}
-                Err(e) => return Err(e.into()),
+                other => other?,
             }
         }
         Ok(())
     })
 }
 
-/// The reference plugin's per-interface settings, for the same behaviour: no duplicate
-/// address detection (the address is ours; DAD would hold it tentative for a second), and
-/// a gratuitous ARP when the interface comes up. Best effort, like the reference: a
-/// kernel without IPv6 has no such file. /proc/sys/net is the calling thread's netns.
-fn tune_sysctls(ifname: &str, addresses: &[IpNetwork]) {
+/// The reference plugin's per-interface settings, for the same behaviour: duplicate
+/// address detection only with `enabledad` (else the address is ours; DAD would hold it
+/// tentative for a second), and a gratuitous ARP when the interface comes up. Best
+/// effort, like the reference: a kernel without IPv6 has no such file. /proc/sys/net is
+/// the calling thread's netns.
+fn tune_sysctls(ifname: &str, addresses: &[IpNetwork], dad: bool) {
     if addresses.iter().any(|a| a.is_ipv6()) {
-        let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{ifname}/accept_dad"), "0");
+        dad::set_sysctls(ifname, dad);
     }
     if addresses.iter().any(|a| a.is_ipv4()) {
         let _ = std::fs::write(format!("/proc/sys/net/ipv4/conf/{ifname}/arp_notify"), "1");
@@ -322,12 +333,10 @@ pub fn remove_pair(nl: &mut Netlink, who: &Attachment) -> Result<PairRemoval> {
         return Ok(PairRemoval::Absent);
     };
     match hostveth::ownership(&link, &who.alias()) {
-        Ownership::Ours | Ownership::OursUnlabelled => {
-            match delete_if_present(nl, LinkRef::Index(link.index))? {
-                true => Ok(PairRemoval::Deleted),
-                false => Ok(PairRemoval::Absent),
-            }
-        }
+        Ownership::Ours | Ownership::OursUnlabelled => match delete_if_present(nl, link.index)? {
+            true => Ok(PairRemoval::Deleted),
+            false => Ok(PairRemoval::Absent),
+        },
         Ownership::Foreign(why) => Ok(PairRemoval::NotOurs(format!(
             "host interface {name} is not academy's ({why}); it was left alone"
         ))),
@@ -335,8 +344,8 @@ pub fn remove_pair(nl: &mut Netlink, who: &Attachment) -> Result<PairRemoval> {
 }
 
 /// Deletes a link; one that is already gone is not an error (DEL is idempotent).
-pub fn delete_if_present(nl: &mut Netlink, link: LinkRef) -> Result<bool> {
-    match nl.delete_link(link) {
+pub fn delete_if_present(nl: &mut Netlink, index: u32) -> Result<bool> {
+    match nl.delete_link(index) {
         Ok(()) => Ok(true),
         Err(e) if e.is(libc::ENODEV) => Ok(false),
         Err(e) => Err(e.into()),

@@ -5,6 +5,8 @@
 - refs: the docs' `path:line` references, checked against the code and moved when the
   line moved (scripts/check-refs.sh);
 - layout: README's "Layout of the code" against the tree (run with refs);
+- paths: every repository path the prose names (docs, Cargo.toml, code comments) against
+  the tree (run with refs);
 - strace_summary: one line per step of an `strace -f` of academy (lab.sh's transcripts).
 
 Run as `python3 -m doctools COMMAND` with scripts/ on PYTHONPATH (see __main__.py); the

@@ -1,17 +1,21 @@
 """python3 -m doctools COMMAND (scripts/ on PYTHONPATH), run from anywhere:
 
     check-refs [--fix] [FILE.md ...]   the docs' file:line references (default: README.md
-                                       and every .md under docs/), and README's layout
-                                       block against src/; exit 1 on a problem
+                                       and every .md under docs/), README's layout block
+                                       against src/, and (without FILE arguments) every
+                                       repository path the prose names (README, docs/,
+                                       Cargo.toml and src/, tests/ comments, see
+                                       paths.py); exit 1 on a problem
     embed-lab                          docs/lab/*.txt into the docs' lab blocks
     embed-bench                        bench/results/latest.md into README.md
     summarize-trace FILE [NETNS]       one line per step of an `strace -f -s 256` of academy
 """
 
 import pathlib
+import subprocess
 import sys
 
-from . import blocks, layout, refs, strace_summary
+from . import blocks, layout, paths, refs, strace_summary
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -30,6 +34,34 @@ def read_code(path: str):
         return (ROOT / path).read_text().split("\n")
     except (FileNotFoundError, IsADirectoryError):
         return None
+
+
+def tree() -> paths.Tree:
+    """What a clone holds: git's tracked files and new ones not ignored (so a generated,
+    ignored file never satisfies the prose); every file outside a git checkout."""
+    try:
+        listed = subprocess.run(
+            ["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others",
+             "--exclude-standard"], capture_output=True, check=True).stdout
+        files = [f for f in listed.decode().split("\0") if f and (ROOT / f).exists()]
+    except (OSError, subprocess.CalledProcessError):
+        files = [p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*") if p.is_file()]
+    return paths.Tree(files)
+
+
+def prose_path_problems(seen: list) -> list:
+    """Every repository path written in prose that the tree does not hold; the paths
+    checked are appended to `seen`."""
+    t = tree()
+    out = []
+    for doc in default_docs():
+        out += paths.check(shown(doc), paths.markdown_prose(doc.read_text()), t, seen)
+    cargo = ROOT / "Cargo.toml"
+    out += paths.check(shown(cargo), paths.toml_comments(cargo.read_text()), t, seen)
+    for top in ("src", "tests"):
+        for rs in sorted((ROOT / top).rglob("*.rs")):
+            out += paths.check(shown(rs), paths.rust_comments(rs.read_text()), t, seen)
+    return out
 
 
 def check_refs(args: list) -> int:
@@ -56,13 +88,17 @@ def check_refs(args: list) -> int:
         if doc == ROOT / "README.md":
             src = sorted(e.name + ("/" if e.is_dir() else "") for e in (ROOT / "src").iterdir())
             checker.problems += layout.problems(doc.read_text(), lambda p: (ROOT / p).exists(), src)
+    seen = []
+    if not [a for a in args if a != "--fix"]:
+        checker.problems += prose_path_problems(seen)
     if checker.problems:
         for p in checker.problems:
             print(p, file=sys.stderr)
-        print(f"check-refs: {len(checker.problems)} problem(s) in {checker.checked} reference(s)",
-              file=sys.stderr)
+        print(f"check-refs: {len(checker.problems)} problem(s) in {checker.checked} reference(s) "
+              f"and {len(seen)} prose path(s)", file=sys.stderr)
         return 1
-    print(f"check-refs: {checker.checked} reference(s) point at the code they describe")
+    print(f"check-refs: {checker.checked} reference(s) point at the code they describe, "
+          f"{len(seen)} prose path(s) exist")
     return 0
 
 

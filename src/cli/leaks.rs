@@ -1,5 +1,5 @@
 //! `academy list` and `academy reclaim`: the operator's view of a network's reservations,
-//! and freeing the leaked ones (see src/reclaim.rs for what "leaked" means).
+//! and freeing the leaked ones (see src/leaks/mod.rs for what "leaked" means).
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -10,9 +10,9 @@ use serde_json::json;
 use super::{load_network, CliError, Parsed};
 use crate::cni::Error;
 use crate::config::{Config, DEFAULT_RECLAIM_LEAKED_AFTER};
-use crate::ipam::leaks::StoreDir;
+use crate::ipam::store::StoreDir;
+use crate::leaks::{self, format_age, Caller, Entry, Freed, Selection, State};
 use crate::netlink::Netlink;
-use crate::reclaim::{self, format_age, Entry, Freed, Selection, State};
 
 fn failed(e: impl std::fmt::Display) -> CliError {
     CliError::Failed(e.to_string())
@@ -20,7 +20,7 @@ fn failed(e: impl std::fmt::Display) -> CliError {
 
 /// The network's open store and a netlink socket; None when nothing was ever reserved.
 fn open(conf: &Config) -> Result<(Option<StoreDir>, Netlink), CliError> {
-    let store = reclaim::open_store(conf).map_err(failed)?;
+    let store = leaks::open_store(conf).map_err(failed)?;
     let nl = Netlink::open()
         .map_err(Error::from)
         .map_err(|e| failed(format!("{e} (academy list and reclaim run as root)")))?;
@@ -38,7 +38,7 @@ pub fn list(args: &[String]) -> Result<(), CliError> {
     let conf = load_network(p.single("CONFLIST")?)?;
     let (store, mut nl) = open(&conf)?;
     let entries = match &store {
-        Some(store) => reclaim::survey(&conf, store, &mut nl).map_err(failed)?,
+        Some(store) => leaks::survey(&conf, store, &mut nl, Caller::Operator).map_err(failed)?,
         None => Vec::new(),
     };
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
@@ -68,6 +68,7 @@ fn write_json(out: &mut impl Write, conf: &Config, entries: &[Entry]) -> std::io
             "ageSeconds": e.age.as_secs(),
             "state": e.state.name(),
             "hostVeth": e.host_veth,
+            "why": e.why,
         });
         write!(out, "{}\n  {row}", if i == 0 { "" } else { "," })?;
     }
@@ -87,9 +88,16 @@ fn table(conf: &Config, entries: &[Entry]) -> String {
         count(State::Leaked),
         match count(State::Unknown) {
             0 => String::new(),
-            n => format!(", {n} unknown (legacy files naming no interface)"),
+            n => format!(", {n} unknown (never judged leaked)"),
         }
     );
+    let mut reasons: Vec<&str> = entries.iter().filter_map(|e| e.why).collect();
+    reasons.sort_unstable();
+    reasons.dedup();
+    for why in reasons {
+        let n = entries.iter().filter(|e| e.why == Some(why)).count();
+        out.push_str(&format!("unknown ({n}): {why}\n"));
+    }
     if entries.is_empty() {
         return out;
     }
@@ -148,7 +156,7 @@ pub fn reclaim(args: &[String]) -> Result<(), CliError> {
     )?;
     let conf = load_network(p.single("CONFLIST")?)?;
     let older_than = match p.value("--older-than") {
-        Some(text) => Some(reclaim::parse_duration(text).ok_or_else(|| {
+        Some(text) => Some(leaks::parse_duration(text).ok_or_else(|| {
             CliError::Usage(format!(
                 "--older-than {text:?} is not a duration (a whole number with s, m, h or d: 90s, 15m, 2h, 7d)"
             ))
@@ -178,7 +186,11 @@ pub fn reclaim(args: &[String]) -> Result<(), CliError> {
         return Ok(());
     };
     let what = match &selection {
-        Selection::LeakedFor(age) => format!("leaked for at least {}", format_age(*age)),
+        Selection::LeakedFor(age) => format!(
+            "leaked for at least {} or since before this boot",
+            format_age(*age)
+        ),
+        Selection::LeakedAddress(address, _) => format!("leaked address {address}"),
         Selection::NotKept { keep, min_age } => format!(
             "not among the {} kept container ids{}",
             keep.len(),
@@ -189,7 +201,8 @@ pub fn reclaim(args: &[String]) -> Result<(), CliError> {
         ),
     };
     if p.has("--dry-run") {
-        let planned = reclaim::plan(&conf, &store, &mut nl, &selection).map_err(failed)?;
+        let planned =
+            leaks::plan(&conf, &store, &mut nl, &selection, Caller::Operator).map_err(failed)?;
         for item in &planned {
             println!("would {} {item}", item.verb(false));
         }
@@ -200,7 +213,8 @@ pub fn reclaim(args: &[String]) -> Result<(), CliError> {
         );
         return Ok(());
     }
-    let report = reclaim::reclaim(&conf, &store, &mut nl, &selection).map_err(failed)?;
+    let report =
+        leaks::reclaim(&conf, &store, &mut nl, &selection, Caller::Operator).map_err(failed)?;
     for item in &report.freed {
         println!("{} {item}", item.verb(true));
     }

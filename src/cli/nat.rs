@@ -1,7 +1,7 @@
 //! `academy restore-nat`: puts back the outbound NAT (ipMasq) of every academy network of
 //! a conf dir from the address store, in one batch: after `nft flush ruleset`, a
 //! firewalld reload, `nft -f` of a ruleset or `nft delete table inet academy`, running
-//! containers get their masquerade back without a restart (deploy/academy-restore-nat.service
+//! containers get their masquerade back without a restart (deploy/systemd/academy-restore-nat.service
 //! runs it after such reloads). Idempotent: with nothing missing it changes nothing.
 
 use std::collections::HashSet;

@@ -24,8 +24,6 @@ pub mod code {
     /// A host name academy needs (the bridge, the host veth, an nf_tables set or chain
     /// of its table) belongs to something academy did not make for it.
     pub const HOST_NAME_TAKEN: u32 = 103;
-    /// The container already has a default route of that family (from another network).
-    pub const ROUTE_TAKEN: u32 = 104;
     /// No free address is left in the range.
     pub const ADDRESS_EXHAUSTED: u32 = 110;
     /// A requested address (testAddress, IP=, ips) is held by someone else or outside the range.

@@ -2,6 +2,7 @@
 
 pub mod env;
 pub mod error;
+mod kernel;
 pub mod result;
 pub mod version;
 

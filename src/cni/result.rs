@@ -8,6 +8,7 @@ use serde_json::{json, Map, Value};
 
 use crate::cni::error::cut_short;
 use crate::cni::{version, Error, Result};
+use crate::netlink::RouteAttrs;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Interface {
@@ -30,6 +31,26 @@ pub struct IpConfig {
 pub struct RouteEntry {
     pub dst: IpNetwork,
     pub gw: Option<IpAddr>,
+    /// CNI 1.1's `priority`, `table`, `scope`, `mtu` and `advmss`.
+    pub attrs: RouteAttrs,
+}
+
+impl RouteEntry {
+    pub fn new(dst: IpNetwork, gw: Option<IpAddr>) -> RouteEntry {
+        RouteEntry {
+            dst,
+            gw,
+            attrs: RouteAttrs::default(),
+        }
+    }
+}
+
+/// The route keys of the 1.x result (Go's types/100 serves 1.0.0 and 1.1.0 alike, so a
+/// 1.0.0 result carries them too; 0.3.x and 0.4.0 have no place for them).
+const ROUTE_ATTRS: [&str; 5] = ["priority", "table", "scope", "mtu", "advmss"];
+
+fn attr_values(a: &RouteAttrs) -> [Option<u32>; 5] {
+    [a.priority, a.table, a.scope.map(u32::from), a.mtu, a.advmss]
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -90,6 +111,13 @@ impl CniResult {
                 o.insert("dst".into(), json!(r.dst.to_string()));
                 if let Some(gw) = r.gw {
                     o.insert("gw".into(), json!(gw.to_string()));
+                }
+                if !pre_1_0 {
+                    for (key, value) in ROUTE_ATTRS.iter().zip(attr_values(&r.attrs)) {
+                        if let Some(v) = value {
+                            o.insert((*key).into(), json!(v));
+                        }
+                    }
                 }
                 Value::Object(o)
             })
@@ -173,7 +201,37 @@ impl CniResult {
                 ),
                 None => None,
             };
-            result.routes.push(RouteEntry { dst, gw });
+            let mut numbers = [None; 5];
+            for (slot, key) in numbers.iter_mut().zip(ROUTE_ATTRS) {
+                *slot = match r.get(key) {
+                    None | Some(Value::Null) => None,
+                    Some(v) => Some(v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(
+                        || {
+                            bad(format!(
+                                "route {dst} {key} {} is not a whole number",
+                                brief(v)
+                            ))
+                        },
+                    )?),
+                };
+            }
+            let [priority, table, scope, mtu, advmss] = numbers;
+            let scope = scope
+                .map(|s| {
+                    u8::try_from(s).map_err(|_| bad(format!("route {dst} scope {s} is over 255")))
+                })
+                .transpose()?;
+            result.routes.push(RouteEntry {
+                dst,
+                gw,
+                attrs: RouteAttrs {
+                    priority,
+                    table,
+                    scope,
+                    mtu,
+                    advmss,
+                },
+            });
         }
         result.dns = value
             .get("dns")
@@ -226,10 +284,23 @@ mod tests {
                 gateway: Some("10.0.0.1".parse().unwrap()),
                 interface: Some(2),
             }],
-            routes: vec![RouteEntry {
-                dst: "0.0.0.0/0".parse().unwrap(),
-                gw: Some("10.0.0.1".parse().unwrap()),
-            }],
+            routes: vec![
+                RouteEntry::new(
+                    "0.0.0.0/0".parse().unwrap(),
+                    Some("10.0.0.1".parse().unwrap()),
+                ),
+                RouteEntry {
+                    dst: "10.9.0.0/16".parse().unwrap(),
+                    gw: Some("10.0.0.1".parse().unwrap()),
+                    attrs: RouteAttrs {
+                        priority: Some(50),
+                        table: Some(100),
+                        scope: Some(0),
+                        mtu: Some(1400),
+                        advmss: Some(1360),
+                    },
+                },
+            ],
             dns: None,
         }
     }
@@ -262,7 +333,12 @@ mod tests {
             if !version::at_least(v, "1.1.0") {
                 back.interfaces.iter_mut().for_each(|i| i.mtu = Some(1500));
             }
-            assert_eq!(back, sample(), "{v}");
+            let mut want = sample();
+            if !version::at_least(v, "1.0.0") {
+                assert!(sample().to_json(v)["routes"][1].get("table").is_none());
+                want.routes[1].attrs = RouteAttrs::default();
+            }
+            assert_eq!(back, want, "{v}");
         }
     }
 
@@ -278,6 +354,8 @@ mod tests {
                                "ips": [{"address": "10.0.0.2/24", "interface": 1}]}),
             serde_json::json!({"ips": [{"address": "10.0.0.2/24", "interface": -1}]}),
             serde_json::json!({"ips": [{"address": "10.0.0.2/24", "interface": "0"}]}),
+            serde_json::json!({"routes": [{"dst": "0.0.0.0/0", "table": "main"}]}),
+            serde_json::json!({"routes": [{"dst": "0.0.0.0/0", "scope": 300}]}),
         ] {
             let e = CniResult::from_json(&v).unwrap_err();
             assert_eq!(e.code, 7, "{v}");

@@ -8,6 +8,8 @@
 
 mod ranges;
 mod requests;
+pub mod resolv;
+mod routes;
 
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -21,6 +23,7 @@ use crate::cni::{code, version, Error, Result};
 use crate::ipam::Pool;
 
 pub use requests::Requests;
+pub use routes::RouteSpec;
 
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/academy";
 /// host-local's own default: with `ipam.type` host-local and no dataDir, academy and the
@@ -35,17 +38,7 @@ pub const DEFAULT_RECLAIM_LEAKED_AFTER: u64 = 60;
 /// Keys of the reference bridge plugin that academy does not implement. Silently ignoring
 /// one that is switched on would give a network other than the one asked for, so each is
 /// refused unless it holds its "off" value (false, 0, empty).
-const UNSUPPORTED_KEYS: &[&str] = &[
-    "vlan",
-    "vlanTrunk",
-    "macspoofchk",
-    "enabledad",
-    "disableContainerInterface",
-    "portIsolation",
-];
-
-/// host-local keys academy's allocator does not implement.
-const UNSUPPORTED_IPAM_KEYS: &[&str] = &["resolvConf"];
+const UNSUPPORTED_KEYS: &[&str] = &["vlan", "vlanTrunk", "macspoofchk", "portIsolation"];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -63,6 +56,11 @@ pub struct Config {
     pub promisc_mode: bool,
     /// Masquerade the containers' traffic to anything outside the network's subnets.
     pub ip_masq: bool,
+    /// `enabledad`: the container's IPv6 addresses go through duplicate address
+    /// detection, and ADD waits for it.
+    pub enable_dad: bool,
+    /// `disableContainerInterface`: the container's interface is left down.
+    pub disable_container_interface: bool,
     pub ipam: Ipam,
     /// `dns` of the network config, copied into the result as the reference plugin does.
     pub dns: Option<Value>,
@@ -94,12 +92,8 @@ pub struct Builtin {
     /// Routes for the container; a missing gw means the gateway of the route's family.
     pub routes: Vec<RouteSpec>,
     pub data_dir: PathBuf,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RouteSpec {
-    pub dst: IpNetwork,
-    pub gw: Option<IpAddr>,
+    /// `ipam.resolvConf`: read at ADD into the result's dns.
+    pub resolv_conf: Option<PathBuf>,
 }
 
 /// The cniVersion of a config, if it has a readable one: used to print errors in the
@@ -195,10 +189,14 @@ impl Config {
             requests.ips.extend(test_address);
             Ipam::Builtin(builtin)
         } else {
-            ipam_block(&map, &requests)?
+            ipam_block(&map, &requests, &cni_version)?
         };
         // The flat form is the seed's plugin: its gateway is on the bridge unless told not.
         let is_gateway = is_default_gateway || f.boolean("isGateway")?.unwrap_or(flat);
+        let disable_container_interface = f.boolean("disableContainerInterface")?.unwrap_or(false);
+        if disable_container_interface {
+            routes::refuse_on_a_down_interface(&ipam, is_default_gateway)?;
+        }
 
         Ok(Config {
             cni_version,
@@ -211,6 +209,8 @@ impl Config {
             hairpin_mode,
             promisc_mode,
             ip_masq,
+            enable_dad: f.boolean("enabledad")?.unwrap_or(false),
+            disable_container_interface,
             ipam,
             dns: f.get("dns").cloned(),
             requests,
@@ -263,6 +263,7 @@ impl Config {
                 range_sets: Vec::new(),
                 routes: Vec::new(),
                 data_dir: dir(text(&map, "dataDir"), DEFAULT_DATA_DIR),
+                resolv_conf: None,
             }),
             Some(ipam) => match text(ipam, "type") {
                 Some(kind) if kind != "host-local" && !kind.is_empty() && !kind.contains('/') => {
@@ -272,6 +273,7 @@ impl Config {
                     range_sets: Vec::new(),
                     routes: Vec::new(),
                     data_dir: dir(text(ipam, "dataDir"), HOST_LOCAL_DATA_DIR),
+                    resolv_conf: None,
                 }),
             },
         };
@@ -287,6 +289,8 @@ impl Config {
             hairpin_mode: false,
             promisc_mode: false,
             ip_masq: map.get("ipMasq") == Some(&Value::Bool(true)),
+            enable_dad: false,
+            disable_container_interface: false,
             reclaim_leaked_after: DEFAULT_RECLAIM_LEAKED_AFTER,
             ipam,
             dns: None,
@@ -349,11 +353,9 @@ fn flat_form(f: &Fields) -> Result<(Builtin, Option<IpAddr>)> {
     Ok((
         Builtin {
             range_sets: vec![vec![pool]],
-            routes: vec![RouteSpec {
-                dst: default,
-                gw: None,
-            }],
+            routes: vec![RouteSpec::to(default)],
             data_dir: data_dir(f.string("dataDir")?, "dataDir", DEFAULT_DATA_DIR)?,
+            resolv_conf: None,
         },
         test_address,
     ))
@@ -361,7 +363,7 @@ fn flat_form(f: &Fields) -> Result<(Builtin, Option<IpAddr>)> {
 
 /// The reference form: `ipam` of type host-local (served by academy's allocator) or any
 /// other IPAM plugin (delegated).
-fn ipam_block(map: &Map<String, Value>, requests: &Requests) -> Result<Ipam> {
+fn ipam_block(map: &Map<String, Value>, requests: &Requests, cni_version: &str) -> Result<Ipam> {
     let Some(ipam) = map.get("ipam").filter(|v| !v.is_null()) else {
         return Err(
             Error::config("the config has neither subnet nor an ipam block").details(
@@ -385,8 +387,6 @@ fn ipam_block(map: &Map<String, Value>, requests: &Requests) -> Result<Ipam> {
         }
         return Ok(Ipam::Delegated(kind));
     }
-    refuse_unsupported(ipam, UNSUPPORTED_IPAM_KEYS, "ipam.")?;
-
     // host-local's order: runtimeConfig.ipRanges first, then the single top-level range,
     // then `ranges`.
     let mut sets = Vec::new();
@@ -410,44 +410,25 @@ fn ipam_block(map: &Map<String, Value>, requests: &Requests) -> Result<Ipam> {
     }
     ranges::check_overlaps(&sets)?;
 
-    let mut routes = Vec::new();
-    if let Some(list) = f.get("routes") {
-        let list = list
-            .as_array()
-            .ok_or_else(|| Error::config(format!("ipam.routes must be a list, got {list}")))?;
-        for (i, r) in list.iter().enumerate() {
-            routes.push(route_spec(r, &format!("ipam.routes[{i}]"))?);
+    let routes = match f.get("routes") {
+        Some(list) => routes::parse_routes(list, cni_version)?,
+        None => Vec::new(),
+    };
+    let resolv_conf = match f.string("resolvConf")?.filter(|p| !p.is_empty()) {
+        None => None,
+        Some(p) if p.starts_with('/') => Some(PathBuf::from(p)),
+        Some(p) => {
+            return Err(Error::config(format!(
+                "ipam.resolvConf {p:?} must be an absolute path"
+            )))
         }
-    }
+    };
     Ok(Ipam::Builtin(Builtin {
         range_sets: sets,
         routes,
         data_dir: data_dir(f.string("dataDir")?, "ipam.dataDir", HOST_LOCAL_DATA_DIR)?,
+        resolv_conf,
     }))
-}
-
-fn route_spec(value: &Value, field: &str) -> Result<RouteSpec> {
-    let dst = value
-        .get("dst")
-        .and_then(Value::as_str)
-        .ok_or_else(|| Error::config(format!("{field}.dst is missing")))?;
-    let dst: IpNetwork = dst
-        .parse()
-        .map_err(|_| Error::config(format!("{field}.dst {dst:?} is not an address/prefix")))?;
-    let dst = IpNetwork::new(dst.network(), dst.prefix()).expect("same prefix");
-    let gw = match value.get("gw").and_then(Value::as_str) {
-        None | Some("") => None,
-        Some(g) => Some(
-            g.parse::<IpAddr>()
-                .map_err(|_| Error::config(format!("{field}.gw {g:?} is not an IP address")))?,
-        ),
-    };
-    if gw.is_some_and(|g| g.is_ipv4() != dst.is_ipv4()) {
-        return Err(Error::config(format!(
-            "{field}: gw and dst are of different address families"
-        )));
-    }
-    Ok(RouteSpec { dst, gw })
 }
 
 fn data_dir(value: Option<String>, field: &str, default: &str) -> Result<PathBuf> {

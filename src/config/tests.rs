@@ -196,9 +196,14 @@ fn ipam_block_errors() {
             "routes[0].dst",
         ),
         (
-            r#"{"type":"host-local","subnet":"10.0.0.0/24","resolvConf":"/etc/resolv.conf"}"#,
+            r#"{"type":"host-local","subnet":"10.0.0.0/24","resolvConf":"etc/resolv.conf"}"#,
+            7,
+            "absolute",
+        ),
+        (
+            r#"{"type":"host-local","subnet":"10.0.0.0/24","routes":[{"dst":"10.1.0.0/16","metric":5}]}"#,
             2,
-            "resolvConf",
+            "routes[0].metric",
         ),
         (r#"{"type":"../evil"}"#, 7, "plugin name"),
     ];
@@ -272,4 +277,37 @@ fn reclaim_leaked_after_defaults_to_60_and_takes_whole_seconds() {
         assert_eq!(e.code, code::INVALID_CONFIG, "{bad}");
         assert!(e.msg.contains("reclaimLeakedAfter"), "{bad}: {}", e.msg);
     }
+}
+
+#[test]
+fn container_interface_keys() {
+    let reference = r#"{"cniVersion":"1.0.0","name":"n","type":"academy","ipam":{"type":"host-local","subnet":"10.91.0.0/24","resolvConf":"/etc/resolv.conf"}}"#;
+    let c = parse(reference).unwrap();
+    assert!(!c.enable_dad && !c.disable_container_interface);
+    assert_eq!(
+        builtin(&c).resolv_conf.as_deref(),
+        Some(std::path::Path::new("/etc/resolv.conf"))
+    );
+    let c = parse(&with(
+        &with(reference, "enabledad", "true"),
+        "disableContainerInterface",
+        "true",
+    ))
+    .unwrap();
+    assert!(c.enable_dad && c.disable_container_interface);
+    // Routes cannot go through a down interface: refused before the kernel says so.
+    for conf in [
+        with(GOOD, "disableContainerInterface", "true"),
+        with(
+            &with(reference, "isDefaultGateway", "true"),
+            "disableContainerInterface",
+            "true",
+        ),
+    ] {
+        let e = parse(&conf).unwrap_err();
+        assert_eq!(e.code, 7, "{conf}");
+        assert!(e.msg.contains("disableContainerInterface"), "{}", e.msg);
+    }
+    let e = parse(&with(GOOD, "enabledad", "1")).unwrap_err();
+    assert_eq!(e.code, 7);
 }

@@ -16,11 +16,11 @@
 //!     gc(&valid (containerID, ifname) set) -> GcReport { released, errors }
 //!     status(&[pool]) -> Result<()>                                    (50 when unusable or full)
 //! status(data_dir, network, &[pool]) -> Result<()>                     (open + status, open errors as 50)
-//! leaks::StoreDir::open(store dir) -> Result<Option<StoreDir>>         (None: no store yet; never creates)
+//! store::StoreDir::open(store dir) -> Result<Option<StoreDir>>         (None: no store yet; never creates)
 //!     reservations() -> Vec<Reservation { address, container_id, ifname, made }>
 //!     remove_if(addr, |content, made| decide) -> Result<bool>          (decided under the removers' lock)
 //!     drop_index_if_unused(&holder)
-//! leaks::confirm_held(store dir, &holder, &[addr]) -> Result<Option<IpAddr>>   (ADD's last check, locked)
+//! store::StoreDir confirm_held(store dir, &holder, &[addr]) -> Result<Option<IpAddr>>   (ADD's last check, locked)
 //! ```
 //!
 //! I/O failures are code 5 with the path and errno in the message.
@@ -49,9 +49,7 @@
 //! them); the worst outcome is an address missing from the index, which GC recovers.
 
 mod allocator;
-pub(crate) mod files;
-pub mod leaks;
-mod store;
+pub mod store;
 
 pub use allocator::Pool;
 pub use store::{status, Store};

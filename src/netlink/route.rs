@@ -6,8 +6,7 @@
 //! thread that opened it, with typed helpers for the handful of requests a bridge plugin
 //! makes; the request/ack loop itself is `socket`'s.
 
-use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 use ipnetwork::IpNetwork;
@@ -20,11 +19,13 @@ use netlink_packet_route::link::{
     InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
 };
 use netlink_packet_route::route::{
-    RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
+    RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteMetric, RouteProtocol,
+    RouteScope, RouteType,
 };
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::protocols::NETLINK_ROUTE;
 
+use super::decode::{to_address, to_routes};
 use super::socket::{Await, NlError, NlResult, NlSocket};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,12 +53,44 @@ pub struct Link {
     pub alias: Option<String>,
 }
 
+/// A route as the kernel holds it. A multipath route (IPv6 joins routes of equal
+/// destination and metric through different gateways into one) is one `Route` per
+/// next hop, so that each reads like the single route that was added.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
     pub dst: IpNetwork,
     pub gateway: Option<IpAddr>,
     pub oif: Option<u32>,
     pub table: u32,
+    /// The metric; IPv6 gives every route one (1024 by default), IPv4 none by default.
+    pub priority: Option<u32>,
+    pub scope: u8,
+    pub mtu: Option<u32>,
+    pub advmss: Option<u32>,
+}
+
+/// What CNI 1.1 lets a route ask for beyond dst and gw (the result's `priority`, `table`,
+/// `scope`, `mtu`, `advmss`); None leaves the kernel's default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RouteAttrs {
+    pub priority: Option<u32>,
+    pub table: Option<u32>,
+    pub scope: Option<u8>,
+    pub mtu: Option<u32>,
+    pub advmss: Option<u32>,
+}
+
+/// The main routing table, where a route without `table` goes.
+pub const MAIN_TABLE: u32 = RouteHeader::RT_TABLE_MAIN as u32;
+
+/// An address as the kernel holds it, with its duplicate address detection state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AddressState {
+    pub address: IpNetwork,
+    /// DAD has not finished yet: the address cannot be used.
+    pub tentative: bool,
+    /// DAD found another host with this address.
+    pub dad_failed: bool,
 }
 
 /// A veth pair to create in one request: the host end in this socket's netns, the
@@ -70,22 +103,6 @@ pub struct VethPair<'a> {
     pub peer_mac: [u8; 6],
     pub peer_netns: BorrowedFd<'a>,
     pub mtu: Option<u32>,
-}
-
-/// A link named by index (stable while it lives) or by name (when the index is unknown).
-#[derive(Debug, Clone, Copy)]
-pub enum LinkRef<'a> {
-    Index(u32),
-    Name(&'a str),
-}
-
-impl fmt::Display for LinkRef<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LinkRef::Index(i) => write!(f, "#{i}"),
-            LinkRef::Name(n) => f.write_str(n),
-        }
-    }
 }
 
 pub struct Netlink {
@@ -224,16 +241,13 @@ impl Netlink {
     }
 
     /// Deletes a link (a veth takes its peer with it). ENODEV when it is already gone.
-    pub fn delete_link(&mut self, link: LinkRef) -> NlResult<()> {
+    pub fn delete_link(&mut self, index: u32) -> NlResult<()> {
         let mut msg = LinkMessage::default();
-        match link {
-            LinkRef::Index(i) => msg.header.index = i,
-            LinkRef::Name(n) => msg.attributes.push(LinkAttribute::IfName(n.to_string())),
-        }
+        msg.header.index = index;
         self.request(
             RouteNetlinkMessage::DelLink(msg),
             Await::Ack,
-            &format!("delete link {link}"),
+            &format!("delete link #{index}"),
         )
         .map(drop)
     }
@@ -246,7 +260,21 @@ impl Netlink {
     // ----- addresses -----
 
     /// Adds `addr` (address and prefix) to the link. EEXIST when it is already there.
+    /// Every address academy puts on the bridge is unique by construction (the gateway
+    /// of its own network): an IPv6 one is usable at once (IFA_F_NODAD), not after a
+    /// second of duplicate address detection.
     pub fn add_address(&mut self, index: u32, addr: IpNetwork) -> NlResult<()> {
+        self.add_address_flagged(index, addr, true)
+    }
+
+    /// As the reference adds the container's addresses: without IFA_F_NODAD, so that
+    /// the interface's `accept_dad` decides whether an IPv6 one goes through duplicate
+    /// address detection.
+    pub fn add_container_address(&mut self, index: u32, addr: IpNetwork) -> NlResult<()> {
+        self.add_address_flagged(index, addr, false)
+    }
+
+    fn add_address_flagged(&mut self, index: u32, addr: IpNetwork, nodad: bool) -> NlResult<()> {
         let mut msg = AddressMessage::default();
         msg.header.family = family_of(addr.ip());
         msg.header.prefix_len = addr.prefix();
@@ -258,10 +286,7 @@ impl Netlink {
                 msg.attributes
                     .push(AddressAttribute::Broadcast(v4.broadcast()));
             }
-            // Every address academy adds is unique by construction (the gateway of its
-            // own network, a container's from its store): usable at once, not after a
-            // second of duplicate address detection.
-            IpNetwork::V6(_) => msg.header.flags |= AddressHeaderFlags::Nodad,
+            IpNetwork::V6(_) if nodad => msg.header.flags |= AddressHeaderFlags::Nodad,
             _ => {}
         }
         self.create(
@@ -286,6 +311,15 @@ impl Netlink {
 
     /// The addresses on one link, IPv4 and IPv6.
     pub fn addresses(&mut self, index: u32) -> NlResult<Vec<IpNetwork>> {
+        Ok(self
+            .address_states(index)?
+            .into_iter()
+            .map(|a| a.address)
+            .collect())
+    }
+
+    /// The addresses on one link with their DAD state.
+    pub fn address_states(&mut self, index: u32) -> NlResult<Vec<AddressState>> {
         let mut msg = AddressMessage::default();
         msg.header.index = index;
         let replies = self.request(
@@ -296,19 +330,7 @@ impl Netlink {
         Ok(replies
             .iter()
             .filter_map(|m| match m {
-                RouteNetlinkMessage::NewAddress(a) if a.header.index == index => {
-                    let ip = a.attributes.iter().find_map(|attr| match attr {
-                        AddressAttribute::Local(ip) => Some(*ip),
-                        _ => None,
-                    });
-                    let ip = ip.or_else(|| {
-                        a.attributes.iter().find_map(|attr| match attr {
-                            AddressAttribute::Address(ip) => Some(*ip),
-                            _ => None,
-                        })
-                    })?;
-                    IpNetwork::new(ip, a.header.prefix_len).ok()
-                }
+                RouteNetlinkMessage::NewAddress(a) if a.header.index == index => to_address(a),
                 _ => None,
             })
             .collect())
@@ -316,14 +338,27 @@ impl Netlink {
 
     // ----- routes -----
 
-    /// Adds a route in the main table. EEXIST when an equal route is there.
-    pub fn add_route(&mut self, dst: IpNetwork, gateway: IpAddr, oif: u32) -> NlResult<()> {
+    /// Adds a route, in the main table unless `attrs` names another. As the reference
+    /// plugin (RouteAddEcmp: NLM_F_CREATE without NLM_F_EXCL), a route of the same
+    /// destination and metric through another gateway is added beside the one there
+    /// (IPv4 puts the new one first, IPv6 makes one multipath route of both); EEXIST
+    /// only when this very route (same next hop) is already there.
+    pub fn add_route(
+        &mut self,
+        dst: IpNetwork,
+        gateway: IpAddr,
+        oif: u32,
+        attrs: &RouteAttrs,
+    ) -> NlResult<()> {
         let mut msg = RouteMessage::default();
         msg.header.address_family = family_of(dst.ip());
         msg.header.destination_prefix_length = dst.prefix();
-        msg.header.table = RouteHeader::RT_TABLE_MAIN;
+        let table = attrs.table.unwrap_or(MAIN_TABLE);
+        // The header has 8 bits; RTA_TABLE carries any table and wins over the header.
+        msg.header.table = u8::try_from(table).unwrap_or(RouteHeader::RT_TABLE_UNSPEC);
+        msg.attributes.push(RouteAttribute::Table(table));
         msg.header.protocol = RouteProtocol::Boot;
-        msg.header.scope = RouteScope::Universe;
+        msg.header.scope = RouteScope::from(attrs.scope.unwrap_or(0));
         msg.header.kind = RouteType::Unicast;
         if dst.prefix() > 0 {
             msg.attributes
@@ -334,13 +369,29 @@ impl Netlink {
         msg.attributes
             .push(RouteAttribute::Gateway(RouteAddress::from(gateway)));
         msg.attributes.push(RouteAttribute::Oif(oif));
-        self.create(
+        if let Some(p) = attrs.priority {
+            msg.attributes.push(RouteAttribute::Priority(p));
+        }
+        let mut metrics = Vec::new();
+        if let Some(m) = attrs.mtu {
+            metrics.push(RouteMetric::Mtu(m));
+        }
+        if let Some(m) = attrs.advmss {
+            metrics.push(RouteMetric::Advmss(m));
+        }
+        if !metrics.is_empty() {
+            msg.attributes.push(RouteAttribute::Metrics(metrics));
+        }
+        self.request_flags(
             RouteNetlinkMessage::NewRoute(msg),
+            NLM_F_CREATE,
+            Await::Ack,
             &format!("add route {dst} via {gateway}"),
         )
+        .map(drop)
     }
 
-    /// Every route of the main table of one family (4 or 6).
+    /// Every route of one family (4 or 6), of every table.
     pub fn routes(&mut self, ipv6: bool) -> NlResult<Vec<Route>> {
         let mut msg = RouteMessage::default();
         msg.header.address_family = if ipv6 {
@@ -355,11 +406,10 @@ impl Netlink {
         )?;
         Ok(replies
             .iter()
-            .filter_map(|m| match m {
-                RouteNetlinkMessage::NewRoute(r) => to_route(r, ipv6),
-                _ => None,
+            .flat_map(|m| match m {
+                RouteNetlinkMessage::NewRoute(r) => to_routes(r, ipv6),
+                _ => Vec::new(),
             })
-            .filter(|r| r.table == u32::from(RouteHeader::RT_TABLE_MAIN))
             .collect())
     }
 
@@ -475,44 +525,4 @@ fn to_link(msg: &LinkMessage) -> Link {
         }
     }
     link
-}
-
-fn to_route(msg: &RouteMessage, ipv6: bool) -> Option<Route> {
-    let mut dst: Option<IpAddr> = None;
-    let mut gateway = None;
-    let mut oif = None;
-    let mut table = u32::from(msg.header.table);
-    for attr in &msg.attributes {
-        match attr {
-            RouteAttribute::Destination(a) => dst = route_ip(a),
-            RouteAttribute::Gateway(a) => gateway = route_ip(a),
-            RouteAttribute::Oif(i) => oif = Some(*i),
-            RouteAttribute::Table(t) => table = *t,
-            _ => {}
-        }
-    }
-    let unspecified = if ipv6 {
-        IpAddr::V6(Ipv6Addr::UNSPECIFIED)
-    } else {
-        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
-    };
-    let dst = IpNetwork::new(
-        dst.unwrap_or(unspecified),
-        msg.header.destination_prefix_length,
-    )
-    .ok()?;
-    Some(Route {
-        dst,
-        gateway,
-        oif,
-        table,
-    })
-}
-
-fn route_ip(addr: &RouteAddress) -> Option<IpAddr> {
-    match addr {
-        RouteAddress::Inet(v4) => Some(IpAddr::V4(*v4)),
-        RouteAddress::Inet6(v6) => Some(IpAddr::V6(*v6)),
-        _ => None,
-    }
 }

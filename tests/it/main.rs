@@ -5,18 +5,36 @@
 //! | module        | concern                                                        |
 //! |---------------|----------------------------------------------------------------|
 //! | `gate`        | seed 002's gate through cnitool, and the cases that must fail  |
-//! | `protocol`    | the CNI protocol at its edges: bad input, VERSION, DEL, CHECK  |
+//! | `protocol/`   | the CNI protocol at its edges, as refusal tables by subject:   |
+//! |               | env, config, versions, namespaces, conflicts; DEL and CHECK    |
 //! | `ipam_lab`    | seed 000: the address store under real namespaces, in parallel |
-//! | `failure`     | failure atomicity: a fault at every step; ADD/DEL/GC racing    |
-//! | `dropin`      | academy as a drop-in for the reference bridge + host-local     |
+//! | `failure/`    | failure atomicity: a fault at every netlink request and store  |
+//! |               | call (route attributes and DAD too); seed 004's restart;       |
+//! |               | ADD/DEL/GC bursts and races                                    |
+//! | `leaks/`      | leaks: self-healing, `academy list` and `academy reclaim`      |
+//! | `hardening`   | what a hostile or unlucky host puts in academy's way           |
+//! | `masquerade`  | ipMasq end to end, against an outside the test makes           |
+//! | `dropin/`     | academy as a drop-in for the reference bridge + host-local,    |
+//! |               | one file per subject (addresses, static requests, keys, ...)   |
+//! | `multinet`    | a container on several networks (academy's, the reference's)   |
+//! | `route_attrs` | routes with priority, table, scope, mtu, advmss                |
+//! | `iface_keys`  | enabledad, disableContainerInterface, ipam.resolvConf          |
 //! | `netns_entry` | how often, and from which thread, the netns is entered         |
-//! | `podman`      | academy under a real runtime (podman 4.3, CNI backend)         |
+//! | `podman/`     | academy under a real runtime (podman 4.3, CNI backend), as     |
+//! |               | named phases of one run                                        |
+//! | `podman_multinet` | a podman container on two academy networks, -p, connect    |
 //! | `cri`         | academy under containerd's CRI plugin, as kubelet drives it    |
 //! | `installer`   | the installer image (FROM scratch) and its DaemonSet           |
 //!
+//! A module with a `/` is a folder: its mod.rs says which file holds which subject and
+//! keeps what they share, so a failing test's path names its subject
+//! (`failure::races::...`, `dropin::keys::...`).
+//!
 //! # Adding a test module
 //!
-//! 1. Put the file at `tests/it/<concern>.rs` and add `mod <concern>;` below.
+//! 1. Put the file at `tests/it/<concern>.rs` and add `mod <concern>;` below. When it
+//!    grows toward the 600-line limit, make it a folder `tests/it/<concern>/` of one file
+//!    per subject, with `mod.rs` holding the shared helpers and a table of the files.
 //! 2. Start it with `use crate::common::*;` (not `mod common;`: the helpers are already
 //!    compiled into this binary once).
 //! 3. Build every test on its own `Lab::new("tag")`: the lab takes the next slot of the one
@@ -46,12 +64,16 @@ mod dropin;
 mod failure;
 mod gate;
 mod hardening;
+mod iface_keys;
 mod installer;
 mod ipam_lab;
 mod leaks;
 mod masquerade;
+mod multinet;
 mod nat_identity;
 mod nat_repair;
 mod netns_entry;
 mod podman;
+mod podman_multinet;
 mod protocol;
+mod route_attrs;

@@ -192,7 +192,8 @@ fn ipmasq_podman_network_create_conflist_reaches_the_outside() {
     );
 }
 
-/// containerd's documented default network (docs/cri/config.md, 10-containerd-net.conflist).
+/// containerd's documented default network (containerd's docs/cri/config.md,
+/// 10-containerd-net.conflist).
 fn containerd_default() -> Value {
     json!({
       "cniVersion": "1.0.0",

@@ -166,12 +166,16 @@ impl Lab {
             "dataDir": self.data_dir.to_str().unwrap(),
         });
         for (k, v) in self.extra_config.lock().unwrap().iter() {
-            c[k] = v.clone();
+            match v {
+                Value::Null => drop(c.as_object_mut().unwrap().remove(k)),
+                _ => c[k] = v.clone(),
+            }
         }
         c
     }
 
-    /// From now on every [`Lab::config`] has `key` set to `value`.
+    /// From now on every [`Lab::config`] has `key` set to `value` (removed for null,
+    /// e.g. `subnet` and `gateway` of a lab that speaks the ipam form).
     pub fn always_config(&self, key: &str, value: Value) {
         let mut extra = self.extra_config.lock().unwrap();
         extra.insert(key.to_string(), value);

@@ -5,6 +5,7 @@
 //! - [`lab`]: the [`Lab`] guard, its attachments, configs, calls and cnitool;
 //! - [`store`]: what the plugin's store holds (reservations, holders, leftovers);
 //! - [`kernel`]: asking the kernel what it has (`ip`);
+//! - [`netns_state`]: a container netns's routes, addresses and sysctls, to compare;
 //! - [`snapshot`]: what a failed invocation must leave as it was;
 //! - [`assertions`]: the CNI error contract, ADD results, the state after DEL;
 //! - [`strace`]: the one strace parser, and fault injection through strace;
@@ -14,7 +15,8 @@
 //! - [`node`]: a private netns academy runs in as its host, for tests that flush or
 //!   plant objects in academy's nf_tables table;
 //! - [`host`]: file locks that serialise tests across processes, mounts left in a folder;
-//! - [`podman`]: a podman on a test folder's own stores and config.
+//! - [`podman`]: a podman on a test folder's own stores and config;
+//! - [`reference`]: running the reference bridge plugin beside academy.
 //!
 //! Everything is re-exported here: a test module says `use crate::common::*;`.
 //!
@@ -26,11 +28,13 @@ pub mod assertions;
 pub mod host;
 pub mod kernel;
 pub mod lab;
+pub mod netns_state;
 pub mod nft;
 pub mod node;
 pub mod outside;
 pub mod podman;
 pub mod process;
+pub mod reference;
 pub mod shim;
 pub mod snapshot;
 pub mod store;
@@ -41,10 +45,12 @@ pub use assertions::*;
 pub use host::*;
 pub use kernel::*;
 pub use lab::*;
+pub use netns_state::*;
 pub use node::*;
 pub use outside::*;
 pub use podman::*;
 pub use process::*;
+pub use reference::*;
 pub use shim::*;
 pub use snapshot::*;
 pub use store::*;

@@ -113,9 +113,16 @@ impl Syscall {
             .and_then(|q| call[q + 1..].find('"').map(|e| q + e + 2))
             .or_else(|| call.find(", "))
             .unwrap_or(call.len());
+        // A written buffer is compared up to its first line: strace cuts the string at
+        // 32 bytes, so where the cut falls in later lines depends on the first line's
+        // length (an address one digit longer), not on which call it is.
+        let head = match call[..end].find("\\n") {
+            Some(nl) => &call[..nl],
+            None => &call[..end],
+        };
         let mut out = String::new();
         let mut in_digits = false;
-        for c in call[..end].chars() {
+        for c in head.chars() {
             if c.is_ascii_digit() {
                 if !in_digits {
                     out.push('#');

@@ -5,8 +5,8 @@
 //! of a path cannot redirect a write, and anything in the store that is not a regular
 //! file is never read, written or removed as if it were academy's.
 
-use std::fs::{self, DirBuilder, File};
-use std::io::{self, Write};
+use std::fs::{self, DirBuilder};
+use std::io;
 use std::net::IpAddr;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nix::sys::stat::FileStat;
 
-use super::files::{self, is_not_regular, Dir};
+use self::files::{is_not_regular, Dir};
 use super::{Holder, Pool};
 use crate::cni::{code, Error, Result};
 
@@ -48,38 +48,9 @@ pub struct Store {
     linked: Mutex<Vec<(String, IpAddr, FileStat)>>,
     /// How long a remover waits for another's lock on a reservation (see remove_reservation).
     lock_wait: Duration,
-}
-
-/// A reservation's content waiting to be linked under an address name. An O_TMPFILE that
-/// failed to link (EEXIST) is still unnamed, so it is reused for the next candidate.
-enum Pending<'a> {
-    Unnamed(File),
-    Named { dir: &'a Dir, name: String },
-}
-
-fn pending_identity(f: &File) -> io::Result<FileStat> {
-    nix::sys::stat::fstat(f).map_err(io::Error::from)
-}
-
-impl Pending<'_> {
-    /// The inode the reservation will have once linked.
-    fn identity(&self) -> io::Result<FileStat> {
-        match self {
-            Pending::Unnamed(f) => pending_identity(f),
-            Pending::Named { dir, name } => dir
-                .stat(name)?
-                .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound)),
-        }
-    }
-}
-
-impl Drop for Pending<'_> {
-    fn drop(&mut self) {
-        if let Pending::Named { dir, name } = self {
-            // Leftovers are swept by GC or the holder's DEL; a failed unlink costs only disk.
-            let _ = dir.unlink(name);
-        }
-    }
+    /// The container's netns, recorded in the holder index ADD writes: a survey that finds
+    /// no host veth can still see the attachment alive there (its host veth moved away).
+    netns: Option<String>,
 }
 
 fn is_errno(e: &io::Error, errno: i32) -> bool {
@@ -170,6 +141,7 @@ impl Store {
             no_tmpfile: AtomicBool::new(false),
             linked: Mutex::new(Vec::new()),
             lock_wait: LOCK_WAIT,
+            netns: None,
         })
     }
 
@@ -191,14 +163,20 @@ impl Store {
         }
     }
 
+    /// Records `netns` in the holder indexes this Store writes (ADD's).
+    pub fn in_netns(mut self, netns: &str) -> Store {
+        self.netns = Some(netns.to_string());
+        self
+    }
+
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
 
     /// ADD's last check: each address is still reserved for `holder`, looked at under the
-    /// lock removers take (src/ipam/leaks.rs). The first address that is not.
+    /// lock removers take (src/ipam/store/survey.rs). The first address that is not.
     pub fn confirm_held(&self, holder: &Holder, addresses: &[IpAddr]) -> Result<Option<IpAddr>> {
-        super::leaks::confirm_held(&self.dir, holder, addresses)
+        survey::confirm_held(&self.dir, holder, addresses)
     }
 
     /// Reserves a free address of `pool` for `holder`, round-robin after the last one
@@ -397,6 +375,17 @@ impl Store {
             *linked = others;
             targets.extend(mine.into_iter().map(|(_, addr, stat)| (addr, Some(stat))));
         }
+        if index.is_none() && targets.is_empty() {
+            // No index: the attachment is not academy's, or host-local reserved for it on
+            // this shared store (same file content, no index). Found by content, so the
+            // DEL that follows a switch of `type` frees what the reference gave; only then
+            // is the store scanned, so academy's own DEL stays O(1).
+            targets.extend(
+                self.reserved_by_content(holder)?
+                    .into_iter()
+                    .map(|a| (a, None)),
+            );
+        }
         let mut freed = Vec::new();
         let mut first_err = None;
         for (addr, ours) in targets {
@@ -465,6 +454,33 @@ impl Store {
                 Err(self.occupied(name.parse().expect("reservation names are addresses"), &e))
             }
             Err(e) => Err(self.io_err("read reservation", name, &e)),
+        }
+    }
+
+    /// The addresses whose reservation names `holder`, by reading every reservation.
+    fn reserved_by_content(&self, holder: &Holder) -> Result<Vec<IpAddr>> {
+        let names = self.dir.list().map_err(|e| self.io_err("list", ".", &e))?;
+        let mut found = Vec::new();
+        for (name, regular) in names {
+            let Ok(addr) = name.parse::<IpAddr>() else {
+                continue;
+            };
+            if regular && self.holds(holder, addr)? {
+                found.push(addr);
+            }
+        }
+        Ok(found)
+    }
+
+    /// Whether a regular file reserves `addr` (for anyone): ADD tells an address held by
+    /// another attachment, which a dead holder may be freed from, from one refused for
+    /// what it is.
+    pub fn is_reserved(&self, addr: IpAddr) -> Result<bool> {
+        let name = addr.to_string();
+        match self.dir.stat(&name) {
+            Ok(Some(st)) => Ok(st.st_mode & libc::S_IFMT == libc::S_IFREG),
+            Ok(None) => Ok(false),
+            Err(e) => Err(self.io_err("look up reservation", &name, &e)),
         }
     }
 
@@ -538,106 +554,20 @@ impl Store {
             Err(e) => Err(e),
         }
     }
-
-    /// Creates a file in `dir` that already holds `content` but has no visible name yet:
-    /// O_TMPFILE where supported, else the temp file `tmp`.
-    fn pending<'a>(&'a self, dir: &'a Dir, content: &[u8], tmp: &str) -> io::Result<Pending<'a>> {
-        if !self.no_tmpfile.load(Ordering::Relaxed) {
-            match dir.create_unnamed() {
-                Ok(mut f) => {
-                    f.write_all(content)?;
-                    return Ok(Pending::Unnamed(f));
-                }
-                Err(e)
-                    if [libc::EOPNOTSUPP, libc::EISDIR, libc::EINVAL]
-                        .iter()
-                        .any(|&n| is_errno(&e, n)) =>
-                {
-                    self.no_tmpfile.store(true, Ordering::Relaxed);
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        self.pending_named(dir, content, tmp)
-    }
-
-    fn pending_named<'a>(
-        &'a self,
-        dir: &'a Dir,
-        content: &[u8],
-        tmp: &str,
-    ) -> io::Result<Pending<'a>> {
-        let mut f = self.create_holder_tmp(dir, tmp)?;
-        // From here the guard owns the name, so a failed write still unlinks it.
-        let pending = Pending::Named {
-            dir,
-            name: tmp.to_string(),
-        };
-        f.write_all(content)?;
-        Ok(pending)
-    }
-
-    /// Gives `pending` the name `name`; EEXIST when someone holds it already. Exclusive
-    /// because linkat(2) never replaces an existing name. Records what it linked; the
-    /// inode is read before linking, so a failure there leaves nothing linked.
-    fn link<'a>(
-        &'a self,
-        pending: &mut Pending<'a>,
-        name: &str,
-        holder: &Holder,
-    ) -> io::Result<()> {
-        if let Pending::Unnamed(f) = pending {
-            let identity = pending_identity(f)?;
-            match self.dir.link_unnamed(f, name) {
-                Ok(()) => {
-                    self.record_link(holder, name, identity);
-                    return Ok(());
-                }
-                // No /proc (or no magic links there): switch to a named temp for good.
-                Err(e) if not_found(&e) => {
-                    self.no_tmpfile.store(true, Ordering::Relaxed);
-                    let content = holder.file_content();
-                    *pending = self.pending_named(
-                        &self.dir,
-                        content.as_bytes(),
-                        &holder_tmp_name(holder),
-                    )?;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        let identity = pending.identity()?;
-        let Pending::Named { name: from, .. } = pending else {
-            unreachable!("an unnamed pending file either linked, failed or was replaced")
-        };
-        self.dir.link(from, name)?;
-        self.record_link(holder, name, identity);
-        Ok(())
-    }
-
-    fn record_link(&self, holder: &Holder, name: &str, identity: FileStat) {
-        let addr = name
-            .parse()
-            .expect("reservations are named by their address");
-        self.linked
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((holder.key(), addr, identity));
-    }
 }
 
-// Children of the store in files beside it (they share its private parts): how its
-// failures read, the GC and STATUS sweeps, the holder index.
-#[path = "errors.rs"]
 mod errors;
-#[path = "gc.rs"]
-mod gc;
-#[path = "index.rs"]
+pub(crate) mod files;
 mod index;
+mod pending;
+mod survey;
+mod sweep;
 use errors::refuse_dir;
-pub use gc::status;
 use index::parse_index;
+pub(crate) use index::recorded_netns;
+use pending::Pending;
+pub use survey::{Locked, Reservation, StoreDir};
+pub use sweep::status;
 
 #[cfg(test)]
-#[path = "store_tests.rs"]
 mod tests;

@@ -20,8 +20,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use nix::sys::stat::FileStat;
 
 use super::files::{self, Dir, Opened};
-use super::{FileHolder, Holder};
 use crate::cni::{code, Error, Result};
+use crate::ipam::{FileHolder, Holder};
 
 const HOLDERS: &str = "holders";
 /// As the store: a reservation is `id\r\nifname`, far below this.
@@ -138,45 +138,73 @@ impl StoreDir {
         }))
     }
 
-    /// Removes the reservation of `address` if `decide`, called with the file locked and
-    /// given its content and when it was made, says so. True when it was removed; false
-    /// when it is gone, kept, or was replaced by another reservation meanwhile.
-    pub fn remove_if(
+    /// Locks the reservation of `address` and keeps it locked if `decide`, called with
+    /// its content and when it was made, says so. None when it is gone, is not academy's
+    /// kind of file, or `decide` declines. While the returned lock lives, no ADD can
+    /// confirm the address (ADD's last check takes the same lock) and no other remover
+    /// can decide on it; [`Locked::remove`] then unlinks it.
+    pub fn lock_if(
         &self,
         address: IpAddr,
         decide: impl FnOnce(&[u8], SystemTime) -> bool,
-    ) -> Result<bool> {
+    ) -> Result<Option<Locked<'_>>> {
         let name = address.to_string();
-        self.try_remove(&name, decide)
-            .map_err(|e| reservation_err(&self.dir, "remove reservation", &name, &e))
+        self.try_lock(&name, decide)
+            .map_err(|e| reservation_err(&self.dir, "lock reservation", &name, &e))
     }
 
-    fn try_remove(
+    fn try_lock(
         &self,
         name: &str,
         decide: impl FnOnce(&[u8], SystemTime) -> bool,
-    ) -> io::Result<bool> {
+    ) -> io::Result<Option<Locked<'_>>> {
         let Some(opened) = self.open_reservation(name)? else {
-            return Ok(false);
+            return Ok(None);
         };
         let made = made(&opened);
         let read = opened.stat;
-        let mut locked = files::lock_exclusive(opened.file, LOCK_WAIT)?;
-        let Ok(content) = files::read_capped(&mut locked, MAX_RESERVATION) else {
-            return Ok(false);
+        let mut lock = files::lock_exclusive(opened.file, LOCK_WAIT)?;
+        let Ok(content) = files::read_capped(&mut lock, MAX_RESERVATION) else {
+            return Ok(None);
         };
         if !decide(&content, made) || !self.still_names(name, &read)? {
-            return Ok(false);
+            return Ok(None);
         }
-        match self.dir.unlink(name) {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(e),
-        }
+        Ok(Some(Locked {
+            store: self,
+            name: name.to_string(),
+            read,
+            _lock: lock,
+        }))
     }
 
     fn still_names(&self, name: &str, read: &FileStat) -> io::Result<bool> {
         still_names(&self.dir, name, read)
+    }
+
+    /// Whether academy's holder index of the reservation's holder names its address:
+    /// the reservation is then academy's attachment's, not another IPAM's (host-local
+    /// writes the same file content but keeps no index). Some(the netns the index
+    /// records, if it does) when it is academy's.
+    pub fn index_of(&self, r: &Reservation) -> Result<Option<Option<String>>> {
+        let Some(holder) = r.holder() else {
+            return Ok(None);
+        };
+        let key = holder.key();
+        let holders = match self.dir.subdir(HOLDERS) {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(self.io_err("open", HOLDERS, &e)),
+        };
+        match holders.read(&key, MAX_INDEX) {
+            Ok(Some(listed)) => Ok(String::from_utf8_lossy(&listed)
+                .lines()
+                .any(|l| l.trim().parse::<IpAddr>().ok() == Some(r.address))
+                .then(|| super::recorded_netns(&listed))),
+            Ok(None) => Ok(None),
+            Err(e) if files::is_not_regular(&e) => Ok(None),
+            Err(e) => Err(self.io_err("read holder index", &key, &e)),
+        }
     }
 
     /// Removes `holder`'s index once it names nothing the holder still holds, so DEL of
@@ -212,6 +240,40 @@ impl StoreDir {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(self.io_err("remove holder index", &key, &e)),
         }
+    }
+}
+
+/// A reservation locked by [`StoreDir::lock_if`], decided on and not yet removed.
+pub struct Locked<'a> {
+    store: &'a StoreDir,
+    name: String,
+    read: FileStat,
+    _lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+impl<'a> Locked<'a> {
+    pub fn address(&self) -> IpAddr {
+        self.name.parse().expect("locked by address")
+    }
+
+    pub fn store(&self) -> &'a StoreDir {
+        self.store
+    }
+
+    /// Unlinks the reservation, unless the name meanwhile points at another file (it
+    /// cannot while locked by academy, but a hand-made rename can). True when removed.
+    pub fn remove(self) -> Result<bool> {
+        let dir = &self.store.dir;
+        let removed = match still_names(dir, &self.name, &self.read) {
+            Ok(false) => Ok(false),
+            Ok(true) => match dir.unlink(&self.name) {
+                Ok(()) => Ok(true),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
+        removed.map_err(|e| reservation_err(dir, "remove reservation", &self.name, &e))
     }
 }
 
@@ -358,14 +420,14 @@ mod tests {
     }
 
     #[test]
-    fn remove_if_decides_under_the_lock_and_drops_the_unused_index() {
+    fn lock_if_decides_under_the_lock_and_drops_the_unused_index() {
         let data = tmp("remove");
         let store = Store::open(&data, "net").unwrap();
         let holder = Holder::new("a", "eth0");
         let addr = store.reserve(&holder, &pool()).unwrap();
         let dir = StoreDir::open(store.dir()).unwrap().unwrap();
 
-        assert!(!dir.remove_if(addr, |_, _| false).unwrap());
+        assert!(dir.lock_if(addr, |_, _| false).unwrap().is_none());
         assert_eq!(store.confirm_held(&holder, &[addr]).unwrap(), None);
         dir.drop_index_if_unused(&holder).unwrap();
         assert_eq!(
@@ -377,13 +439,22 @@ mod tests {
         // A lock held by someone who is not academy: code 11 after LOCK_WAIT, nothing removed.
         let squatter = File::open(store.dir().join(addr.to_string())).unwrap();
         let squatter = files::lock_exclusive(squatter, Duration::ZERO).unwrap();
-        let e = dir.remove_if(addr, |_, _| true).unwrap_err();
+        let e = dir
+            .lock_if(addr, |_, _| true)
+            .err()
+            .expect("lock held elsewhere");
         assert_eq!(e.code, code::TRY_AGAIN_LATER, "{e}");
         let e = store.confirm_held(&holder, &[addr]).unwrap_err();
         assert_eq!(e.code, code::TRY_AGAIN_LATER, "{e}");
         drop(squatter);
-        assert!(dir.remove_if(addr, |c, _| holder.matches(c)).unwrap());
-        assert!(!dir.remove_if(addr, |_, _| true).unwrap(), "already gone");
+        let locked = dir.lock_if(addr, |c, _| holder.matches(c)).unwrap();
+        let locked = locked.expect("decided under the lock");
+        assert_eq!(locked.address(), addr);
+        assert!(locked.remove().unwrap());
+        assert!(
+            dir.lock_if(addr, |_, _| true).unwrap().is_none(),
+            "already gone"
+        );
         assert_eq!(store.confirm_held(&holder, &[addr]).unwrap(), Some(addr));
         dir.drop_index_if_unused(&holder).unwrap();
         assert!(!store.dir().join("holders/a:eth0").exists());

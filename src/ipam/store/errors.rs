@@ -5,9 +5,9 @@ use std::io;
 use std::net::IpAddr;
 use std::path::Path;
 
+use super::files::{is_not_regular, Dir};
 use super::{is_errno, Store};
 use crate::cni::{code, Error};
-use crate::ipam::files::{is_not_regular, Dir};
 use crate::ipam::{shown, FileHolder, Pool};
 
 /// A store directory that is not a directory, or not private to the running user.

@@ -7,10 +7,10 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::files::Dir;
 use super::{not_found, unique_tmp_name, Store, STALE_TMP, TMP_PREFIX};
 use crate::cni::{code, Error, Result};
-use crate::ipam::files::Dir;
-use crate::ipam::{FileHolder, Pool};
+use crate::ipam::{FileHolder, Holder, Pool};
 
 /// What [`Store::gc`] did. The sweep never stops at an error; they are all collected.
 #[derive(Debug, Default)]
@@ -21,6 +21,23 @@ pub struct GcReport {
 }
 
 impl Store {
+    /// Every holder with an index: the attachments academy reserved for on this store
+    /// (GC removes the ones the runtime no longer lists, whole).
+    pub fn indexed_holders(&self) -> Result<Vec<Holder>> {
+        let names = self
+            .holders
+            .list()
+            .map_err(|e| self.io_err_in(&self.holders, "list", ".", &e))?;
+        Ok(names
+            .into_iter()
+            .filter(|(name, regular)| *regular && !name.starts_with(TMP_PREFIX))
+            .filter_map(|(name, _)| {
+                let (id, ifname) = name.split_once(':')?;
+                Some(Holder::new(id, ifname))
+            })
+            .collect())
+    }
+
     /// Frees every reservation whose holder is not in `valid` (pairs of containerID and
     /// ifname; a legacy id-only file is kept if its id appears with any ifname), drops the
     /// indexes of invalid holders, and sweeps abandoned temp files. An empty set frees all.
@@ -86,13 +103,13 @@ impl Store {
         report
     }
 
-    /// STATUS: the store can be written and every pool has at least one free address.
-    /// Failures are code 50, so the runtime holds off ADDs instead of failing each one.
+    /// STATUS: the store can be written (else code 5) and every pool has at least one
+    /// free address (else code 110). The STATUS verb says what that means to the runtime.
     pub fn status(&self, pools: &[Pool]) -> Result<()> {
         for dir in [&self.dir, &self.holders] {
             if let Err(e) = self.pending(dir, b"", &unique_tmp_name()) {
                 return Err(Error::new(
-                    code::NOT_AVAILABLE,
+                    code::IO_FAILURE,
                     format!(
                         "network {}: IPAM store {} is not writable: {e}",
                         self.network,
@@ -109,11 +126,10 @@ impl Store {
             let mut free = false;
             for cand in pool.candidates(self.read_hint(pool)) {
                 let name = cand.to_string();
-                let exists = self.dir.stat(&name).map_err(|e| {
-                    let mut err = self.io_err("check reservation", &name, &e);
-                    err.code = code::NOT_AVAILABLE;
-                    err
-                })?;
+                let exists = self
+                    .dir
+                    .stat(&name)
+                    .map_err(|e| self.io_err("check reservation", &name, &e))?;
                 if exists.is_none() {
                     free = true;
                     break;
@@ -121,9 +137,7 @@ impl Store {
                 held += 1;
             }
             if !free {
-                let mut err = self.exhausted(pool, held);
-                err.code = code::NOT_AVAILABLE;
-                return Err(err);
+                return Err(self.exhausted(pool, held));
             }
         }
         Ok(())
@@ -159,14 +173,7 @@ impl Store {
     }
 }
 
-/// STATUS for a network without an open store: an unusable store directory is code 50 like
-/// any other reason the plugin cannot serve ADD; a bad network name stays code 7.
+/// STATUS for a network without an open store.
 pub fn status(data_dir: &Path, network: &str, pools: &[Pool]) -> Result<()> {
-    let store = Store::open(data_dir, network).map_err(|mut e| {
-        if e.code == code::IO_FAILURE {
-            e.code = code::NOT_AVAILABLE;
-        }
-        e
-    })?;
-    store.status(pools)
+    Store::open(data_dir, network)?.status(pools)
 }

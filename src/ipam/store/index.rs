@@ -6,9 +6,9 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::net::IpAddr;
 
+use super::files::Dir;
 use super::{holder_tmp_name, Store, MAX_INDEX};
 use crate::cni::Result;
-use crate::ipam::files::Dir;
 use crate::ipam::Holder;
 
 pub(super) fn parse_index(content: &[u8]) -> Vec<IpAddr> {
@@ -19,13 +19,29 @@ pub(super) fn parse_index(content: &[u8]) -> Vec<IpAddr> {
         .collect()
 }
 
-pub(super) fn index_bytes(addrs: &[IpAddr]) -> Vec<u8> {
+/// The index's content: its addresses, then the container's netns when ADD knew it (a
+/// line that is no address, so readers that know only addresses skip it).
+pub(super) fn index_bytes(addrs: &[IpAddr], netns: Option<&str>) -> Vec<u8> {
     let mut out = String::new();
     for a in addrs {
         out.push_str(&a.to_string());
         out.push('\n');
     }
+    if let Some(netns) = netns.filter(|n| !n.contains('\n')) {
+        out.push_str(NETNS_PREFIX);
+        out.push_str(netns);
+        out.push('\n');
+    }
     out.into_bytes()
+}
+
+const NETNS_PREFIX: &str = "netns ";
+
+/// The netns an index records, if any.
+pub(crate) fn recorded_netns(content: &[u8]) -> Option<String> {
+    String::from_utf8_lossy(content)
+        .lines()
+        .find_map(|l| l.strip_prefix(NETNS_PREFIX).map(str::to_string))
 }
 
 impl Store {
@@ -57,7 +73,7 @@ impl Store {
         let written = self
             .create_holder_tmp(&self.holders, &tmp)
             .and_then(|mut f| {
-                f.write_all(&index_bytes(addrs))?;
+                f.write_all(&index_bytes(addrs, self.netns.as_deref()))?;
                 self.holders.rename(&tmp, &key)
             });
         if written.is_err() {

@@ -1,0 +1,231 @@
+//! A podman container on two academy networks (podman 4.3, CNI backend): `podman run
+//! --network a,b` with a published port, `podman network disconnect` and `podman network
+//! connect`, on the conflists `podman network create` writes (bridge with isGateway,
+//! ipMasq, a default route from IPAM, then the reference portmap, firewall, tuning) with
+//! only `type` changed (and podman's shared bridge name, to the lab's).
+//!
+//! Every network's default route goes into the container beside the other's, as the
+//! reference bridge leaves it; DEL of one network (disconnect) leaves the other's address
+//! and routes; the published port answers from an outside that has no route to either
+//! subnet. A shim named `academy` records every call and its exit status. The private
+//! podman, the labs' and the outside's guards remove everything, also on failure.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+
+use nix::fcntl::Flock;
+use serde_json::{json, Value};
+
+use crate::common::*;
+
+/// Undoes what the test made, whatever state it stopped in.
+struct Guard {
+    podman: PrivatePodman,
+    netns_before: BTreeSet<String>,
+    _lock: Flock<fs::File>,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.podman.remove_all();
+        for ns in podman_netns().difference(&self.netns_before) {
+            let _ = run_quiet("ip", &["netns", "delete", ns]);
+        }
+    }
+}
+
+/// Plugins podman finds: academy behind a shim that logs each call, and the reference
+/// plugins podman chains after the bridge.
+fn install_plugins(p: &PrivatePodman) -> std::path::PathBuf {
+    let plugins = p.dir.join("cni-bin");
+    fs::create_dir_all(&plugins).unwrap();
+    let real = p.dir.join("academy-real");
+    fs::copy(env!("CARGO_BIN_EXE_academy"), &real).expect("copy academy");
+    let shim = plugins.join("academy");
+    fs::write(
+        &shim,
+        format!(
+            "#!/bin/sh\n'{real}' \"$@\"\nrc=$?\necho \"$CNI_COMMAND $CNI_IFNAME rc=$rc\" >>'{log}'\nexit $rc\n",
+            real = real.display(),
+            log = p.dir.join("calls.log").display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&shim, fs::Permissions::from_mode(0o755)).unwrap();
+    for chained in ["portmap", "firewall", "tuning"] {
+        std::os::unix::fs::symlink(format!("/usr/lib/cni/{chained}"), plugins.join(chained))
+            .unwrap();
+    }
+    plugins
+}
+
+/// `podman network create` for the lab, then its bridge plugin switched to academy.
+fn create_network(p: &PrivatePodman, confs: &std::path::Path, lab: &Lab) {
+    let create = ["network", "create", "--subnet", &lab.subnet(), &lab.network];
+    let created = retried_while_links_vanish(|| p.run(&create));
+    assert_eq!(created.code, 0, "podman network create:\n{created}");
+    let file = confs.join(format!("{}.conflist", lab.network));
+    let mut list: Value = serde_json::from_str(&fs::read_to_string(&file).unwrap()).unwrap();
+    let plugin = &mut list["plugins"][0];
+    assert_eq!(plugin["type"], "bridge", "not a bridge conflist");
+    assert_eq!(
+        plugin["ipam"]["routes"],
+        json!([{"dst": "0.0.0.0/0"}]),
+        "podman's IPAM routes every network by default"
+    );
+    plugin["type"] = json!("academy");
+    plugin["bridge"] = json!(lab.bridge);
+    fs::write(&file, serde_json::to_string_pretty(&list).unwrap()).unwrap();
+}
+
+/// The IPv4 default routes inside the container, as `ip -4 route` prints them.
+fn defaults(p: &PrivatePodman) -> Vec<String> {
+    p.must(&["exec", "multi", "ip", "-4", "route"])
+        .lines()
+        .filter(|l| l.starts_with("default"))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+fn address_in(p: &PrivatePodman, dev: &str) -> String {
+    let out = p.must(&[
+        "exec", "multi", "ip", "-4", "-o", "addr", "show", "dev", dev,
+    ]);
+    out.split_whitespace()
+        .skip_while(|w| *w != "inet")
+        .nth(1)
+        .and_then(|a| a.split('/').next())
+        .unwrap_or_else(|| panic!("no IPv4 address on {dev}:\n{out}"))
+        .to_string()
+}
+
+fn pings(p: &PrivatePodman, gateway: &str) -> bool {
+    p.run(&["exec", "multi", "ping", "-c1", "-W2", gateway])
+        .code
+        == 0
+}
+
+/// The container addresses portmap DNATs `port` to, from the nat table.
+fn dnat_targets(port: u16) -> BTreeSet<String> {
+    let out = run("iptables-save", &["-t", "nat"], &[]);
+    out.stdout
+        .lines()
+        .filter(|l| l.contains(&format!("--dport {port} ")) && l.contains("--to-destination"))
+        .filter_map(|l| l.split("--to-destination ").nth(1))
+        .filter_map(|t| t.split(':').next())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn podman_container_on_two_academy_networks() {
+    let lock = lock_file(PODMAN_LOCK);
+    require_podman_packages();
+    let (a, b) = (Lab::new("pmna"), Lab::new("pmnb"));
+    let outside = Outside::new(&a);
+    let dir = a.root.join("podman");
+    fs::create_dir_all(dir.join("tmp")).unwrap();
+    let guard = Guard {
+        podman: PrivatePodman { dir },
+        netns_before: podman_netns(),
+        _lock: lock,
+    };
+    let p = &guard.podman;
+    let confs = p.dir.join("net.d");
+    fs::create_dir_all(&confs).unwrap();
+    let plugins = install_plugins(p);
+    p.write_conf(&plugins, &confs);
+    p.build_image();
+    create_network(p, &confs, &a);
+    create_network(p, &confs, &b);
+
+    let port = 20000 + (std::process::id() % 20000) as u16 + u16::from(b.slot.n);
+    let networks = format!("{},{}", a.network, b.network);
+    p.must(&[
+        "run",
+        "-d",
+        "--name",
+        "multi",
+        "--network",
+        &networks,
+        "--cap-add",
+        "NET_RAW",
+        "-p",
+        &format!("{port}:8080"),
+        IMAGE,
+        "sh",
+        "-c",
+        "while true; do echo hello | nc -l -p 8080; done",
+    ]);
+    let (addr_a, addr_b) = (address_in(p, "eth0"), address_in(p, "eth1"));
+    assert!(
+        addr_a.starts_with(&format!("{}.", a.prefix)),
+        "eth0 {addr_a}"
+    );
+    assert!(
+        addr_b.starts_with(&format!("{}.", b.prefix)),
+        "eth1 {addr_b}"
+    );
+    let both = defaults(p);
+    assert_eq!(
+        both,
+        [
+            format!("default via {} dev eth1", b.gateway()),
+            format!("default via {} dev eth0", a.gateway()),
+        ],
+        "both networks' default routes, the later first, as the reference leaves them"
+    );
+    assert!(pings(p, &a.gateway()) && pings(p, &b.gateway()));
+    assert_eq!(
+        dnat_targets(port),
+        BTreeSet::from([addr_a.clone(), addr_b.clone()]),
+        "the published port on both networks"
+    );
+    assert_eq!(
+        connect(&outside.netns, &outside.host_v4, port),
+        "hello",
+        "-p {port}:8080 from the outside"
+    );
+
+    p.must(&["network", "disconnect", &b.network, "multi"]);
+    assert!(
+        p.run(&["exec", "multi", "ip", "link", "show", "eth1"]).code != 0,
+        "eth1 is still there"
+    );
+    assert_eq!(
+        address_in(p, "eth0"),
+        addr_a,
+        "eth0's address after disconnect"
+    );
+    assert_eq!(
+        defaults(p),
+        [format!("default via {} dev eth0", a.gateway())]
+    );
+    assert!(pings(p, &a.gateway()), "network a after disconnecting b");
+    assert_eq!(b.reservations(), Vec::<String>::new(), "b's store");
+    assert_eq!(b.lab_veths(), Vec::<String>::new(), "b's host veth");
+    assert_eq!(
+        connect(&outside.netns, &outside.host_v4, port),
+        "hello",
+        "-p through network a after the disconnect"
+    );
+
+    p.must(&["network", "connect", &b.network, "multi"]);
+    assert!(address_in(p, "eth1").starts_with(&format!("{}.", b.prefix)));
+    assert_eq!(defaults(p).len(), 2, "{:?}", defaults(p));
+    assert!(pings(p, &a.gateway()) && pings(p, &b.gateway()));
+
+    p.must(&["rm", "-f", "-t", "0", "multi"]);
+    for lab in [&a, &b] {
+        assert_eq!(lab.reservations(), Vec::<String>::new(), "{}", lab.network);
+        assert_eq!(lab.lab_veths(), Vec::<String>::new(), "{}", lab.network);
+    }
+    assert!(dnat_targets(port).is_empty(), "portmap's DNAT left");
+    let calls = fs::read_to_string(p.dir.join("calls.log")).unwrap_or_default();
+    let failed: Vec<&str> = calls.lines().filter(|l| !l.ends_with("rc=0")).collect();
+    assert!(failed.is_empty(), "academy failed:\n{calls}");
+    for want in ["ADD eth0", "ADD eth1", "DEL eth1", "DEL eth0"] {
+        assert!(calls.contains(want), "no {want} in:\n{calls}");
+    }
+}
