@@ -11,7 +11,7 @@ use ipnetwork::IpNetwork;
 
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
-use crate::leaks::{self, Caller, State};
+use crate::leaks::{self, Caller, HostLinks};
 use crate::masquerade::{add_repair, repair_lock, repair_of};
 use crate::netlink::{
     nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork, MasqRule, NatChange,
@@ -38,23 +38,28 @@ pub fn wired_elements(conf: &Config, family: Family, except: &[IpAddr]) -> Vec<S
     }
 }
 
-/// Every wired attachment's element, from the store and the host's links.
+/// Every wired attachment's element: a reservation of the store whose host veth is in
+/// the calling netns. Only the links are read (no netns is entered). A network whose
+/// bridge is not here (not made yet after a reboot, or another netns) has none, and
+/// nothing is restored for it but its rule.
 fn wired(conf: &Config) -> Result<Vec<SetElement>> {
     let Some(store) = leaks::open_store(conf)? else {
         return Ok(Vec::new());
     };
     let mut nl = Netlink::open()?;
-    let entries = leaks::survey(conf, &store, &mut nl, Caller::Add)?;
-    Ok(entries
+    let links = HostLinks::read(&mut nl, conf, Caller::Add)?;
+    Ok(store
+        .reservations()?
         .into_iter()
-        .filter(|e| e.state == State::Wired)
-        .filter_map(|e| {
-            let holder = e.reservation.holder()?;
-            let address = e.reservation.address;
+        .filter_map(|r| {
+            let holder = r.holder()?;
+            if !links.wired(&holder.container_id, &holder.ifname) {
+                return None;
+            }
             Some(SetElement {
-                set: nftables_set_name(&conf.name, Family::of(address)),
+                set: nftables_set_name(&conf.name, Family::of(r.address)),
                 element: MasqElement {
-                    address,
+                    address: r.address,
                     comment: stored_comment(&holder.key()),
                 },
             })

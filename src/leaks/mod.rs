@@ -138,7 +138,7 @@ impl HostLinks {
         })
     }
 
-    fn wired(&self, container_id: &str, ifname: &str) -> bool {
+    pub(crate) fn wired(&self, container_id: &str, ifname: &str) -> bool {
         // Any link under the derived name counts: an unlabelled pair is an ADD that was
         // killed while wiring, and a foreign link there is not academy's to judge.
         self.names.contains(&hostveth::name(container_id, ifname))

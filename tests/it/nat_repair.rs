@@ -242,3 +242,44 @@ fn concurrent_repairs_leave_one_rule() {
     }
     assert_eq!(node.elements().len(), 16);
 }
+
+/// Dual stack: both families' sets and rules come back, with IPv6 elements and the
+/// IPv6 range excluded.
+#[test]
+fn restore_nat_rebuilds_both_families() {
+    let lab = Lab::new("nrdual");
+    let node = Node::new(&lab);
+    let v6 = format!("{}::/64", lab.slot.v6_prefix());
+    let plugin = json!({"type": "academy", "bridge": lab.bridge, "isGateway": true, "ipMasq": true,
+        "ipam": {"type": "host-local", "dataDir": lab.data_dir.to_str().unwrap(),
+                 "ranges": [[{"subnet": lab.subnet()}], [{"subnet": v6}]]}});
+    let list = json!({"cniVersion": "1.1.0", "name": lab.network, "plugins": [plugin.clone()]});
+    std::fs::write(lab.conf_dir.join("10-lab.conflist"), list.to_string()).unwrap();
+    let mut config = plugin;
+    config["cniVersion"] = json!("1.1.0");
+    config["name"] = json!(lab.network);
+    let a = lab.attachment("d");
+    let result = node
+        .call("ADD", &a, &config)
+        .expect_result("dual-stack ADD");
+    let before = node.elements();
+    assert_eq!(before.len(), 2, "{result}");
+    assert!(before
+        .iter()
+        .any(|e| e.contains(':') && e.starts_with("fd00")));
+    let v6_rules = node.rules("v6");
+    assert_eq!(v6_rules.len(), 1);
+    assert!(v6_rules[0].contains(&v6), "{v6_rules:?}");
+
+    node.nft(&["delete", "table", "inet", "academy"]);
+    let conf_dir = lab.conf_dir.to_str().unwrap();
+    let out = node.academy(&["restore-nat", "--conf-dir", conf_dir]);
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(node.elements(), before);
+    assert_eq!(node.rules("v4").len(), 1);
+    assert_eq!(node.rules("v6"), v6_rules);
+    let mut check = config.clone();
+    check["prevResult"] = result;
+    node.call("CHECK", &a, &check)
+        .expect_silent_success("CHECK after the restore");
+}
