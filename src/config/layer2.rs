@@ -14,7 +14,23 @@ use crate::cni::{Error, Result};
 /// Keys that need addresses, refused on a network without IPAM.
 const LAYER3_KEYS: [&str; 4] = ["isGateway", "isDefaultGateway", "ipMasq", "forceAddress"];
 
+/// The flat form's keys: with any of them, a missing `subnet` is a mistake, not a
+/// layer-2 network.
+const FLAT_KEYS: [&str; 5] = [
+    "gateway",
+    "rangeStart",
+    "rangeEnd",
+    "testAddress",
+    "dataDir",
+];
+
 pub(super) fn refuse_layer3_keys(f: &Fields, requests: &Requests) -> Result<()> {
+    if let Some(key) = FLAT_KEYS.into_iter().find(|k| f.get(k).is_some()) {
+        return Err(Error::config(format!(
+            "subnet is missing: the flat form's {key} needs it"
+        ))
+        .details("add \"subnet\": \"10.98.0.0/24\" (flat form), or an ipam block of type host-local; a network with neither is a layer-2 network"));
+    }
     for key in LAYER3_KEYS {
         if f.boolean(key)?.unwrap_or(false) {
             return Err(refused(key));
