@@ -38,7 +38,6 @@ pub const DEFAULT_RECLAIM_LEAKED_AFTER: u64 = 60;
 const UNSUPPORTED_KEYS: &[&str] = &[
     "vlan",
     "vlanTrunk",
-    "macspoofchk",
     "enabledad",
     "disableContainerInterface",
     "portIsolation",
@@ -63,6 +62,9 @@ pub struct Config {
     pub promisc_mode: bool,
     /// Masquerade the containers' traffic to anything outside the network's subnets.
     pub ip_masq: bool,
+    /// `macspoofchk`: drop frames from the container's port whose source MAC is not the
+    /// one its interface was given.
+    pub mac_spoof_check: bool,
     pub ipam: Ipam,
     /// `dns` of the network config, copied into the result as the reference plugin does.
     pub dns: Option<Value>,
@@ -211,6 +213,7 @@ impl Config {
             hairpin_mode,
             promisc_mode,
             ip_masq,
+            mac_spoof_check: f.boolean("macspoofchk")?.unwrap_or(false),
             ipam,
             dns: f.get("dns").cloned(),
             requests,
@@ -227,7 +230,7 @@ impl Config {
     /// does not implement, or a value ADD would refuse, cannot have been ADDed, but the
     /// runtime must still be able to tear the attachment down (an ADD that failed, a
     /// config edited since). What DEL needs is only where things are: the network name,
-    /// the store, the IPAM plugin, whether there is a masquerade.
+    /// the store, the IPAM plugin, whether there is a masquerade or a MAC filter.
     pub fn parse_for_del(stdin: &[u8]) -> Result<Config> {
         let strict = match Config::parse(stdin) {
             Ok(conf) => return Ok(conf),
@@ -287,6 +290,7 @@ impl Config {
             hairpin_mode: false,
             promisc_mode: false,
             ip_masq: map.get("ipMasq") == Some(&Value::Bool(true)),
+            mac_spoof_check: map.get("macspoofchk") == Some(&Value::Bool(true)),
             reclaim_leaked_after: DEFAULT_RECLAIM_LEAKED_AFTER,
             ipam,
             dns: None,

@@ -15,6 +15,7 @@ mod nftables;
 mod route;
 mod socket;
 
+pub use nftables::GuardedPort;
 pub use nftables::{
     set_name as nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork, Nftables,
 };

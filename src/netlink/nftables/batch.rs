@@ -27,10 +27,16 @@ pub(super) struct Batch<'a> {
     bytes: Vec<u8>,
     first: u32,
     descriptions: Vec<String>,
+    family: u8,
 }
 
 impl<'a> Batch<'a> {
     pub(super) fn new(socket: &'a mut NlSocket) -> Batch<'a> {
+        Batch::in_family(socket, NFPROTO_INET)
+    }
+
+    /// A batch whose changes address tables of `family` (nfproto).
+    pub(super) fn in_family(socket: &'a mut NlSocket, family: u8) -> Batch<'a> {
         let mut bytes = Vec::with_capacity(1024);
         let sequence = socket.next_sequence();
         let res_id = NFNL_SUBSYS_NFTABLES;
@@ -48,6 +54,7 @@ impl<'a> Batch<'a> {
             socket,
             bytes,
             descriptions: Vec::new(),
+            family,
         }
     }
 
@@ -59,7 +66,7 @@ impl<'a> Batch<'a> {
             nftables_type(kind),
             flags,
             sequence,
-            NFPROTO_INET,
+            self.family,
             0,
             attrs.0,
         );

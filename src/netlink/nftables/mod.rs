@@ -24,6 +24,7 @@ use super::socket::{Await, NlResult, NlSocket};
 
 mod attrs;
 mod batch;
+mod macspoof;
 mod rule;
 
 pub use attrs::stored_comment;
@@ -32,6 +33,7 @@ use attrs::{
     NFTA_LIST_ELEM,
 };
 use batch::{encode, nftables_type, Batch, HEADERS_LEN};
+pub use macspoof::GuardedPort;
 use rule::masquerade_rule;
 
 pub const TABLE: &str = "academy";
