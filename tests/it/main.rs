@@ -13,6 +13,7 @@
 //! | `leaks/`      | leaks: self-healing, `academy list` and `academy reclaim`      |
 //! | `hardening`   | what a hostile or unlucky host puts in academy's way           |
 //! | `masquerade`  | ipMasq end to end, against an outside the test makes           |
+//! | `macspoof`    | macspoofchk end to end, and beside the reference bridge 1.1.1  |
 //! | `dropin/`     | academy as a drop-in for the reference bridge + host-local,    |
 //! |               | one file per subject (addresses, static requests, keys, ...)   |
 //! | `netns_entry` | how often, and from which thread, the netns is entered         |
@@ -61,6 +62,7 @@ mod hardening;
 mod installer;
 mod ipam_lab;
 mod leaks;
+mod macspoof;
 mod masquerade;
 mod netns_entry;
 mod podman;

@@ -11,6 +11,7 @@
 //! - [`shim`]: the LD_PRELOAD netlink fault shim;
 //! - [`outside`]: the made "outside" of outbound-NAT tests;
 //! - [`nft`]: academy's nf_tables table, read and cleaned with the `nft` tool;
+//! - [`nft_bridge`]: the same for macspoofchk's table `bridge academy`;
 //! - [`host`]: file locks that serialise tests across processes, mounts left in a folder;
 //! - [`podman`]: a podman on a test folder's own stores and config.
 //!
@@ -25,6 +26,7 @@ pub mod host;
 pub mod kernel;
 pub mod lab;
 pub mod nft;
+pub mod nft_bridge;
 pub mod outside;
 pub mod podman;
 pub mod process;
@@ -38,6 +40,7 @@ pub use assertions::*;
 pub use host::*;
 pub use kernel::*;
 pub use lab::*;
+pub use nft_bridge::*;
 pub use outside::*;
 pub use podman::*;
 pub use process::*;
