@@ -138,9 +138,10 @@ fn wire_up(
     let host = wire::create_pair(nl, netns, who, &bridge, conf.mtu, mac)?;
     // Before the container's interface has an address: no frame it sends with another
     // source MAC reaches the bridge.
-    if conf.mac_spoof_check {
-        macspoof::add(conf, who, host.container_mac)?;
-    }
+    let _filter = match conf.mac_spoof_check {
+        true => Some(macspoof::add(conf, who, host.container_mac)?),
+        false => None,
+    };
     if conf.hairpin_mode {
         wire::set_hairpin(&host.name)?;
     }
