@@ -189,6 +189,75 @@ fn gc_removes_the_filter_of_attachments_it_does_not_list() {
     assert!(lab.lab_veths().is_empty());
 }
 
+/// The first ADD of a network creates its filter (map, set, rule) in one batch: refused
+/// there, or killed before it, the ADD leaves none of it; killed right after it, all of
+/// it and no element. Found by tracing a first ADD, then faulted with strace.
+#[test]
+fn the_first_add_of_a_network_creates_its_filter_all_or_nothing() {
+    let lab = Lab::new("msfirst");
+    lab.always_config("macspoofchk", json!(true));
+    // The bridge made first, so that every ADD below takes the same steps.
+    lab.call("ADD").run().expect_result("warm-up ADD");
+    lab.call("DEL").run().expect_silent_success("warm-up DEL");
+    remove_mac_filter_objects(&lab.network);
+    let file = lab.root.join("first.trace");
+    let (out, text) = run_strace(&lab.call("ADD"), &file, "sendto", None);
+    out.expect_result("first ADD under strace");
+    lab.call("DEL").run().expect_silent_success("DEL");
+    let calls = parse_trace(&text);
+    let i = calls
+        .iter()
+        .position(|c| c.line.contains("NFT_MSG_NEWTABLE"))
+        .unwrap_or_else(|| panic!("no creation batch in the first ADD:\n{text}"));
+    assert!(strace_reaches(&calls, i), "{text}");
+    let creation = rank_in_thread(&calls, i);
+    let whole: BTreeSet<String> = [
+        format!("map {}-ports", lab.network),
+        format!("set {}-allowed", lab.network),
+        format!("rule academy macspoofchk {}", lab.network),
+    ]
+    .into_iter()
+    .collect();
+    for (when, action, hit, left) in [
+        (creation, Action::Fail("EPERM"), "NEWTABLE", BTreeSet::new()),
+        (creation, Action::Kill, "NEWTABLE", BTreeSet::new()),
+        (creation + 1, Action::Kill, "NEWSETELEM", whole.clone()),
+    ] {
+        // A network never ADDed: none of its objects.
+        remove_mac_filter_objects(&lab.network);
+        assert_eq!(
+            mac_filter_objects(None, &lab.network),
+            BTreeSet::new(),
+            "{}",
+            run("nft", &["-a", "list", "table", "bridge", "academy"], &[]).stdout
+        );
+        let what = format!("{action:?} at sendto {when}");
+        let inject = Inject {
+            syscall: "sendto".into(),
+            when,
+            action,
+        };
+        let (out, text) = run_strace(&lab.call("ADD"), &file, "sendto", Some(&inject));
+        assert_ne!(out.code, 0, "{what}: ADD went through:\n{out}\n{text}");
+        // A refused call is marked; a killed one is the last.
+        let calls = parse_trace(&text);
+        let faulted = calls.iter().find(|c| c.injected()).or(calls.last());
+        assert!(
+            faulted.is_some_and(|c| c.line.contains(&format!("NFT_MSG_{hit}"))),
+            "{what} did not fault the batch with {hit}:\n{text}"
+        );
+        assert_eq!(mac_filter_objects(None, &lab.network), left, "{what}");
+        assert_eq!(mac_filter(&lab.network), BTreeSet::new(), "{what}");
+        lab.call("DEL").run().expect_silent_success(&what);
+        assert!(lab.lab_veths().is_empty(), "{what}");
+        assert_eq!(lab.reservations(), Vec::<String>::new(), "{what}");
+    }
+    lab.call("ADD").run().expect_result("ADD after the faults");
+    assert_eq!(mac_filter_objects(None, &lab.network), whole);
+    assert_eq!(mac_filter(&lab.network).len(), 2);
+    lab.call("DEL").run().expect_silent_success("last DEL");
+}
+
 /// What one plugin does on the steps of the first test, inside private netns: a host
 /// (the bridge, the plugin's nf_tables) and two containers. The observations, in order:
 /// both reach the gateway, the spoofer does not, the other still does, the spoofer with

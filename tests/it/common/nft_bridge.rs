@@ -110,6 +110,19 @@ pub fn mac_filter_objects(netns: Option<&str>, network: &str) -> BTreeSet<String
 /// Removes the network's rule, map and set from the host's table, and the table once
 /// nothing is left in it. Never panics: it runs from Drop guards.
 pub fn remove_mac_filter(network: &str) {
+    remove_mac_filter_objects(network);
+    let left = listed(None, &["-j", "list", "table", "bridge", "academy"]);
+    let busy = left
+        .iter()
+        .any(|i| i.get("set").is_some() || i.get("map").is_some() || i.get("rule").is_some());
+    if !left.is_empty() && !busy {
+        let _ = nft(None, &["delete", "table", "bridge", "academy"]);
+    }
+}
+
+/// Removes the network's rule, map and set from the host's table (the table and chain,
+/// which other networks share, stay).
+pub fn remove_mac_filter_objects(network: &str) {
     for handle in rule_handles(None, network) {
         let h = handle.to_string();
         let args = [
@@ -128,12 +141,5 @@ pub fn remove_mac_filter(network: &str) {
         ("set", format!("{network}-allowed")),
     ] {
         let _ = nft(None, &["delete", kind, "bridge", "academy", &name]);
-    }
-    let left = listed(None, &["-j", "list", "table", "bridge", "academy"]);
-    let busy = left
-        .iter()
-        .any(|i| i.get("set").is_some() || i.get("map").is_some() || i.get("rule").is_some());
-    if !left.is_empty() && !busy {
-        let _ = nft(None, &["delete", "table", "bridge", "academy"]);
     }
 }
