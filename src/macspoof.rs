@@ -82,8 +82,8 @@ impl Removal {
 }
 
 /// CHECK: the network's rule is in the chain, and the host veth is guarded for this
-/// attachment with the container's MAC (`mac`, as ADD reported it) in both the map and
-/// the set.
+/// attachment with the container's MAC (`mac`, as ADD reported it) in the map and both
+/// sets.
 pub fn check(conf: &Config, who: &Attachment, mac: &str, diffs: &mut Vec<String>) -> Result<()> {
     let mut nft = Nftables::open()?;
     if !nft.has_guard_rule(&conf.name)? {
@@ -112,6 +112,12 @@ pub fn check(conf: &Config, who: &Attachment, mac: &str, diffs: &mut Vec<String>
         diffs.push(format!(
             "host veth {name} lets MAC {allowed} through, but ADD gave {} MAC {mac}",
             who.ifname
+        ));
+    }
+    if !nft.port_guarded(&conf.name, &name)? {
+        diffs.push(format!(
+            "host veth {name} is missing from nf_tables set bridge academy {}-guarded: its source MACs are not checked",
+            conf.name
         ));
     }
     if !nft.port_allows(&conf.name, &name, port.mac)? {

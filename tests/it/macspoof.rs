@@ -24,11 +24,12 @@ fn set_mac(netns: &str, mac: &str) {
 }
 
 /// The elements academy keeps for one guarded attachment.
-fn filter_of(result: &Value, a: &Attach) -> [String; 2] {
+fn filter_of(result: &Value, a: &Attach) -> [String; 3] {
     let (veth, mac) = (result_host_veth(result), container_mac(result));
     let owner = format!("{}:{}", a.cid, a.ifname);
     [
         format!("ports {veth} {mac} {owner}"),
+        format!("guarded {veth} {owner}"),
         format!("allowed {veth} {mac} {owner}"),
     ]
 }
@@ -99,7 +100,7 @@ fn a_container_that_changes_its_mac_cannot_reach_the_gateway() {
     assert!(ping_eventually(&a.netns, &gw), "a back on its own MAC");
 
     // CHECK names a missing element; without it every frame of a is dropped.
-    let [_, allowed] = filter_of(&ra, &a);
+    let [_, _, allowed] = filter_of(&ra, &a);
     let element = {
         let parts: Vec<&str> = allowed.split(' ').collect();
         format!("{{ {} . {} }}", parts[1], parts[2])
@@ -133,6 +134,7 @@ fn a_container_that_changes_its_mac_cannot_reach_the_gateway() {
         mac_filter_objects(None, &lab.network),
         [
             format!("map {}-ports", lab.network),
+            format!("set {}-guarded", lab.network),
             format!("set {}-allowed", lab.network),
             format!("rule academy macspoofchk {}", lab.network),
         ]
@@ -155,12 +157,17 @@ fn gc_removes_the_filter_of_attachments_it_does_not_list() {
     // What names no whole attachment: elements whose veth is gone (a kill, a crash),
     // found by their comment alone.
     let map = format!("{}-ports", lab.network);
+    let guarded = format!("{}-guarded", lab.network);
     let set = format!("{}-allowed", lab.network);
     let orphan = ("vethorphan0", "02:5a:00:00:00:09", "gone:eth0");
     for (name, element) in [
         (
             &map,
             format!("{{ {} comment \"{}\" : {} }}", orphan.0, orphan.2, orphan.1),
+        ),
+        (
+            &guarded,
+            format!("{{ {} comment \"{}\" }}", orphan.0, orphan.2),
         ),
         (
             &set,
@@ -174,7 +181,7 @@ fn gc_removes_the_filter_of_attachments_it_does_not_list() {
         );
         assert_eq!(out.code, 0, "{out}");
     }
-    assert_eq!(mac_filter(&lab.network).len(), 6);
+    assert_eq!(mac_filter(&lab.network).len(), 9);
     assert!(ping_eventually(&b.netns, &lab.gateway()), "b before GC");
 
     let b_key = (b.cid.as_str(), b.ifname.as_str());
@@ -213,6 +220,7 @@ fn the_first_add_of_a_network_creates_its_filter_all_or_nothing() {
     let creation = rank_in_thread(&calls, i);
     let whole: BTreeSet<String> = [
         format!("map {}-ports", lab.network),
+        format!("set {}-guarded", lab.network),
         format!("set {}-allowed", lab.network),
         format!("rule academy macspoofchk {}", lab.network),
     ]
@@ -254,7 +262,7 @@ fn the_first_add_of_a_network_creates_its_filter_all_or_nothing() {
     }
     lab.call("ADD").run().expect_result("ADD after the faults");
     assert_eq!(mac_filter_objects(None, &lab.network), whole);
-    assert_eq!(mac_filter(&lab.network).len(), 2);
+    assert_eq!(mac_filter(&lab.network).len(), 3);
     lab.call("DEL").run().expect_silent_success("last DEL");
 }
 

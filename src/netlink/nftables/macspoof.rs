@@ -4,18 +4,21 @@
 //! - chain `prerouting`: type filter, hook prerouting, priority -300 (the reference's),
 //!   so a frame is judged as it enters the bridge from a port, before it is forwarded
 //!   or delivered to the host;
-//! - per network, a map `<network>-ports` (type ifname : ether_addr) from each guarded
-//!   host veth to the one source MAC it may send, and a set `<network>-allowed` (type
-//!   ifname . ether_addr) of the same pairs, each element commented with its attachment;
-//! - per network, one rule: `iifname @<network>-ports iifname . ether saddr !=
-//!   @<network>-allowed drop`. Ports not in the map (containers without macspoofchk,
-//!   the host's own) are not looked at.
+//! - per network, a set `<network>-guarded` (type ifname) of the guarded host veths, a
+//!   set `<network>-allowed` (type ifname . ether_addr) of each one's pair with the one
+//!   source MAC it may send, and a map `<network>-ports` (type ifname : ether_addr)
+//!   holding the same pairs, each element commented with its attachment;
+//! - per network, one rule: `iifname @<network>-guarded iifname . ether saddr !=
+//!   @<network>-allowed drop`. Ports not guarded (containers without macspoofchk, the
+//!   host's own) are not looked at.
 //!
-//! Per container that is two elements, added in one batch and removed in one batch:
+//! Per container that is three elements, added in one batch and removed in one batch:
 //! O(1) whatever the number of containers, where the reference adds two chains and a
 //! rule in the base chain per container (every frame walks that base chain). The map
-//! carries the MAC so that a removal, which knows only the port's name, can name the
-//! set's element without a dump.
+//! is the record a removal reads: it knows only the port's name, and the map gives the
+//! MAC that names the set's element, without a dump. The rule cannot look the port up
+//! in the map itself: kernels before 6.5 (Debian 12 runs 6.1) refuse a lookup in a map
+//! that does not load its value (EINVAL; "relax set/map validation checks", May 2023).
 
 use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST};
 
@@ -67,6 +70,10 @@ pub fn ports_map(network: &str) -> String {
     format!("{network}-ports")
 }
 
+pub fn guarded_set(network: &str) -> String {
+    format!("{network}-guarded")
+}
+
 pub fn allowed_set(network: &str) -> String {
     format!("{network}-allowed")
 }
@@ -75,11 +82,11 @@ fn rule_comment(network: &str) -> String {
     format!("academy macspoofchk {network}")
 }
 
-/// libnftnl's set user data telling nft the byte order of the map's key and data
-/// (NFTNL_UDATA_SET_KEYBYTEORDER host, NFTNL_UDATA_SET_DATABYTEORDER big endian), as
-/// nft writes it: without it, nft reads a name key as a big-endian number and lists
-/// every port as "". The kernel ignores it.
-fn map_byteorder() -> Vec<u8> {
+/// libnftnl's set user data telling nft the byte order of a key that is a name, and of
+/// a map's data (NFTNL_UDATA_SET_KEYBYTEORDER host, NFTNL_UDATA_SET_DATABYTEORDER big
+/// endian), as nft writes it: without it, nft reads a name as a big-endian number and
+/// lists every port as "". The kernel ignores it.
+fn name_byteorder() -> Vec<u8> {
     const KEY_BYTEORDER: u8 = 0;
     const DATA_BYTEORDER: u8 = 1;
     const HOST_ENDIAN: u32 = 1;
@@ -178,10 +185,18 @@ impl Nftables {
         }
     }
 
-    /// Whether the set allows `mac` from `port`.
+    /// Whether the guarded set holds `port`.
+    pub fn port_guarded(&mut self, network: &str, port: &str) -> NlResult<bool> {
+        self.bridge_has_element(&guarded_set(network), &ifname_key(port), port)
+    }
+
+    /// Whether the allowed set holds `port` with `mac`.
     pub fn port_allows(&mut self, network: &str, port: &str, mac: [u8; 6]) -> NlResult<bool> {
-        let set = allowed_set(network);
-        let attrs = element_list(&set, &pair_key(port, mac));
+        self.bridge_has_element(&allowed_set(network), &pair_key(port, mac), port)
+    }
+
+    fn bridge_has_element(&mut self, set: &str, key: &[u8], port: &str) -> NlResult<bool> {
+        let attrs = element_list(set, key);
         let what = format!("look up {port} in nf_tables set bridge {TABLE} {set}");
         match self.bridge_request(NFT_MSG_GETSETELEM, 0, attrs, Await::One, &what, |_| {}) {
             Ok(()) => Ok(true),
@@ -221,7 +236,11 @@ impl Nftables {
     /// created exclusively and the rule with it: if the map exists, so does the rule,
     /// and the kernel refuses the whole batch, which is success here.
     fn create_guard(&mut self, network: &str) -> NlResult<()> {
-        let (map, set) = (ports_map(network), allowed_set(network));
+        let (map, guarded, set) = (
+            ports_map(network),
+            guarded_set(network),
+            allowed_set(network),
+        );
         let mut batch = Batch::in_family(&mut self.socket, NFPROTO_BRIDGE);
 
         let mut table = Attrs::default();
@@ -257,12 +276,26 @@ impl Nftables {
         ports.be32(NFTA_SET_DATA_TYPE, TYPE_ETHERADDR);
         ports.be32(NFTA_SET_DATA_LEN, 6);
         ports.be32(NFTA_SET_ID, 1);
-        ports.put(NFTA_SET_USERDATA, &map_byteorder());
+        ports.put(NFTA_SET_USERDATA, &name_byteorder());
         batch.add(
             NFT_MSG_NEWSET,
             NLM_F_CREATE | NLM_F_EXCL,
             ports,
             format!("create map {map}"),
+        );
+
+        let mut names = Attrs::default();
+        names.str(NFTA_SET_TABLE, TABLE);
+        names.str(NFTA_SET_NAME, &guarded);
+        names.be32(NFTA_SET_KEY_TYPE, TYPE_IFNAME);
+        names.be32(NFTA_SET_KEY_LEN, IFNAMSIZ as u32);
+        names.be32(NFTA_SET_ID, 3);
+        names.put(NFTA_SET_USERDATA, &name_byteorder());
+        batch.add(
+            NFT_MSG_NEWSET,
+            NLM_F_CREATE | NLM_F_EXCL,
+            names,
+            format!("create set {guarded}"),
         );
 
         let mut allowed = Attrs::default();
@@ -281,7 +314,9 @@ impl Nftables {
         let mut rule = Attrs::default();
         rule.str(NFTA_RULE_TABLE, TABLE);
         rule.str(NFTA_RULE_CHAIN, BRIDGE_CHAIN);
-        rule.nested(NFTA_RULE_EXPRESSIONS, |list| drop_rule(list, &map, &set));
+        rule.nested(NFTA_RULE_EXPRESSIONS, |list| {
+            drop_rule(list, &guarded, &set)
+        });
         rule.put(NFTA_RULE_USERDATA, &comment_udata(&rule_comment(network)));
         batch.add(
             NFT_MSG_NEWRULE,
@@ -296,7 +331,7 @@ impl Nftables {
         }
     }
 
-    /// One batch: the ports' map elements in one message, their set elements in another.
+    /// One batch: one message per map or set, each with the ports' elements in it.
     fn change_ports(&mut self, kind: u8, network: &str, ports: &[GuardedPort]) -> NlResult<()> {
         let verb = if kind == NFT_MSG_NEWSETELEM {
             "add"
@@ -305,10 +340,12 @@ impl Nftables {
         };
         let names: Vec<&str> = ports.iter().map(|p| p.port.as_str()).collect();
         let mut batch = Batch::in_family(&mut self.socket, NFPROTO_BRIDGE);
-        for (i, set) in [ports_map(network), allowed_set(network)]
-            .iter()
-            .enumerate()
-        {
+        let sets = [
+            ports_map(network),
+            guarded_set(network),
+            allowed_set(network),
+        ];
+        for (i, set) in sets.iter().enumerate() {
             let mut attrs = Attrs::default();
             attrs.str(NFTA_SET_ELEM_LIST_TABLE, TABLE);
             attrs.str(NFTA_SET_ELEM_LIST_SET, set);
@@ -363,7 +400,7 @@ impl Nftables {
     }
 }
 
-/// A port's two elements: (set, key, map data).
+/// A port's three elements, in the order of change_ports: (set, key, map data).
 fn elements_of(network: &str, port: &GuardedPort) -> Vec<(String, Vec<u8>, Option<Vec<u8>>)> {
     vec![
         (
@@ -371,6 +408,7 @@ fn elements_of(network: &str, port: &GuardedPort) -> Vec<(String, Vec<u8>, Optio
             ifname_key(&port.port),
             Some(port.mac.to_vec()),
         ),
+        (guarded_set(network), ifname_key(&port.port), None),
         (allowed_set(network), pair_key(&port.port, port.mac), None),
     ]
 }
@@ -399,8 +437,8 @@ fn element(list: &mut Attrs, key: &[u8], data: Option<&[u8]>, comment: &str) {
 }
 
 /// The rule, as `nft --debug=netlink` shows it for
-/// `iifname @MAP iifname . ether saddr != @SET drop`.
-fn drop_rule(list: &mut Attrs, map: &str, set: &str) {
+/// `iifname @GUARDED iifname . ether saddr != @ALLOWED drop`.
+fn drop_rule(list: &mut Attrs, guarded: &str, set: &str) {
     const NFT_REG_VERDICT: u32 = 0;
     const NFT_REG_1: u32 = 1;
     const NFT_REG_2: u32 = 2;
@@ -416,9 +454,9 @@ fn drop_rule(list: &mut Attrs, map: &str, set: &str) {
     };
     iifname(list);
     expr(list, "lookup", |e| {
-        e.str(1, map); // NFTA_LOOKUP_SET
+        e.str(1, guarded); // NFTA_LOOKUP_SET
         e.be32(2, NFT_REG_1); // NFTA_LOOKUP_SREG
-        e.be32(4, 1); // NFTA_LOOKUP_SET_ID: new in this batch
+        e.be32(4, 3); // NFTA_LOOKUP_SET_ID: new in this batch
     });
     // The name fills register 1 (16 bytes); the MAC follows it in register 2, and the
     // lookup reads both as one 24-byte key.

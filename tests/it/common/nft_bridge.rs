@@ -29,7 +29,8 @@ fn listed(netns: Option<&str>, args: &[&str]) -> Vec<Value> {
 }
 
 /// The network's MAC filter elements in the host's netns: "ports <veth> <mac> <comment>"
-/// for the map, "allowed <veth> <mac> <comment>" for the set.
+/// for the map, "guarded <veth> <comment>" and "allowed <veth> <mac> <comment>" for the
+/// sets.
 pub fn mac_filter(network: &str) -> BTreeSet<String> {
     mac_filter_in(None, network)
 }
@@ -44,6 +45,16 @@ pub fn mac_filter_in(netns: Option<&str>, network: &str) -> BTreeSet<String> {
                 e[0]["elem"]["val"].as_str().unwrap_or("?"),
                 e[1].as_str().unwrap_or("?"),
                 e[0]["elem"]["comment"].as_str().unwrap_or("")
+            ));
+        }
+    }
+    let set = format!("{network}-guarded");
+    for item in listed(netns, &["-j", "list", "set", "bridge", "academy", &set]) {
+        for e in item["set"]["elem"].as_array().into_iter().flatten() {
+            found.insert(format!(
+                "guarded {} {}",
+                e["elem"]["val"].as_str().unwrap_or("?"),
+                e["elem"]["comment"].as_str().unwrap_or("")
             ));
         }
     }
@@ -86,10 +97,14 @@ pub fn mac_filter_rules(netns: Option<&str>, network: &str) -> usize {
     rule_handles(netns, network).len()
 }
 
-/// The objects of table `bridge academy` that name the network (its map, set and rule),
+/// The objects of table `bridge academy` that name the network (its map, sets and rule),
 /// as "kind name" lines: what is left of it.
 pub fn mac_filter_objects(netns: Option<&str>, network: &str) -> BTreeSet<String> {
-    let names = [format!("{network}-ports"), format!("{network}-allowed")];
+    let names = [
+        format!("{network}-ports"),
+        format!("{network}-guarded"),
+        format!("{network}-allowed"),
+    ];
     let comment = format!("academy macspoofchk {network}");
     let mut found = BTreeSet::new();
     for item in listed(netns, &["-j", "list", "table", "bridge", "academy"]) {
@@ -107,7 +122,7 @@ pub fn mac_filter_objects(netns: Option<&str>, network: &str) -> BTreeSet<String
     found
 }
 
-/// Removes the network's rule, map and set from the host's table, and the table once
+/// Removes the network's rule, map and sets from the host's table, and the table once
 /// nothing is left in it. Never panics: it runs from Drop guards.
 pub fn remove_mac_filter(network: &str) {
     remove_mac_filter_objects(network);
@@ -120,7 +135,7 @@ pub fn remove_mac_filter(network: &str) {
     }
 }
 
-/// Removes the network's rule, map and set from the host's table (the table and chain,
+/// Removes the network's rule, map and sets from the host's table (the table and chain,
 /// which other networks share, stay).
 pub fn remove_mac_filter_objects(network: &str) {
     for handle in rule_handles(None, network) {
@@ -138,6 +153,7 @@ pub fn remove_mac_filter_objects(network: &str) {
     }
     for (kind, name) in [
         ("map", format!("{network}-ports")),
+        ("set", format!("{network}-guarded")),
         ("set", format!("{network}-allowed")),
     ] {
         let _ = nft(None, &["delete", kind, "bridge", "academy", &name]);
