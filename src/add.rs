@@ -1,12 +1,12 @@
 //! ADD: reserve addresses, wire the container to the bridge, report what was done.
 //!
 //! Order: reserve, wire (with the MAC filter of macspoofchk as soon as the pair exists),
-//! masquerade (ipMasq), then check nothing was taken away. A
-//! failure at any step runs the attachment's removal (removal.rs, the same as DEL's)
-//! before the error is printed (the bridge stays: it is shared). A kill leaves at most a
-//! reservation whose holder index names it, a veth whose alias (or name and bridge) names
-//! it, and masquerade and MAC filter elements whose comment names it, all of which DEL for the same
-//! attachment, or GC, removes (README, "Failure model").
+//! masquerade (ipMasq), then check nothing was taken away. A failure at any step runs
+//! the attachment's removal (removal.rs, the same as DEL's) before the error is printed
+//! (the bridge stays: it is shared). A kill leaves at most a reservation whose holder
+//! index names it, a veth whose alias (or name and bridge) names it, and masquerade and
+//! MAC filter elements whose comment names it, all of which DEL for the same attachment,
+//! or GC, removes (README, "Failure model").
 
 use ipnetwork::IpNetwork;
 
@@ -138,9 +138,10 @@ fn wire_up(
     let host = wire::create_pair(nl, netns, who, &bridge, conf.mtu, mac)?;
     // Before the container's interface has an address: no frame it sends with another
     // source MAC reaches the bridge.
-    let _filter = match conf.mac_spoof_check {
-        true => Some(macspoof::add(conf, who, host.container_mac)?),
-        false => None,
+    let _filter = if conf.mac_spoof_check {
+        Some(macspoof::add(conf, who, host.container_mac)?)
+    } else {
+        None
     };
     if conf.hairpin_mode {
         wire::set_hairpin(&host.name)?;
