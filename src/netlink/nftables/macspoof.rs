@@ -112,8 +112,8 @@ fn pair_key(name: &str, mac: [u8; 6]) -> Vec<u8> {
 }
 
 impl Nftables {
-    /// Guards `port`: both of its elements in one batch, creating the network's table,
-    /// chain, map, set and rule first when missing. A port already guarded with another
+    /// Guards `port`: its three elements in one batch, creating the network's table,
+    /// chain, map, sets and rule first when missing. A port already guarded with another
     /// MAC is refused by the kernel (EBUSY): the caller decides whether it is stale.
     pub fn guard_port(&mut self, network: &str, port: &GuardedPort) -> NlResult<()> {
         match self.change_ports(NFT_MSG_NEWSETELEM, network, std::slice::from_ref(port)) {
@@ -232,7 +232,7 @@ impl Nftables {
         }
     }
 
-    /// The table, chain, map, set and rule of one network, in one batch. The map is
+    /// The table, chain, map, sets and rule of one network, in one batch. The map is
     /// created exclusively and the rule with it: if the map exists, so does the rule,
     /// and the kernel refuses the whole batch, which is success here.
     fn create_guard(&mut self, network: &str) -> NlResult<()> {
