@@ -1,11 +1,12 @@
 //! ADD: reserve addresses, wire the container to the bridge, report what was done.
 //!
-//! Order: reserve, wire, masquerade (ipMasq), then check nothing was taken away. A
-//! failure at any step runs the attachment's removal (removal.rs, the same as DEL's)
-//! before the error is printed (the bridge stays: it is shared). A kill leaves at most a
-//! reservation whose holder index names it, a veth whose alias (or name and bridge) names
-//! it, and masquerade elements whose comment names it, all of which DEL for the same
-//! attachment, or GC, removes (README, "Failure model").
+//! Order: reserve, wire (with the MAC filter of macspoofchk as soon as the pair exists),
+//! masquerade (ipMasq), then check nothing was taken away. A failure at any step runs
+//! the attachment's removal (removal.rs, the same as DEL's) before the error is printed
+//! (the bridge stays: it is shared). A kill leaves at most a reservation whose holder
+//! index names it, a veth whose alias (or name and bridge) names it, and masquerade and
+//! MAC filter elements whose comment names it, all of which DEL for the same attachment,
+//! or GC, removes (README, "Failure model").
 
 use ipnetwork::IpNetwork;
 
@@ -18,6 +19,7 @@ use crate::cni::result::{format_mac, CniResult, Interface};
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
 use crate::leaks;
+use crate::macspoof;
 use crate::masquerade;
 use crate::netlink::Netlink;
 use crate::netns::{Netns, OpenError};
@@ -159,6 +161,13 @@ fn wire_up(
             ),
         )
         .details("another ADD of this attachment is running; retry"));
+    };
+    // Before the container's interface has an address: no frame it sends with another
+    // source MAC reaches the bridge.
+    let _filter = if conf.mac_spoof_check {
+        Some(macspoof::add(conf, who, host.container_mac)?)
+    } else {
+        None
     };
     if conf.hairpin_mode {
         wire::set_hairpin(&host.name)?;

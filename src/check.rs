@@ -8,6 +8,7 @@ use crate::cni::result::{format_mac, CniResult, IpConfig, RouteEntry};
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
 use crate::hostveth::{self, Ownership};
+use crate::macspoof;
 use crate::masquerade;
 use crate::nat_repair;
 use crate::netlink::{LinkKind, Netlink, Route, RouteAttrs, MAIN_TABLE};
@@ -48,6 +49,9 @@ pub fn check(env: &Env, conf: &Config) -> Result<()> {
 
     let mut diffs = Vec::new();
     check_host(conf, env, &ips, &mut diffs)?;
+    if conf.mac_spoof_check {
+        macspoof::check(conf, &Attachment::of(env, conf), &container.mac, &mut diffs)?;
+    }
     let inside = netns.run(|| look_inside(&env.ifname))?;
     match inside {
         None => diffs.push(format!("{} is missing from {}", env.ifname, env.netns)),

@@ -8,8 +8,9 @@
 //!
 //! - a veth with academy's derived name but no alias (an ADD killed between creating
 //!   the pair and labelling it), on this network's bridge;
-//! - masquerade elements whose comment is no valid attachment's (comments are capped by
-//!   the kernel, so they are compared, never parsed back into an attachment);
+//! - masquerade elements, and the MAC filter elements of macspoofchk, whose comment is
+//!   no valid attachment's (comments are capped by the kernel, so they are compared,
+//!   never parsed back into an attachment);
 //! - reservations no index names (host-local's on a shared store, legacy id-only files,
 //!   an ADD killed before its index was written) and abandoned temp files;
 //! - for a delegated IPAM, that plugin's own GC.
@@ -27,6 +28,7 @@ use crate::cni::{Error, Result};
 use crate::config::Config;
 use crate::hostveth;
 use crate::ipam::Store;
+use crate::macspoof;
 use crate::masquerade;
 use crate::netlink::{Link, LinkKind, Netlink};
 use crate::removal::{self, Reservations, Target};
@@ -62,6 +64,7 @@ pub fn gc(env: &Env, conf: &Config) -> Result<()> {
         Err(e) => errors.push(e.into()),
     }
     masquerade::gc(conf, valid, &mut errors);
+    macspoof::gc(conf, valid, &mut errors);
     addressing::gc(env, conf, &mut errors);
 
     match errors.len() {

@@ -3,7 +3,8 @@
 //! Follow one ADD: main.rs reads the environment and stdin, plugin.rs decodes and
 //! dispatches, add.rs lists the steps, wire.rs does each step through netlink/ (the only
 //! netlink user) and netns.rs (the only place that enters a namespace), masquerade.rs
-//! puts the addresses in nf_tables for ipMasq, and ipam/ holds the addresses. DEL, a failed
+//! puts the addresses in nf_tables for ipMasq, macspoof.rs the
+//! MAC filter of macspoofchk, and ipam/ holds the addresses. DEL, a failed
 //! ADD, healing, reclaim and GC undo it all through removal.rs; attachment.rs names what belongs to
 //! whom.
 
@@ -21,6 +22,7 @@ mod gc;
 mod hostveth;
 mod ipam;
 mod leaks;
+mod macspoof;
 mod masquerade;
 mod nat_repair;
 mod netlink;

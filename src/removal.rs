@@ -9,7 +9,8 @@
 //! would carry the old holder's element, which a later GC would remove from under the
 //! new one). So:
 //!
-//! 1. per-attachment nf_tables state (masquerade elements), removed by identity;
+//! 1. per-attachment nf_tables state (masquerade elements, the MAC filter of
+//!    macspoofchk), removed by identity;
 //! 2. the veth pair, through its host end;
 //! 3. the reservations.
 //!
@@ -36,6 +37,7 @@ use crate::cni::{Error, Result};
 use crate::config::{Config, Ipam};
 use crate::ipam::store::Locked;
 use crate::ipam::Store;
+use crate::macspoof;
 use crate::masquerade;
 use crate::netlink::Netlink;
 use crate::wire::{self, PairRemoval};
@@ -117,6 +119,24 @@ pub fn attachments(conf: &Config, targets: Vec<Target>) -> Report {
             }
         }
     }
+    let mut spoof = None;
+    if conf.mac_spoof_check {
+        match macspoof::Removal::open() {
+            Ok(removal) => {
+                let removal = spoof.insert(removal);
+                for (t, failed) in targets.iter().zip(failed.iter_mut()) {
+                    if let Err(e) = removal.remove_owned(conf, &t.who) {
+                        report.errors.push(e);
+                        *failed = true;
+                    }
+                }
+            }
+            Err(e) => {
+                report.errors.push(e);
+                failed.iter_mut().for_each(|f| *f = true);
+            }
+        }
+    }
 
     // 2. The veth pairs.
     match Netlink::open() {
@@ -166,6 +186,7 @@ pub fn attachments(conf: &Config, targets: Vec<Target>) -> Report {
         }
     }
     drop(nat);
+    drop(spoof);
     report
 }
 

@@ -39,7 +39,7 @@ pub const DEFAULT_RECLAIM_LEAKED_AFTER: u64 = 60;
 /// Keys of the reference bridge plugin that academy does not implement. Silently ignoring
 /// one that is switched on would give a network other than the one asked for, so each is
 /// refused unless it holds its "off" value (false, 0, empty).
-const UNSUPPORTED_KEYS: &[&str] = &["vlan", "vlanTrunk", "macspoofchk", "portIsolation"];
+const UNSUPPORTED_KEYS: &[&str] = &["vlan", "vlanTrunk", "portIsolation"];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -62,6 +62,9 @@ pub struct Config {
     pub enable_dad: bool,
     /// `disableContainerInterface`: the container's interface is left down.
     pub disable_container_interface: bool,
+    /// `macspoofchk`: drop frames from the container's port whose source MAC is not the
+    /// one its interface was given.
+    pub mac_spoof_check: bool,
     pub ipam: Ipam,
     /// `dns` of the network config, copied into the result as the reference plugin does.
     pub dns: Option<Value>,
@@ -218,6 +221,7 @@ impl Config {
             ip_masq,
             enable_dad: f.boolean("enabledad")?.unwrap_or(false),
             disable_container_interface,
+            mac_spoof_check: f.boolean("macspoofchk")?.unwrap_or(false),
             ipam,
             dns: f.get("dns").cloned(),
             requests,
@@ -234,7 +238,7 @@ impl Config {
     /// does not implement, or a value ADD would refuse, cannot have been ADDed, but the
     /// runtime must still be able to tear the attachment down (an ADD that failed, a
     /// config edited since). What DEL needs is only where things are: the network name,
-    /// the store, the IPAM plugin, whether there is a masquerade.
+    /// the store, the IPAM plugin, whether there is a masquerade or a MAC filter.
     pub fn parse_for_del(stdin: &[u8]) -> Result<Config> {
         let strict = match Config::parse(stdin) {
             Ok(conf) => return Ok(conf),
@@ -298,6 +302,7 @@ impl Config {
             ip_masq: map.get("ipMasq") == Some(&Value::Bool(true)),
             enable_dad: false,
             disable_container_interface: false,
+            mac_spoof_check: map.get("macspoofchk") == Some(&Value::Bool(true)),
             reclaim_leaked_after: DEFAULT_RECLAIM_LEAKED_AFTER,
             ipam,
             dns: None,

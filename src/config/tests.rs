@@ -59,7 +59,7 @@ fn bad_fields_name_the_field_and_value() {
         ("ipMasq", r#""yes""#, 7, "ipMasq"),
         ("ipMasqBackend", r#""ebtables""#, 7, "ipMasqBackend"),
         ("vlan", "5", 2, "vlan"),
-        ("macspoofchk", "true", 2, "macspoofchk"),
+        ("macspoofchk", r#""yes""#, 7, "macspoofchk"),
         ("dataDir", r#""relative""#, 7, "absolute"),
         ("ipam", r#"{"type":"host-local"}"#, 7, "both"),
         ("hairpinMode", "true", 0, ""),
@@ -261,6 +261,7 @@ fn del_reads_where_things_are_from_a_config_add_refuses() {
         c.builtin().unwrap().data_dir,
         PathBuf::from(HOST_LOCAL_DATA_DIR)
     );
+    assert!(c.mac_spoof_check, "DEL must still remove the MAC filter");
     let delegated =
         r#"{"cniVersion":"1.0.0","name":"n","type":"academy","vlan":3,"ipam":{"type":"dhcp"}}"#;
     let c = Config::parse_for_del(delegated.as_bytes()).unwrap();

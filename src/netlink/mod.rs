@@ -17,6 +17,7 @@ mod nftables;
 mod route;
 mod socket;
 
+pub use nftables::GuardedPort;
 pub use nftables::{
     set_name as nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork, MasqRule,
     NatChange, Nftables, SetElement, SetShape,

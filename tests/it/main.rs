@@ -14,6 +14,7 @@
 //! | `leaks/`      | leaks: self-healing, `academy list` and `academy reclaim`      |
 //! | `hardening`   | what a hostile or unlucky host puts in academy's way           |
 //! | `masquerade`  | ipMasq end to end, against an outside the test makes           |
+//! | `macspoof`    | macspoofchk end to end, and beside the reference bridge 1.1.1  |
 //! | `dropin/`     | academy as a drop-in for the reference bridge + host-local,    |
 //! |               | one file per subject (addresses, static requests, keys, ...)   |
 //! | `multinet`    | a container on several networks (academy's, the reference's)   |
@@ -70,6 +71,7 @@ mod installer;
 mod ipam_lab;
 mod layer2;
 mod leaks;
+mod macspoof;
 mod masquerade;
 mod multinet;
 mod nat_identity;

@@ -29,6 +29,7 @@ pub(super) struct Batch<'a> {
     descriptions: Vec<String>,
     /// A change whose attributes could not be encoded (an attribute over 64 KiB).
     too_long: Option<String>,
+    family: u8,
 }
 
 /// Bytes per sendmsg, well below the socket's default send buffer (212,992 bytes: a
@@ -62,6 +63,11 @@ pub(super) fn commit_all(socket: &mut NlSocket, changes: Vec<Change>) -> NlResul
 
 impl<'a> Batch<'a> {
     pub(super) fn new(socket: &'a mut NlSocket) -> Batch<'a> {
+        Batch::in_family(socket, NFPROTO_INET)
+    }
+
+    /// A batch whose changes address tables of `family` (nfproto).
+    pub(super) fn in_family(socket: &'a mut NlSocket, family: u8) -> Batch<'a> {
         let mut bytes = Vec::with_capacity(1024);
         let sequence = socket.next_sequence();
         let res_id = NFNL_SUBSYS_NFTABLES;
@@ -80,6 +86,7 @@ impl<'a> Batch<'a> {
             bytes,
             descriptions: Vec::new(),
             too_long: None,
+            family,
         }
     }
 
@@ -95,7 +102,7 @@ impl<'a> Batch<'a> {
             nftables_type(kind),
             flags,
             sequence,
-            NFPROTO_INET,
+            self.family,
             0,
             attrs.0,
         );

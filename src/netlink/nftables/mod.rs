@@ -30,6 +30,7 @@ mod batch;
 mod change;
 mod digest;
 mod inspect;
+mod macspoof;
 mod rule;
 
 pub use attrs::stored_comment;
@@ -37,6 +38,7 @@ use attrs::{address_from, attributes, comment_of, Attrs, NFTA_DATA_VALUE, NFTA_L
 use batch::{encode, nftables_type, HEADERS_LEN};
 pub use change::{NatChange, SetElement};
 pub use inspect::{MasqRule, SetShape, RULE_PREFIX};
+pub use macspoof::GuardedPort;
 
 pub const TABLE: &str = "academy";
 pub const CHAIN: &str = "postrouting";

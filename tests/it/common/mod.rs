@@ -14,6 +14,7 @@
 //! - [`nft`]: academy's nf_tables table, read and cleaned with the `nft` tool;
 //! - [`node`]: a private netns academy runs in as its host, for tests that flush or
 //!   plant objects in academy's nf_tables table;
+//! - [`nft_bridge`]: the same for macspoofchk's table `bridge academy`;
 //! - [`host`]: file locks that serialise tests across processes, mounts left in a folder;
 //! - [`podman`]: a podman on a test folder's own stores and config;
 //! - [`reference`]: running the reference bridge plugin beside academy.
@@ -30,6 +31,7 @@ pub mod kernel;
 pub mod lab;
 pub mod netns_state;
 pub mod nft;
+pub mod nft_bridge;
 pub mod node;
 pub mod outside;
 pub mod podman;
@@ -46,6 +48,7 @@ pub use host::*;
 pub use kernel::*;
 pub use lab::*;
 pub use netns_state::*;
+pub use nft_bridge::*;
 pub use node::*;
 pub use outside::*;
 pub use podman::*;

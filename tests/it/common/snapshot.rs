@@ -64,6 +64,7 @@ impl Lab {
             cached_results: self.cached_results(),
             default_store_exists: Path::new(DEFAULT_STORE).exists(),
             masquerade: super::nft::elements(&self.network),
+            mac_filter: super::nft_bridge::mac_filter(&self.network),
         }
     }
 }
@@ -97,6 +98,8 @@ pub struct Snapshot {
     pub default_store_exists: bool,
     /// The network's masquerade set elements (nf_tables).
     pub masquerade: BTreeSet<String>,
+    /// The network's MAC filter elements (macspoofchk, nf_tables).
+    pub mac_filter: BTreeSet<String>,
 }
 
 impl Snapshot {
@@ -151,6 +154,13 @@ impl Snapshot {
                 d,
                 "masquerade elements: {:?} -> {:?}",
                 before.masquerade, self.masquerade
+            );
+        }
+        if self.mac_filter != before.mac_filter {
+            let _ = writeln!(
+                d,
+                "MAC filter elements: {:?} -> {:?}",
+                before.mac_filter, self.mac_filter
             );
         }
         if self.default_store_exists != before.default_store_exists {

@@ -20,7 +20,6 @@ fn unimplemented_reference_keys_are_refused() {
     let before = lab.snapshot();
     let refused = [
         ("vlan", json!(5)),
-        ("macspoofchk", json!(true)),
         ("vlanTrunk", json!([{ "id": 5 }])),
         ("portIsolation", json!(true)),
     ];

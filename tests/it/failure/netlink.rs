@@ -125,6 +125,14 @@ fn refused_netlink_request_at_every_point_of_an_ipmasq_add_is_undone() {
     refused_at_every_point(lab);
 }
 
+/// With macspoofchk the MAC filter's batch (and its lookups) are netlink requests too.
+#[test]
+fn refused_netlink_request_at_every_point_of_a_macspoofchk_add_is_undone() {
+    let lab = Lab::new("nlrefms");
+    lab.always_config("macspoofchk", json!(true));
+    refused_at_every_point(lab);
+}
+
 pub(super) fn refused_at_every_point(lab: Lab) {
     let shim = build_shim(&lab);
     warm_up(&lab);
@@ -163,6 +171,13 @@ fn kill_at_every_netlink_request_is_recovered() {
 fn kill_at_every_netlink_request_of_an_ipmasq_add_is_recovered() {
     let lab = Lab::new("nlkillmq");
     lab.always_config("ipMasq", json!(true));
+    killed_at_every_point(lab);
+}
+
+#[test]
+fn kill_at_every_netlink_request_of_a_macspoofchk_add_is_recovered() {
+    let lab = Lab::new("nlkillms");
+    lab.always_config("macspoofchk", json!(true));
     killed_at_every_point(lab);
 }
 

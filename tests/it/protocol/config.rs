@@ -55,7 +55,6 @@ fn unimplemented_reference_fields_are_refused() {
     let unsupported: Vec<(&str, Value)> = vec![
         ("vlan", json!(5)),
         ("vlanTrunk", json!([{ "id": 5 }])),
-        ("macspoofchk", json!(true)),
         ("portIsolation", json!(true)),
     ];
     let mut table: Vec<Refusal> = unsupported

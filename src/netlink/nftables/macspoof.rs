@@ -1,0 +1,564 @@
+//! `macspoofchk` in nf_tables: academy's own table of the bridge family, `bridge
+//! academy` (the reference keeps its chains in `bridge nat`, which academy never
+//! touches). In it:
+//! - chain `prerouting`: type filter, hook prerouting, priority -300 (the reference's),
+//!   so a frame is judged as it enters the bridge from a port, before it is forwarded
+//!   or delivered to the host;
+//! - per network, a set `<network>-guarded` (type ifname) of the guarded host veths, a
+//!   set `<network>-allowed` (type ifname . ether_addr) of each one's pair with the one
+//!   source MAC it may send, and a map `<network>-ports` (type ifname : ether_addr)
+//!   holding the same pairs, each element commented with its attachment;
+//! - per network, one rule: `iifname @<network>-guarded iifname . ether saddr !=
+//!   @<network>-allowed drop`. Ports not guarded (containers without macspoofchk, the
+//!   host's own) are not looked at.
+//!
+//! Per container that is three elements, added in one batch and removed in one batch:
+//! O(1) whatever the number of containers, where the reference adds two chains and a
+//! rule in the base chain per container (every frame walks that base chain). The map
+//! is the record a removal reads: it knows only the port's name, and the map gives the
+//! MAC that names the set's element, without a dump. The rule cannot look the port up
+//! in the map itself: kernels before 6.5 (Debian 12 runs 6.1) refuse a lookup in a map
+//! that does not load its value (EINVAL; "relax set/map validation checks", May 2023).
+
+use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST};
+
+use super::attrs::{attributes, comment_of, comment_udata, Attrs, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
+use super::batch::{encode, nftables_type, Batch, HEADERS_LEN};
+use super::{
+    Nftables, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_CHAIN_TYPE,
+    NFTA_HOOK_HOOKNUM, NFTA_HOOK_PRIORITY, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_TABLE,
+    NFTA_RULE_USERDATA, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET,
+    NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_USERDATA, NFTA_SET_ID, NFTA_SET_KEY_LEN,
+    NFTA_SET_KEY_TYPE, NFTA_SET_NAME, NFTA_SET_TABLE, NFTA_TABLE_NAME, NFT_MSG_DELSETELEM,
+    NFT_MSG_GETRULE, NFT_MSG_GETSETELEM, NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE, NFT_MSG_NEWSET,
+    NFT_MSG_NEWSETELEM, NFT_MSG_NEWTABLE, TABLE,
+};
+use crate::netlink::socket::{Await, NlResult};
+
+pub const BRIDGE_CHAIN: &str = "prerouting";
+
+const NFPROTO_BRIDGE: u8 = 7;
+const NF_BR_PRE_ROUTING: u32 = 0;
+/// NF_BR_PRI_NAT_DST_BRIDGED, the priority of the reference's chain.
+const PRIORITY: i32 = -300;
+
+const NFTA_SET_FLAGS: u16 = 3;
+const NFTA_SET_DATA_TYPE: u16 = 6;
+const NFTA_SET_DATA_LEN: u16 = 7;
+const NFTA_SET_ELEM_DATA: u16 = 2;
+const NFT_SET_MAP: u32 = 0x8;
+const NFTA_SET_USERDATA: u16 = 13;
+
+/// nft's datatypes (so that `nft list` shows names and MACs), and a concatenation's
+/// type: each part's type shifted in by 6 bits.
+const TYPE_IFNAME: u32 = 41;
+const TYPE_ETHERADDR: u32 = 9;
+const IFNAMSIZ: usize = 16;
+/// A MAC in a concatenation takes 8 bytes: each part is padded to 4.
+const PAIR_LEN: usize = IFNAMSIZ + 8;
+
+/// A port whose frames are checked: its host veth, the source MAC it may send, and the
+/// comment naming the attachment it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuardedPort {
+    pub port: String,
+    pub mac: [u8; 6],
+    pub comment: String,
+}
+
+pub fn ports_map(network: &str) -> String {
+    format!("{network}-ports")
+}
+
+pub fn guarded_set(network: &str) -> String {
+    format!("{network}-guarded")
+}
+
+pub fn allowed_set(network: &str) -> String {
+    format!("{network}-allowed")
+}
+
+fn rule_comment(network: &str) -> String {
+    format!("academy macspoofchk {network}")
+}
+
+/// libnftnl's set user data telling nft the byte order of a key that is a name, and of
+/// a map's data (NFTNL_UDATA_SET_KEYBYTEORDER host, NFTNL_UDATA_SET_DATABYTEORDER big
+/// endian), as nft writes it: without it, nft reads a name as a big-endian number and
+/// lists every port as "". The kernel ignores it.
+fn name_byteorder() -> Vec<u8> {
+    const KEY_BYTEORDER: u8 = 0;
+    const DATA_BYTEORDER: u8 = 1;
+    const HOST_ENDIAN: u32 = 1;
+    const BIG_ENDIAN: u32 = 2;
+    let mut udata = vec![KEY_BYTEORDER, 4];
+    udata.extend_from_slice(&HOST_ENDIAN.to_ne_bytes());
+    udata.extend_from_slice(&[DATA_BYTEORDER, 4]);
+    udata.extend_from_slice(&BIG_ENDIAN.to_ne_bytes());
+    udata
+}
+
+fn ifname_key(name: &str) -> Vec<u8> {
+    let mut key = name.as_bytes().to_vec();
+    key.resize(IFNAMSIZ, 0);
+    key
+}
+
+fn pair_key(name: &str, mac: [u8; 6]) -> Vec<u8> {
+    let mut key = ifname_key(name);
+    key.extend_from_slice(&mac);
+    key.resize(PAIR_LEN, 0);
+    key
+}
+
+impl Nftables {
+    /// Guards `port`: its three elements in one batch, creating the network's table,
+    /// chain, map, sets and rule first when missing. A port already guarded with another
+    /// MAC is refused by the kernel (EBUSY): the caller decides whether it is stale.
+    pub fn guard_port(&mut self, network: &str, port: &GuardedPort) -> NlResult<()> {
+        match self.change_ports(NFT_MSG_NEWSETELEM, network, std::slice::from_ref(port)) {
+            Err(e) if e.is(libc::ENOENT) => {
+                self.create_guard(network)?;
+                self.change_ports(NFT_MSG_NEWSETELEM, network, std::slice::from_ref(port))
+            }
+            other => other,
+        }
+    }
+
+    /// Removes the ports' elements. Elements already gone are success.
+    pub fn unguard_ports(&mut self, network: &str, ports: &[GuardedPort]) -> NlResult<()> {
+        match self.change_ports(NFT_MSG_DELSETELEM, network, ports) {
+            // One missing element fails the whole batch (a removal repeated, a table
+            // never made): then each element alone, missing ones skipped.
+            Err(e) if e.is(libc::ENOENT) => {
+                for port in ports {
+                    for (set, key, _) in elements_of(network, port) {
+                        let mut batch = Batch::in_family(&mut self.socket, NFPROTO_BRIDGE);
+                        let what = format!("remove {} from {set}", port.port);
+                        batch.add(NFT_MSG_DELSETELEM, 0, element_list(&set, &key), what);
+                        match batch.commit() {
+                            Err(e) if !e.is(libc::ENOENT) => return Err(e),
+                            _ => {}
+                        }
+                    }
+                }
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// The map's element for host veth `port`; None when absent.
+    pub fn guarded_port(&mut self, network: &str, port: &str) -> NlResult<Option<GuardedPort>> {
+        let map = ports_map(network);
+        let attrs = element_list(&map, &ifname_key(port));
+        let what = format!("look up {port} in nf_tables map bridge {TABLE} {map}");
+        let mut found = None;
+        match self.bridge_request(NFT_MSG_GETSETELEM, 0, attrs, Await::One, &what, |p| {
+            found = decode_ports(p).into_iter().next();
+        }) {
+            Ok(()) => Ok(found),
+            Err(e) if e.is(libc::ENOENT) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Every guarded port of a network; none when its map does not exist.
+    pub fn guarded_ports(&mut self, network: &str) -> NlResult<Vec<GuardedPort>> {
+        let map = ports_map(network);
+        let mut attrs = Attrs::default();
+        attrs.str(NFTA_SET_ELEM_LIST_TABLE, TABLE);
+        attrs.str(NFTA_SET_ELEM_LIST_SET, &map);
+        let what = format!("list the elements of nf_tables map bridge {TABLE} {map}");
+        let mut found = Vec::new();
+        let result = self.bridge_request(
+            NFT_MSG_GETSETELEM,
+            NLM_F_DUMP,
+            attrs,
+            Await::Dump,
+            &what,
+            |p| found.extend(decode_ports(p)),
+        );
+        match result {
+            Err(e) if e.is(libc::ENOENT) => Ok(Vec::new()),
+            other => other.map(|()| found),
+        }
+    }
+
+    /// Whether the guarded set holds `port`.
+    pub fn port_guarded(&mut self, network: &str, port: &str) -> NlResult<bool> {
+        self.bridge_has_element(&guarded_set(network), &ifname_key(port), port)
+    }
+
+    /// Whether the allowed set holds `port` with `mac`.
+    pub fn port_allows(&mut self, network: &str, port: &str, mac: [u8; 6]) -> NlResult<bool> {
+        self.bridge_has_element(&allowed_set(network), &pair_key(port, mac), port)
+    }
+
+    fn bridge_has_element(&mut self, set: &str, key: &[u8], port: &str) -> NlResult<bool> {
+        let attrs = element_list(set, key);
+        let what = format!("look up {port} in nf_tables set bridge {TABLE} {set}");
+        match self.bridge_request(NFT_MSG_GETSETELEM, 0, attrs, Await::One, &what, |_| {}) {
+            Ok(()) => Ok(true),
+            Err(e) if e.is(libc::ENOENT) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether chain prerouting holds the network's drop rule.
+    pub fn has_guard_rule(&mut self, network: &str) -> NlResult<bool> {
+        let mut attrs = Attrs::default();
+        attrs.str(NFTA_RULE_TABLE, TABLE);
+        attrs.str(NFTA_RULE_CHAIN, BRIDGE_CHAIN);
+        let wanted = rule_comment(network);
+        let what = format!("list the rules of nf_tables chain bridge {TABLE} {BRIDGE_CHAIN}");
+        let mut found = false;
+        let result = self.bridge_request(
+            NFT_MSG_GETRULE,
+            NLM_F_DUMP,
+            attrs,
+            Await::Dump,
+            &what,
+            |p| {
+                let comment = attributes(p)
+                    .find(|(kind, _)| *kind == NFTA_RULE_USERDATA)
+                    .and_then(|(_, data)| comment_of(data));
+                found |= comment.as_deref() == Some(wanted.as_str());
+            },
+        );
+        match result {
+            Err(e) if e.is(libc::ENOENT) => Ok(false),
+            other => other.map(|()| found),
+        }
+    }
+
+    /// The table, chain, map, sets and rule of one network, in one batch. The map is
+    /// created exclusively and the rule with it: if the map exists, so does the rule,
+    /// and the kernel refuses the whole batch, which is success here.
+    fn create_guard(&mut self, network: &str) -> NlResult<()> {
+        let (map, guarded, set) = (
+            ports_map(network),
+            guarded_set(network),
+            allowed_set(network),
+        );
+        let mut batch = Batch::in_family(&mut self.socket, NFPROTO_BRIDGE);
+
+        let mut table = Attrs::default();
+        table.str(NFTA_TABLE_NAME, TABLE);
+        batch.add(
+            NFT_MSG_NEWTABLE,
+            NLM_F_CREATE,
+            table,
+            format!("create table bridge {TABLE}"),
+        );
+
+        let mut chain = Attrs::default();
+        chain.str(NFTA_CHAIN_TABLE, TABLE);
+        chain.str(NFTA_CHAIN_NAME, BRIDGE_CHAIN);
+        chain.nested(NFTA_CHAIN_HOOK, |hook| {
+            hook.be32(NFTA_HOOK_HOOKNUM, NF_BR_PRE_ROUTING);
+            hook.be32(NFTA_HOOK_PRIORITY, PRIORITY as u32);
+        });
+        chain.str(NFTA_CHAIN_TYPE, "filter");
+        batch.add(
+            NFT_MSG_NEWCHAIN,
+            NLM_F_CREATE,
+            chain,
+            format!("create chain bridge {TABLE} {BRIDGE_CHAIN}"),
+        );
+
+        let mut ports = Attrs::default();
+        ports.str(NFTA_SET_TABLE, TABLE);
+        ports.str(NFTA_SET_NAME, &map);
+        ports.be32(NFTA_SET_FLAGS, NFT_SET_MAP);
+        ports.be32(NFTA_SET_KEY_TYPE, TYPE_IFNAME);
+        ports.be32(NFTA_SET_KEY_LEN, IFNAMSIZ as u32);
+        ports.be32(NFTA_SET_DATA_TYPE, TYPE_ETHERADDR);
+        ports.be32(NFTA_SET_DATA_LEN, 6);
+        ports.be32(NFTA_SET_ID, 1);
+        ports.put(NFTA_SET_USERDATA, &name_byteorder());
+        batch.add(
+            NFT_MSG_NEWSET,
+            NLM_F_CREATE | NLM_F_EXCL,
+            ports,
+            format!("create map {map}"),
+        );
+
+        let mut names = Attrs::default();
+        names.str(NFTA_SET_TABLE, TABLE);
+        names.str(NFTA_SET_NAME, &guarded);
+        names.be32(NFTA_SET_KEY_TYPE, TYPE_IFNAME);
+        names.be32(NFTA_SET_KEY_LEN, IFNAMSIZ as u32);
+        names.be32(NFTA_SET_ID, 3);
+        names.put(NFTA_SET_USERDATA, &name_byteorder());
+        batch.add(
+            NFT_MSG_NEWSET,
+            NLM_F_CREATE | NLM_F_EXCL,
+            names,
+            format!("create set {guarded}"),
+        );
+
+        let mut allowed = Attrs::default();
+        allowed.str(NFTA_SET_TABLE, TABLE);
+        allowed.str(NFTA_SET_NAME, &set);
+        allowed.be32(NFTA_SET_KEY_TYPE, TYPE_IFNAME << 6 | TYPE_ETHERADDR);
+        allowed.be32(NFTA_SET_KEY_LEN, PAIR_LEN as u32);
+        allowed.be32(NFTA_SET_ID, 2);
+        batch.add(
+            NFT_MSG_NEWSET,
+            NLM_F_CREATE | NLM_F_EXCL,
+            allowed,
+            format!("create set {set}"),
+        );
+
+        let mut rule = Attrs::default();
+        rule.str(NFTA_RULE_TABLE, TABLE);
+        rule.str(NFTA_RULE_CHAIN, BRIDGE_CHAIN);
+        rule.nested(NFTA_RULE_EXPRESSIONS, |list| {
+            drop_rule(list, &guarded, &set)
+        });
+        rule.put(NFTA_RULE_USERDATA, &comment_udata(&rule_comment(network)));
+        batch.add(
+            NFT_MSG_NEWRULE,
+            NLM_F_CREATE | NLM_F_APPEND,
+            rule,
+            format!("add the macspoofchk rule of network {network}"),
+        );
+
+        match batch.commit() {
+            Err(e) if e.is(libc::EEXIST) => Ok(()),
+            other => other,
+        }
+    }
+
+    /// One batch: one message per map or set, each with the ports' elements in it.
+    fn change_ports(&mut self, kind: u8, network: &str, ports: &[GuardedPort]) -> NlResult<()> {
+        let verb = if kind == NFT_MSG_NEWSETELEM {
+            "add"
+        } else {
+            "remove"
+        };
+        let names: Vec<&str> = ports.iter().map(|p| p.port.as_str()).collect();
+        let mut batch = Batch::in_family(&mut self.socket, NFPROTO_BRIDGE);
+        let sets = [
+            ports_map(network),
+            guarded_set(network),
+            allowed_set(network),
+        ];
+        for (i, set) in sets.iter().enumerate() {
+            let mut attrs = Attrs::default();
+            attrs.str(NFTA_SET_ELEM_LIST_TABLE, TABLE);
+            attrs.str(NFTA_SET_ELEM_LIST_SET, set);
+            attrs.nested(NFTA_SET_ELEM_LIST_ELEMENTS, |list| {
+                for port in ports {
+                    let (_, key, data) = elements_of(network, port).swap_remove(i);
+                    // A removal names the key alone, as `nft delete element` does.
+                    match kind {
+                        NFT_MSG_NEWSETELEM => element(list, &key, data.as_deref(), &port.comment),
+                        _ => element(list, &key, None, ""),
+                    }
+                }
+            });
+            let what = format!(
+                "{verb} {} in nf_tables bridge {TABLE} {set}",
+                names.join(", ")
+            );
+            // An element that exists already, same data (an ADD repeated), is fine.
+            batch.add(kind, NLM_F_CREATE, attrs, what);
+        }
+        batch.commit()
+    }
+
+    /// One request outside a batch (the GET messages) to the bridge family's tables.
+    fn bridge_request(
+        &mut self,
+        kind: u8,
+        flags: u16,
+        attrs: Attrs,
+        awaiting: Await,
+        what: &str,
+        mut on_reply: impl FnMut(&[u8]),
+    ) -> NlResult<()> {
+        let sequence = self.socket.next_sequence();
+        let mut bytes = Vec::new();
+        encode(
+            &mut bytes,
+            nftables_type(kind),
+            NLM_F_REQUEST | flags,
+            sequence,
+            NFPROTO_BRIDGE,
+            0,
+            attrs.0,
+        );
+        self.socket.send(&bytes, what)?;
+        self.socket.receive(sequence, awaiting, what, |message| {
+            if let Some(payload) = message.get(HEADERS_LEN..) {
+                on_reply(payload);
+            }
+            Ok(())
+        })
+    }
+}
+
+/// A port's three elements, in the order of change_ports: (set, key, map data).
+fn elements_of(network: &str, port: &GuardedPort) -> Vec<(String, Vec<u8>, Option<Vec<u8>>)> {
+    vec![
+        (
+            ports_map(network),
+            ifname_key(&port.port),
+            Some(port.mac.to_vec()),
+        ),
+        (guarded_set(network), ifname_key(&port.port), None),
+        (allowed_set(network), pair_key(&port.port, port.mac), None),
+    ]
+}
+
+/// A one-element list of `set`, by key: for a lookup, or a removal of one element.
+fn element_list(set: &str, key: &[u8]) -> Attrs {
+    let mut attrs = Attrs::default();
+    attrs.str(NFTA_SET_ELEM_LIST_TABLE, TABLE);
+    attrs.str(NFTA_SET_ELEM_LIST_SET, set);
+    attrs.nested(NFTA_SET_ELEM_LIST_ELEMENTS, |list| {
+        element(list, key, None, "")
+    });
+    attrs
+}
+
+fn element(list: &mut Attrs, key: &[u8], data: Option<&[u8]>, comment: &str) {
+    list.nested(NFTA_LIST_ELEM, |elem| {
+        elem.nested(NFTA_SET_ELEM_KEY, |k| k.put(NFTA_DATA_VALUE, key));
+        if let Some(data) = data {
+            elem.nested(NFTA_SET_ELEM_DATA, |d| d.put(NFTA_DATA_VALUE, data));
+        }
+        if !comment.is_empty() {
+            elem.put(NFTA_SET_ELEM_USERDATA, &comment_udata(comment));
+        }
+    });
+}
+
+/// The rule, as `nft --debug=netlink` shows it for
+/// `iifname @GUARDED iifname . ether saddr != @ALLOWED drop`.
+fn drop_rule(list: &mut Attrs, guarded: &str, set: &str) {
+    const NFT_REG_VERDICT: u32 = 0;
+    const NFT_REG_1: u32 = 1;
+    const NFT_REG_2: u32 = 2;
+    const NFT_META_IIFNAME: u32 = 6;
+    const NFT_PAYLOAD_LL_HEADER: u32 = 0;
+    const NFT_LOOKUP_F_INV: u32 = 1;
+    const NF_DROP: u32 = 0;
+    let iifname = |list: &mut Attrs| {
+        expr(list, "meta", |e| {
+            e.be32(1, NFT_REG_1); // NFTA_META_DREG
+            e.be32(2, NFT_META_IIFNAME); // NFTA_META_KEY
+        })
+    };
+    iifname(list);
+    expr(list, "lookup", |e| {
+        e.str(1, guarded); // NFTA_LOOKUP_SET
+        e.be32(2, NFT_REG_1); // NFTA_LOOKUP_SREG
+        e.be32(4, 3); // NFTA_LOOKUP_SET_ID: new in this batch
+    });
+    // The name fills register 1 (16 bytes); the MAC follows it in register 2, and the
+    // lookup reads both as one 24-byte key.
+    iifname(list);
+    expr(list, "payload", |e| {
+        e.be32(1, NFT_REG_2); // NFTA_PAYLOAD_DREG
+        e.be32(2, NFT_PAYLOAD_LL_HEADER); // NFTA_PAYLOAD_BASE
+        e.be32(3, 6); // NFTA_PAYLOAD_OFFSET: the source address
+        e.be32(4, 6); // NFTA_PAYLOAD_LEN
+    });
+    expr(list, "lookup", |e| {
+        e.str(1, set);
+        e.be32(2, NFT_REG_1);
+        e.be32(4, 2);
+        e.be32(5, NFT_LOOKUP_F_INV); // NFTA_LOOKUP_FLAGS: not in the set
+    });
+    expr(list, "immediate", |e| {
+        e.be32(1, NFT_REG_VERDICT); // NFTA_IMMEDIATE_DREG
+        e.nested(2, |data| {
+            // NFTA_IMMEDIATE_DATA > NFTA_DATA_VERDICT > NFTA_VERDICT_CODE
+            data.nested(2, |verdict| verdict.be32(1, NF_DROP))
+        });
+    });
+}
+
+fn expr(list: &mut Attrs, name: &str, data: impl FnOnce(&mut Attrs)) {
+    const NFTA_EXPR_NAME: u16 = 1;
+    const NFTA_EXPR_DATA: u16 = 2;
+    list.nested(NFTA_LIST_ELEM, |e| {
+        e.str(NFTA_EXPR_NAME, name);
+        e.nested(NFTA_EXPR_DATA, data);
+    });
+}
+
+/// The map elements of one GETSETELEM reply (attributes after the nfgenmsg).
+fn decode_ports(payload: &[u8]) -> Vec<GuardedPort> {
+    let mut found = Vec::new();
+    let lists = attributes(payload).filter(|(k, _)| *k == NFTA_SET_ELEM_LIST_ELEMENTS);
+    for (_, list) in lists {
+        for (_, element) in attributes(list).filter(|(k, _)| *k == NFTA_LIST_ELEM) {
+            let (mut port, mut mac, mut comment) = (None, None, String::new());
+            let value = |nested: &[u8]| {
+                attributes(nested)
+                    .find(|(k, _)| *k == NFTA_DATA_VALUE)
+                    .map(|(_, v)| v.to_vec())
+            };
+            for (kind, nested) in attributes(element) {
+                match kind {
+                    NFTA_SET_ELEM_KEY => {
+                        port = value(nested).map(|v| {
+                            let name = v.split(|b| *b == 0).next().unwrap_or(&[]);
+                            String::from_utf8_lossy(name).into_owned()
+                        })
+                    }
+                    NFTA_SET_ELEM_DATA => mac = value(nested).and_then(|v| v.try_into().ok()),
+                    NFTA_SET_ELEM_USERDATA => comment = comment_of(nested).unwrap_or_default(),
+                    _ => {}
+                }
+            }
+            if let (Some(port), Some(mac)) = (port, mac) {
+                found.push(GuardedPort { port, mac, comment });
+            }
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pair_key_is_the_padded_name_then_the_padded_mac() {
+        let key = pair_key("veth1", [2, 0, 0, 0, 0, 9]);
+        assert_eq!(key.len(), 24);
+        assert_eq!(&key[..5], b"veth1");
+        assert!(key[5..16].iter().all(|b| *b == 0));
+        assert_eq!(&key[16..22], &[2, 0, 0, 0, 0, 9]);
+        assert_eq!(&key[22..], &[0, 0]);
+    }
+
+    #[test]
+    fn ports_decode_from_a_map_element_reply() {
+        let mut reply = Attrs::default();
+        reply.str(NFTA_SET_ELEM_LIST_TABLE, TABLE);
+        reply.nested(NFTA_SET_ELEM_LIST_ELEMENTS, |list| {
+            element(
+                list,
+                &ifname_key("vethab"),
+                Some(&[2, 1, 2, 3, 4, 5]),
+                "c:eth0",
+            );
+            // An element without data is not a port (never in the map): skipped.
+            element(list, &ifname_key("x"), None, "");
+        });
+        assert_eq!(
+            decode_ports(&reply.0),
+            vec![GuardedPort {
+                port: "vethab".into(),
+                mac: [2, 1, 2, 3, 4, 5],
+                comment: "c:eth0".into()
+            }]
+        );
+    }
+}
