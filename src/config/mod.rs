@@ -6,6 +6,7 @@
 //! form with an `ipam` block, so that a bridge + host-local conflist works with only its
 //! `type` changed.
 
+mod port;
 mod ranges;
 mod requests;
 
@@ -20,6 +21,7 @@ use crate::cni::env::interface_name_problem;
 use crate::cni::{code, version, Error, Result};
 use crate::ipam::Pool;
 
+pub use port::{gateway_name as vlan_gateway_name, PortSpec};
 pub use requests::Requests;
 
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/academy";
@@ -35,14 +37,7 @@ pub const DEFAULT_RECLAIM_LEAKED_AFTER: u64 = 60;
 /// Keys of the reference bridge plugin that academy does not implement. Silently ignoring
 /// one that is switched on would give a network other than the one asked for, so each is
 /// refused unless it holds its "off" value (false, 0, empty).
-const UNSUPPORTED_KEYS: &[&str] = &[
-    "vlan",
-    "vlanTrunk",
-    "macspoofchk",
-    "enabledad",
-    "disableContainerInterface",
-    "portIsolation",
-];
+const UNSUPPORTED_KEYS: &[&str] = &["macspoofchk", "enabledad", "disableContainerInterface"];
 
 /// host-local keys academy's allocator does not implement.
 const UNSUPPORTED_IPAM_KEYS: &[&str] = &["resolvConf"];
@@ -63,6 +58,8 @@ pub struct Config {
     pub promisc_mode: bool,
     /// Masquerade the containers' traffic to anything outside the network's subnets.
     pub ip_masq: bool,
+    /// The container's bridge port: VLANs and isolation.
+    pub port: PortSpec,
     pub ipam: Ipam,
     /// `dns` of the network config, copied into the result as the reference plugin does.
     pub dns: Option<Value>,
@@ -199,6 +196,7 @@ impl Config {
         };
         // The flat form is the seed's plugin: its gateway is on the bridge unless told not.
         let is_gateway = is_default_gateway || f.boolean("isGateway")?.unwrap_or(flat);
+        let port = PortSpec::parse(&map, &bridge, is_gateway)?;
 
         Ok(Config {
             cni_version,
@@ -211,6 +209,7 @@ impl Config {
             hairpin_mode,
             promisc_mode,
             ip_masq,
+            port,
             ipam,
             dns: f.get("dns").cloned(),
             requests,
@@ -287,6 +286,7 @@ impl Config {
             hairpin_mode: false,
             promisc_mode: false,
             ip_masq: map.get("ipMasq") == Some(&Value::Bool(true)),
+            port: PortSpec::default(),
             reclaim_leaked_after: DEFAULT_RECLAIM_LEAKED_AFTER,
             ipam,
             dns: None,

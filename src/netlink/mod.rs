@@ -3,17 +3,21 @@
 //! - `socket`: one blocking netlink socket of any protocol, with the request/ack loop
 //!   shared by every protocol: sequence numbers, acks, dumps, batches, and the kernel's
 //!   own error text.
-//! - `route`: rtnetlink (links, addresses, routes). The only user of
+//! - `route`: rtnetlink (links, addresses, routes). With `bridge`, the only user of
 //!   netlink-packet-route, whose API breaks in almost every minor release.
+//! - `bridge`: bridge VLAN filtering, a port's VLAN entries and its isolated flag
+//!   (rtnetlink's AF_BRIDGE family), beside `route` as the other netlink-packet-route user.
 //! - `nftables`: nf_tables over NETLINK_NETFILTER, the masquerade of `ipMasq`. Its
 //!   messages are encoded here by hand (no crate covers nf_tables).
 //!
 //! Everything outside this folder speaks in the plain types re-exported here.
 
+mod bridge;
 mod nftables;
 mod route;
 mod socket;
 
+pub use bridge::VlanEntry;
 pub use nftables::{
     set_name as nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork, Nftables,
 };
