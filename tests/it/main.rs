@@ -13,6 +13,7 @@
 //! | `podman`      | academy under a real runtime (podman 4.3, CNI backend)         |
 //! | `cri`         | academy under containerd's CRI plugin, as kubelet drives it    |
 //! | `installer`   | the installer image (FROM scratch) and its DaemonSet           |
+//! | `vlan`        | the bridge port: VLANs (in a VM on Debian's kernel), isolation |
 //!
 //! # Adding a test module
 //!
@@ -52,3 +53,4 @@ mod masquerade;
 mod netns_entry;
 mod podman;
 mod protocol;
+mod vlan;

@@ -200,12 +200,9 @@ fn stdin_and_config_errors_name_the_field() {
     // on: 2, named. (Their "off" values are accepted, so a reference config that spells
     // them out still works.)
     let unsupported: &[(&str, Value)] = &[
-        ("vlan", json!(5)),
-        ("vlanTrunk", json!([{ "id": 5 }])),
         ("macspoofchk", json!(true)),
         ("enabledad", json!(true)),
         ("disableContainerInterface", json!(true)),
-        ("portIsolation", json!(true)),
     ];
     for (key, value) in unsupported {
         r.expect(
