@@ -45,7 +45,7 @@ pings() { ip netns exec "$1" ping -c1 -W2 "$2" >/dev/null 2>&1; }
 # The port's VLANs, sorted, as "vid:flag,flag" words (bridge -j vlan show).
 port_vlans() {
   bridge -j vlan show dev "$1" 2>/dev/null |
-    jq -r '[.[] | .vlans[]? | "\(.vlan):\((.flags // []) | sort | join(","))"] | sort | join(" ")'
+    jq -r '[.[] | .vlans[]?] | sort_by(.vlan) | map("\(.vlan):\((.flags // []) | sort | join(","))") | join(" ")'
 }
 filtering() { ip -j -d link show "$1" | jq -r '.[0].linkinfo.info_data.vlan_filtering'; }
 isolated() { ip -j -d link show "$1" | jq -r '.[0].linkinfo.info_slave_data.isolated'; }
@@ -57,6 +57,7 @@ ns() { for n in "$@"; do ip netns add "$n"; done; }
 echo "kernel $(uname -r)"
 
 # --- 1. vlan: an access port; same VLAN talks, another VLAN does not ----------------
+echo "part 1 at ${SECONDS}s"
 ns v1 v2 v3
 V10=$(conf v10 brv 10.10.0.0/24 ',"isGateway":true,"vlan":10')
 V20=$(conf v20 brv 10.10.0.0/24 ',"vlan":20')
@@ -91,6 +92,7 @@ same "DEL left only the VLAN gateway's port on brv" 1 "$(ip -j link show master 
 expect "DEL freed every address of v10 and v20" test -z "$(reservations v10)$(reservations v20)"
 
 # --- 2. preserveDefaultVlan false: only the asked VLAN stays -------------------------
+echo "part 2 at ${SECONDS}s"
 ns p1
 P=$(conf pd brp 10.11.0.0/24 ',"vlan":30,"preserveDefaultVlan":false')
 RP=$(add "$A" p1 p1 "$P")
@@ -102,6 +104,7 @@ expect "CHECK notices the default VLAN added back" bash -c "jq -e '.code == 120 
 cni "$A" DEL p1 p1 "$P"
 
 # --- 3. vlanTrunk: tagged frames cross the trunk port --------------------------------
+echo "part 3 at ${SECONDS}s"
 ns t1 t2
 T=$(conf trunk brt 10.12.0.0/24 ',"vlanTrunk":[{"id":10},{"minID":20,"maxID":22}]')
 ACC=$(conf acc brt 10.13.0.0/24 ',"vlan":21')
@@ -124,6 +127,7 @@ cni "$A" DEL t2 t2 "$ACC"
 same "DEL of the trunk removed its port" 0 "$(ip -j link show master brt | jq length)"
 
 # --- 4. portIsolation: isolated ports reach the gateway, not each other --------------
+echo "part 4 at ${SECONDS}s"
 ns i1 i2
 I=$(conf iso bri 10.15.0.0/24 ',"isGateway":true,"portIsolation":true')
 RI1=$(add "$A" i1 i1 "$I")
@@ -137,6 +141,7 @@ cni "$A" DEL i1 i1 "$I"
 cni "$A" DEL i2 i2 "$I"
 
 # --- 5. side by side with the reference bridge plugin (1.1.1 has vlan) ---------------
+echo "part 5 at ${SECONDS}s"
 # Two subnets: one host cannot route one subnet to two VLAN gateways.
 ns r1 a1
 REF=$(conf refnet brr 10.16.0.0/24 ',"isGateway":true,"vlan":40')
@@ -164,6 +169,7 @@ same "after DEL both bridges keep only the VLAN gateway's port" \
   "$(ip -j link show master brr | jq length)" "$(ip -j link show master bra | jq length)"
 
 # --- 6. the seed gate and ipMasq on this kernel --------------------------------------
+echo "part 6 at ${SECONDS}s"
 ns g1
 G='{"cniVersion":"1.0.0","name":"gate","type":"academy","bridge":"brg","subnet":"10.17.0.0/24","gateway":"10.17.0.1","dataDir":"'$D'/data","ipMasq":true}'
 RG=$(add "$A" g1 g1 "$G")
@@ -180,6 +186,7 @@ expect "ipMasq: DEL removed the element" \
 same "gate: DEL removed the port" 0 "$(ip -j link show master brg | jq length)"
 
 # --- 7. a refused netlink request at every point of a VLAN ADD is undone -------------
+echo "part 7 at ${SECONDS}s"
 ns f1
 F=$(conf fault brf 10.18.0.0/24 ',"isGateway":true,"vlan":50,"preserveDefaultVlan":false,"portIsolation":true')
 shim() { LD_PRELOAD=$D/fault-shim.so FAULT_SHIM_AT=$1 FAULT_SHIM_COUNT=${2:-} cni "$D/academy-debug" ADD f1 f1 "$F"; }
@@ -207,5 +214,5 @@ same "after the faults a clean ADD gives an isolated VLAN 50 port alone" \
   "50:Egress Untagged,PVID true" "$(port_vlans "$(hostveth "$RF")") $(isolated "$(hostveth "$RF")")"
 cni "$A" DEL f1 f1 "$F"
 
-echo "failed checks: $fails"
+echo "failed checks: $fails (${SECONDS}s)"
 exit $((fails > 0))
