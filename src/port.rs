@@ -12,7 +12,7 @@ use ipnetwork::IpNetwork;
 
 use crate::cni::{code, Error, Result};
 use crate::config::{vlan_gateway_name, PortSpec};
-use crate::netlink::{Link, LinkRef, Netlink, VethPair, VlanEntry};
+use crate::netlink::{Link, Netlink, VethPair, VlanEntry};
 use crate::wire::{self, random_mac, vanished};
 
 /// The refusal on a kernel built without bridge VLAN filtering.
@@ -162,32 +162,44 @@ pub fn ensure_vlan_gateway(
     let name = vlan_gateway_name(&bridge.name, vid);
     let link = match nl.link(&name)? {
         Some(link) => link,
-        None => create_vlan_gateway(nl, bridge, spec, &name)?,
+        None => create_vlan_gateway(nl, bridge, &name)?,
     };
+    // Up is the last step of making it, so one found down was left half made (a killed
+    // or failed ADD) or is being made by another ADD right now: setting its port again
+    // is harmless either way, and repairs the first case.
     if !link.up {
+        let port = nl.veth_peer(link.index)?.ok_or_else(|| {
+            Error::new(
+                code::HOST_NAME_TAKEN,
+                format!("{name}, the gateway interface of VLAN {vid}, is not a veth"),
+            )
+            .details("academy (and the reference plugin) put a VLAN's gateway on a veth of that name; remove the link in the way")
+        })?;
+        let access = PortSpec {
+            trunk: Vec::new(),
+            isolated: false,
+            ..spec.clone()
+        };
+        configure(nl, port, &access)?;
         nl.set_up(link.index)?;
     }
     wire::ensure_gateways(nl, &link, gateways, force_address)?;
     Ok(link)
 }
 
-fn create_vlan_gateway(
-    nl: &mut Netlink,
-    bridge: &Link,
-    spec: &PortSpec,
-    name: &str,
-) -> Result<Link> {
+/// The pair, down: `name` in the host netns, its peer (a random `veth` name, as the
+/// reference's) a port of the bridge.
+fn create_vlan_gateway(nl: &mut Netlink, bridge: &Link, name: &str) -> Result<Link> {
     // The main thread never leaves the host netns: this is where both ends go.
     let host_ns = File::open("/proc/thread-self/ns/net")
         .map_err(|e| Error::io("cannot open the host's network namespace", &e))?;
-    let mac = random_mac();
     let port_name = format!("veth{}", hex(&random_mac()[2..]));
     let pair = VethPair {
         host_name: &port_name,
         host_mac: random_mac(),
         controller: bridge.index,
         peer_name: name,
-        peer_mac: mac,
+        peer_mac: random_mac(),
         peer_netns: host_ns.as_fd(),
         mtu: bridge.mtu,
     };
@@ -195,21 +207,7 @@ fn create_vlan_gateway(
         // Another ADD of this VLAN made it first.
         Err(e) if e.is(libc::EEXIST) => {}
         Err(e) => return Err(e.into()),
-        Ok(()) => {
-            let access = PortSpec {
-                trunk: Vec::new(),
-                isolated: false,
-                ..spec.clone()
-            };
-            let configured = nl
-                .link(&port_name)?
-                .ok_or_else(|| vanished(&port_name))
-                .and_then(|port| configure(nl, port.index, &access));
-            if let Err(e) = configured {
-                let _ = nl.delete_link(LinkRef::Name(&port_name));
-                return Err(e.context(format!("set up the gateway interface {name} of VLAN")));
-            }
-        }
+        Ok(()) => {}
     }
     nl.link(name)?.ok_or_else(|| vanished(name))
 }

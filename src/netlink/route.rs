@@ -120,6 +120,24 @@ impl Netlink {
         }
     }
 
+    /// The peer of veth `index` (IFLA_LINK); None for a link without one.
+    pub fn veth_peer(&mut self, index: u32) -> NlResult<Option<u32>> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        let replies = self.request(
+            RouteNetlinkMessage::GetLink(msg),
+            Await::One,
+            &format!("look up the peer of link #{index}"),
+        )?;
+        Ok(replies.iter().find_map(|m| match m {
+            RouteNetlinkMessage::NewLink(link) => link.attributes.iter().find_map(|a| match a {
+                LinkAttribute::Link(peer) if *peer != index => Some(*peer),
+                _ => None,
+            }),
+            _ => None,
+        }))
+    }
+
     pub fn links(&mut self) -> NlResult<Vec<Link>> {
         let replies = self.request(
             RouteNetlinkMessage::GetLink(LinkMessage::default()),

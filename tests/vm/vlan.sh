@@ -185,33 +185,68 @@ expect "ipMasq: DEL removed the element" \
   bash -c "! nft -j list table inet academy | jq -e '.nftables[] | select(.set.name == \"gate-v4\") | .set.elem' >/dev/null"
 same "gate: DEL removed the port" 0 "$(ip -j link show master brg | jq length)"
 
-# --- 7. a refused netlink request at every point of a VLAN ADD is undone -------------
+# --- 7. a refused or killed netlink request at every point of a VLAN ADD ------------
 echo "part 7 at ${SECONDS}s"
 ns f1
 F=$(conf fault brf 10.18.0.0/24 ',"isGateway":true,"vlan":50,"preserveDefaultVlan":false,"portIsolation":true')
-shim() { LD_PRELOAD=$D/fault-shim.so FAULT_SHIM_AT=$1 FAULT_SHIM_COUNT=${2:-} cni "$D/academy-debug" ADD f1 f1 "$F"; }
-# Warm up (the bridge and its VLAN gateway are shared and stay), then count the sends.
+# shim K [SIGKILL]: the test build's ADD with netlink send #K refused (or killed).
+shim() {
+  LD_PRELOAD=$D/fault-shim.so FAULT_SHIM_AT=$1 FAULT_SHIM_ACTION=${2:-} FAULT_SHIM_COUNT=1 \
+    cni "$D/academy-debug" ADD f1 f1 "$F"
+}
+sends() { { shim 0 >/dev/null; } 2>&1 | sed -n 's/^fault-shim: \([0-9]*\) netlink sends$/\1/p'; }
+ports() { ip -j link show master brf 2>/dev/null | jq -r '.[].ifname' | sort | tr '\n' ' '; }
+bare() { ip link del brf.50 2>/dev/null; ip link del brf 2>/dev/null; }
+# What a failed ADD must leave: the container's pair is gone (eth0 in f1 dies with it),
+# no reservation, and the bridge's ports as before (the shared bridge and VLAN gateway
+# may stay, as they do after any ADD).
+leftovers() { # base-ports
+  local left=""
+  ip -n f1 link show eth0 >/dev/null 2>&1 && left="$left eth0 left in the netns;"
+  [ -z "$(reservations fault)" ] || left="$left reservations: $(reservations fault);"
+  [ "$1" = "*" ] || [ "$(ports)" = "$1" ] || left="$left ports of brf: '$(ports)' (before: '$1');"
+  echo "$left"
+}
+faults() { # what N base-ports action setup
+  local what=$1 n=$2 base=$3 action=$4 setup=$5 before=$fails k out rc left
+  for k in $(seq 1 "$n"); do
+    $setup
+    out=$(shim "$k" "$action" 2>&1)
+    rc=$?
+    left=""
+    [ $rc -ne 0 ] || left="ADD succeeded although send #$k failed;"
+    grep -q "fault-shim: .* at netlink send #$k " <<<"$out" || left="$left the shim did not hit send #$k;"
+    if [ "$action" = SIGKILL ]; then
+      cni "$A" DEL f1 f1 "$F" >/dev/null || left="$left DEL after the kill failed;"
+    fi
+    left="$left$(leftovers "$base")"
+    if [ -n "$left" ]; then
+      fail "$what, send #$k of $n: $left $(tail -c 300 <<<"$out")"
+      cni "$A" DEL f1 f1 "$F" >/dev/null
+    fi
+  done
+  [ "$fails" -eq "$before" ] && pass "$what: all $n sends, nothing left"
+}
+# On a node where the bridge and the VLAN's gateway exist (every ADD but the first).
 cni "$A" ADD f1 f1 "$F" >/dev/null && cni "$A" DEL f1 f1 "$F"
-N=$({ shim 0 1 >/dev/null; } 2>&1 | sed -n 's/^fault-shim: \([0-9]*\) netlink sends$/\1/p')
+N=$(sends)
 cni "$A" DEL f1 f1 "$F"
 expect "the VLAN ADD makes netlink requests to fault (${N:-none})" test "${N:-0}" -gt 5
-base_ports=$(ip -j link show master brf | jq -r '.[].ifname' | sort | tr '\n' ' ')
-before=$fails
-for k in $(seq 1 "${N:-0}"); do
-  out=$(shim "$k" 2>&1)
-  rc=$?
-  left=""
-  [ $rc -ne 0 ] || left="ADD succeeded although send #$k failed: $out"
-  ports=$(ip -j link show master brf | jq -r '.[].ifname' | sort | tr '\n' ' ')
-  [ "$ports" = "$base_ports" ] || left="$left ports of brf: '$ports' (before: '$base_ports')"
-  ip -n f1 link show eth0 >/dev/null 2>&1 && left="$left eth0 left in the netns"
-  [ -z "$(reservations fault)" ] || left="$left reservations: $(reservations fault)"
-  if [ -n "$left" ]; then fail "refused send #$k of $N: $left"; cni "$A" DEL f1 f1 "$F" >/dev/null; fi
-done
-[ "${N:-0}" -gt 0 ] && [ "$fails" -eq "$before" ] && pass "every refused send of the VLAN ADD ($N) left nothing"
+faults "refused on a warm node" "${N:-0}" "$(ports)" "" true
+# On a bare node: the bridge (with VLAN filtering) and the VLAN's gateway are made too.
+bare
+N=$(sends)
+cni "$A" DEL f1 f1 "$F"
+expect "a first VLAN ADD makes more requests (${N:-none})" test "${N:-0}" -gt 8
+faults "refused on a bare node" "${N:-0}" "*" "" bare
+# Killed: DEL finishes the job, and the next ADD completes a half-made VLAN gateway.
+faults "killed on a bare node, then DEL" "${N:-0}" "*" SIGKILL bare
 RF=$(add "$A" f1 f1 "$F")
 same "after the faults a clean ADD gives an isolated VLAN 50 port alone" \
   "50:Egress Untagged,PVID true" "$(port_vlans "$(hostveth "$RF")") $(isolated "$(hostveth "$RF")")"
+same "and its gateway port has VLAN 50 alone" "50:Egress Untagged,PVID" \
+  "$(port_vlans "$(ip -j link show master brf | jq -r --arg c "$(hostveth "$RF")" '.[] | select(.ifname != $c) | .ifname')")"
+expect "and it reaches its gateway" pings f1 10.18.0.1
 cni "$A" DEL f1 f1 "$F"
 
 echo "failed checks: $fails (${SECONDS}s)"
