@@ -227,17 +227,13 @@ faults() { # what N base-ports action setup
   done
   [ "$fails" -eq "$before" ] && pass "$what: all $n sends, nothing left"
 }
-# On a node where the bridge and the VLAN's gateway exist (every ADD but the first).
-cni "$A" ADD f1 f1 "$F" >/dev/null && cni "$A" DEL f1 f1 "$F"
-N=$(sends)
-cni "$A" DEL f1 f1 "$F"
-expect "the VLAN ADD makes netlink requests to fault (${N:-none})" test "${N:-0}" -gt 5
-faults "refused on a warm node" "${N:-0}" "$(ports)" "" true
-# On a bare node: the bridge (with VLAN filtering) and the VLAN's gateway are made too.
+# On a bare node, so that every request of a VLAN ADD is made: the bridge (with VLAN
+# filtering), the VLAN's gateway and its port, the container's pair, port and VLANs.
+# (A warm node makes a subset; each fault under TCG costs about 2 s, so once is enough.)
 bare
 N=$(sends)
 cni "$A" DEL f1 f1 "$F"
-expect "a first VLAN ADD makes more requests (${N:-none})" test "${N:-0}" -gt 8
+expect "a first VLAN ADD makes netlink requests to fault (${N:-none})" test "${N:-0}" -gt 8
 faults "refused on a bare node" "${N:-0}" "*" "" bare
 # Killed: DEL finishes the job, and the next ADD completes a half-made VLAN gateway.
 faults "killed on a bare node, then DEL" "${N:-0}" "*" SIGKILL bare
