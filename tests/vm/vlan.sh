@@ -101,7 +101,13 @@ expect "CHECK with preserveDefaultVlan false passes" cni "$A" CHECK p1 p1 "$(wit
 bridge vlan add dev "$(hostveth "$RP")" vid 1 untagged
 OUT=$(cni "$A" CHECK p1 p1 "$(with_prev "$P" "$RP")")
 expect "CHECK notices the default VLAN added back" bash -c "jq -e '.code == 120 and (.msg | contains(\"VLANs 1 besides\"))' <<<'$OUT' >/dev/null"
-cni "$A" DEL p1 p1 "$P"
+# GC of an attachment it is not told about takes its port and the port's VLANs, as DEL.
+HP=$(hostveth "$RP")
+GC=$(jq -c '.cniVersion = "1.1.0" | .["cni.dev/valid-attachments"] = []' <<<"$P")
+expect "GC with an empty valid list" env CNI_COMMAND=GC bash -c "$A <<<'$GC'"
+same "GC took the port" gone "$(ip link show "$HP" >/dev/null 2>&1 && echo present || echo gone)"
+same "and its VLAN entries" "" "$(bridge -j vlan show | jq -r --arg p "$HP" '.[] | select(.ifname == $p) | .ifname')"
+same "GC freed the address" "" "$(reservations pd)"
 
 # --- 3. vlanTrunk: tagged frames cross the trunk port --------------------------------
 echo "part 3 at ${SECONDS}s"
