@@ -23,6 +23,7 @@ use crate::macspoof;
 use crate::masquerade;
 use crate::netlink::Netlink;
 use crate::netns::{Netns, OpenError};
+use crate::port;
 use crate::removal::{self, Reservations, Target};
 use crate::wire::{self, BridgeSpec, ContainerRoute, ContainerSetup, Created};
 
@@ -131,16 +132,33 @@ fn wire_up(
     } else {
         Vec::new()
     };
+    // With a VLAN, the gateway lives in that VLAN, on its own interface.
+    let (bridge_gateways, vlan_gateways) = match conf.port.vlan {
+        Some(_) => (&[][..], &gateways[..]),
+        None => (&gateways[..], &[][..]),
+    };
     let bridge = wire::ensure_bridge(
         nl,
         &BridgeSpec {
             name: &conf.bridge,
             mtu: conf.mtu,
             promisc: conf.promisc_mode,
-            gateways: &gateways,
+            gateways: bridge_gateways,
             force_address: conf.force_address,
+            vlan_filtering: conf.port.vlan_filtering(),
         },
     )?;
+    let vlan_gateway = match conf.port.vlan {
+        Some(vid) if !vlan_gateways.is_empty() => Some(port::ensure_vlan_gateway(
+            nl,
+            &bridge,
+            &conf.port,
+            vid,
+            vlan_gateways,
+            conf.force_address,
+        )?),
+        _ => None,
+    };
     let mut created = wire::create_pair(nl, netns, who, &bridge, conf.mtu, mac)?;
     if let Created::Stale = created {
         // A killed or repeated ADD of this attachment left its pair: removed the one way
@@ -172,6 +190,13 @@ fn wire_up(
     if conf.hairpin_mode {
         wire::set_hairpin(&host.name)?;
     }
+    if conf.port.isolated || conf.port.vlan_filtering() {
+        let index = nl
+            .link(&host.name)?
+            .map(|l| l.index)
+            .ok_or_else(|| wire::vanished(&host.name))?;
+        port::configure(nl, index, &conf.port)?;
+    }
     let addresses: Vec<IpNetwork> = assigned.ips.iter().map(|ip| ip.address).collect();
     let routes: Vec<ContainerRoute> = assigned
         .routes
@@ -197,7 +222,7 @@ fn wire_up(
     // Read last: an unpinned bridge may change its MAC when a port joins.
     let bridge = nl.link(&conf.bridge)?.unwrap_or(bridge);
     let mtu = conf.mtu.or(bridge.mtu);
-    Ok(vec![
+    let mut interfaces = vec![
         Interface {
             name: bridge.name.clone(),
             mac: bridge.mac.map(format_mac).unwrap_or_default(),
@@ -216,7 +241,15 @@ fn wire_up(
             mtu,
             sandbox: netns.path().to_string(),
         },
-    ])
+    ];
+    // After the container's interface, as the reference appends it.
+    interfaces.extend(vlan_gateway.map(|link| Interface {
+        name: link.name,
+        mac: link.mac.map(format_mac).unwrap_or_default(),
+        mtu: link.mtu,
+        sandbox: String::new(),
+    }));
+    Ok(interfaces)
 }
 
 /// A dns field that is set: a non-empty string or list.

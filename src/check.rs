@@ -13,6 +13,7 @@ use crate::masquerade;
 use crate::nat_repair;
 use crate::netlink::{LinkKind, Netlink, Route, RouteAttrs, MAIN_TABLE};
 use crate::netns::{Netns, OpenError};
+use crate::port;
 use crate::wire::kind_name;
 
 pub fn check(env: &Env, conf: &Config) -> Result<()> {
@@ -155,7 +156,14 @@ fn check_host(conf: &Config, env: &Env, ips: &[&IpConfig], diffs: &mut Vec<Strin
                     "host veth {host_name} is not attached to bridge {}",
                     conf.bridge
                 ));
+            } else {
+                port::check(&mut nl, &veth, &conf.port, diffs)?;
             }
+        }
+    }
+    if let (Some(b), true) = (&bridge, conf.port.vlan_filtering()) {
+        if nl.vlan_filtering(b.index)? != Some(true) {
+            diffs.push(format!("bridge {} does not filter by VLAN", conf.bridge));
         }
     }
     if conf.ip_masq {

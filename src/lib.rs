@@ -28,6 +28,7 @@ mod nat_repair;
 mod netlink;
 mod netns;
 pub mod plugin;
+mod port;
 mod removal;
 mod status;
 mod wire;

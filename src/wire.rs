@@ -12,6 +12,7 @@ use crate::dad;
 use crate::hostveth::{self, Ownership};
 use crate::netlink::{Link, LinkKind, Netlink, RouteAttrs, VethPair};
 use crate::netns::Netns;
+use crate::port;
 
 /// What the node bridge must look like.
 pub struct BridgeSpec<'a> {
@@ -22,6 +23,8 @@ pub struct BridgeSpec<'a> {
     pub gateways: &'a [IpNetwork],
     /// Replace a different address of the same family instead of failing.
     pub force_address: bool,
+    /// The bridge filters by VLAN (`vlan`, `vlanTrunk`).
+    pub vlan_filtering: bool,
 }
 
 /// Step 1 (`ip link add NAME type bridge; ip link set NAME up; ip addr add GW dev NAME`):
@@ -31,7 +34,16 @@ pub fn ensure_bridge(nl: &mut Netlink, spec: &BridgeSpec) -> Result<Link> {
     let bridge = match nl.link(name)? {
         Some(link) => link,
         None => {
-            match nl.create_bridge(name, random_mac(), spec.mtu, spec.promisc) {
+            match nl.create_bridge(
+                name,
+                random_mac(),
+                spec.mtu,
+                spec.promisc,
+                spec.vlan_filtering,
+            ) {
+                Err(e) if spec.vlan_filtering && e.is(libc::EOPNOTSUPP) => {
+                    return Err(port::no_vlan_filtering(&e.to_string()))
+                }
                 // Another ADD created it first: fine, it is shared.
                 Err(e) if !e.is(libc::EEXIST) => return Err(e.into()),
                 Err(_) => {}
@@ -42,13 +54,7 @@ pub fn ensure_bridge(nl: &mut Netlink, spec: &BridgeSpec) -> Result<Link> {
                         std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/accept_ra"), "0");
                 }
             }
-            nl.link(name)?.ok_or_else(|| {
-                Error::new(
-                    code::KERNEL_REFUSED,
-                    format!("bridge {name} vanished right after it was created"),
-                )
-                .details("something else on the node is deleting it; try again")
-            })?
+            nl.link(name)?.ok_or_else(|| vanished(name))?
         }
     };
     if bridge.kind != LinkKind::Bridge {
@@ -67,19 +73,34 @@ pub fn ensure_bridge(nl: &mut Netlink, spec: &BridgeSpec) -> Result<Link> {
     if spec.promisc && !bridge.promisc {
         nl.set_promisc(bridge.index)?;
     }
-    for gw in spec.gateways {
-        match nl.add_address(bridge.index, *gw) {
+    if spec.vlan_filtering {
+        port::ensure_vlan_filtering(nl, &bridge)?;
+    }
+    ensure_gateways(nl, &bridge, spec.gateways, spec.force_address)?;
+    Ok(bridge)
+}
+
+/// The gateway addresses on `link` (the bridge, or a VLAN's gateway interface), and
+/// forwarding on for their families.
+pub fn ensure_gateways(
+    nl: &mut Netlink,
+    link: &Link,
+    gateways: &[IpNetwork],
+    force_address: bool,
+) -> Result<()> {
+    for gw in gateways {
+        match nl.add_address(link.index, *gw) {
             // Already there: the common case for every ADD but the first.
             Err(e) if e.is(libc::EEXIST) => {}
             Err(e) => return Err(e.into()),
-            // New on this bridge: only now can it clash with an older address.
-            Ok(()) => resolve_address_clash(nl, &bridge, *gw, spec.force_address)?,
+            // New on this link: only now can it clash with an older address.
+            Ok(()) => resolve_address_clash(nl, link, *gw, force_address)?,
         }
     }
-    if !spec.gateways.is_empty() {
-        enable_forwarding(spec.gateways);
+    if !gateways.is_empty() {
+        enable_forwarding(gateways);
     }
-    Ok(bridge)
+    Ok(())
 }
 
 /// As the reference plugin does on a gateway bridge: the host forwards for the families
@@ -207,6 +228,15 @@ pub fn create_pair(
     }
     nl.set_alias(&host.name, &who.alias())?;
     Ok(Created::Pair(host))
+}
+
+/// A link academy just made is gone.
+pub fn vanished(name: &str) -> Error {
+    Error::new(
+        code::KERNEL_REFUSED,
+        format!("{name} vanished right after it was created"),
+    )
+    .details("something else on the node is deleting it; try again")
 }
 
 fn foreign_host_link(name: &str, why: &str) -> Error {

@@ -7,6 +7,7 @@
 //! `type` changed.
 
 pub mod layer2;
+mod port;
 mod ranges;
 mod requests;
 pub mod resolv;
@@ -23,6 +24,7 @@ use crate::cni::env::interface_name_problem;
 use crate::cni::{code, version, Error, Result};
 use crate::ipam::Pool;
 
+pub use port::{gateway_name as vlan_gateway_name, PortSpec};
 pub use requests::Requests;
 pub use routes::RouteSpec;
 
@@ -35,11 +37,6 @@ pub const DEFAULT_BRIDGE: &str = "cni0";
 /// `reclaimLeakedAfter` when absent: a reservation must have lost its host veth for at
 /// least this long before a starved ADD frees it (README, "Failure model").
 pub const DEFAULT_RECLAIM_LEAKED_AFTER: u64 = 60;
-
-/// Keys of the reference bridge plugin that academy does not implement. Silently ignoring
-/// one that is switched on would give a network other than the one asked for, so each is
-/// refused unless it holds its "off" value (false, 0, empty).
-const UNSUPPORTED_KEYS: &[&str] = &["vlan", "vlanTrunk", "portIsolation"];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -65,6 +62,8 @@ pub struct Config {
     /// `macspoofchk`: drop frames from the container's port whose source MAC is not the
     /// one its interface was given.
     pub mac_spoof_check: bool,
+    /// The container's bridge port: VLANs and isolation.
+    pub port: PortSpec,
     pub ipam: Ipam,
     /// `dns` of the network config, copied into the result as the reference plugin does.
     pub dns: Option<Value>,
@@ -139,7 +138,6 @@ impl Config {
                 version::SUPPORTED.join(", ")
             )));
         }
-        refuse_unsupported(&map, UNSUPPORTED_KEYS, "")?;
 
         let name = f
             .string("name")?
@@ -207,6 +205,7 @@ impl Config {
         if disable_container_interface {
             routes::refuse_on_a_down_interface(&ipam, is_default_gateway)?;
         }
+        let port = PortSpec::parse(&map, &bridge, is_gateway)?;
 
         Ok(Config {
             cni_version,
@@ -222,6 +221,7 @@ impl Config {
             enable_dad: f.boolean("enabledad")?.unwrap_or(false),
             disable_container_interface,
             mac_spoof_check: f.boolean("macspoofchk")?.unwrap_or(false),
+            port,
             ipam,
             dns: f.get("dns").cloned(),
             requests,
@@ -303,6 +303,7 @@ impl Config {
             enable_dad: false,
             disable_container_interface: false,
             mac_spoof_check: map.get("macspoofchk") == Some(&Value::Bool(true)),
+            port: PortSpec::default(),
             reclaim_leaked_after: DEFAULT_RECLAIM_LEAKED_AFTER,
             ipam,
             dns: None,
@@ -449,29 +450,6 @@ fn data_dir(value: Option<String>, field: &str, default: &str) -> Result<PathBuf
 }
 
 /// Refuses a key from `keys` whose value asks for something ("off" values pass).
-fn refuse_unsupported(map: &Map<String, Value>, keys: &[&str], prefix: &str) -> Result<()> {
-    for key in keys {
-        let on = match map.get(*key) {
-            None | Some(Value::Null) | Some(Value::Bool(false)) => false,
-            Some(Value::Number(n)) => n.as_f64() != Some(0.0),
-            Some(Value::String(s)) => !s.is_empty(),
-            Some(Value::Array(a)) => !a.is_empty(),
-            Some(_) => true,
-        };
-        if on {
-            return Err(Error::new(
-                code::UNSUPPORTED_FIELD,
-                format!(
-                    "field {prefix}{key} ({}) is not supported by academy",
-                    map[*key]
-                ),
-            )
-            .details("remove it from the network config, or use the reference bridge plugin for this network"));
-        }
-    }
-    Ok(())
-}
-
 /// The spec's network name charset; it also becomes a folder name under dataDir, so it
 /// must be one safe path component.
 pub fn validate_network_name(name: &str) -> Result<()> {

@@ -4,19 +4,22 @@
 //!   shared by every protocol: sequence numbers, acks, dumps, batches, and the kernel's
 //!   own error text.
 //! - `route`: rtnetlink (links, addresses, routes), with `decode` reading its replies.
-//!   The only users of netlink-packet-route, whose API breaks in almost every minor
-//!   release.
+//! - `bridge`: bridge VLAN filtering, a port's VLAN entries and its isolated flag
+//!   (rtnetlink's AF_BRIDGE family). With `route` and `decode`, the only users of
+//!   netlink-packet-route, whose API breaks in almost every minor release.
 //! - `nftables`: nf_tables over NETLINK_NETFILTER, the masquerade of `ipMasq`. Its
 //!   messages are encoded here by hand (no crate covers nf_tables).
 //!
 //! Everything outside this folder speaks in the plain types re-exported here; the layer
 //! knows nothing of CNI (src/cni/kernel.rs turns a refused request into a CNI error).
 
+mod bridge;
 mod decode;
 mod nftables;
 mod route;
 mod socket;
 
+pub use bridge::VlanEntry;
 pub use nftables::GuardedPort;
 pub use nftables::{
     set_name as nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork, MasqRule,

@@ -1,4 +1,4 @@
-//! rtnetlink: the only user of netlink-packet-route. Its API breaks in almost every minor
+//! rtnetlink: with its sibling bridge.rs, the only user of netlink-packet-route. Its API breaks in almost every minor
 //! release, so everything else in academy speaks in the plain types of this module
 //! (`Link`, `Route`, `IpNetwork`) and this file is the one to port when the crate moves.
 //!
@@ -16,7 +16,7 @@ use netlink_packet_core::{
 };
 use netlink_packet_route::address::{AddressAttribute, AddressHeaderFlags, AddressMessage};
 use netlink_packet_route::link::{
-    InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
+    InfoBridge, InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
 };
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteMetric, RouteProtocol,
@@ -126,7 +126,7 @@ impl Netlink {
         self.get_link(msg, &format!("look up link {name}"))
     }
 
-    fn get_link(&mut self, msg: LinkMessage, what: &str) -> NlResult<Option<Link>> {
+    pub(super) fn get_link(&mut self, msg: LinkMessage, what: &str) -> NlResult<Option<Link>> {
         match self.request(RouteNetlinkMessage::GetLink(msg), Await::One, what) {
             Ok(replies) => Ok(replies.into_iter().find_map(|m| match m {
                 RouteNetlinkMessage::NewLink(link) => Some(to_link(&link)),
@@ -135,6 +135,24 @@ impl Netlink {
             Err(e) if e.is(libc::ENODEV) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// The peer of veth `index` (IFLA_LINK); None for a link without one.
+    pub fn veth_peer(&mut self, index: u32) -> NlResult<Option<u32>> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        let replies = self.request(
+            RouteNetlinkMessage::GetLink(msg),
+            Await::One,
+            &format!("look up the peer of link #{index}"),
+        )?;
+        Ok(replies.iter().find_map(|m| match m {
+            RouteNetlinkMessage::NewLink(link) => link.attributes.iter().find_map(|a| match a {
+                LinkAttribute::Link(peer) if *peer != index => Some(*peer),
+                _ => None,
+            }),
+            _ => None,
+        }))
     }
 
     pub fn links(&mut self) -> NlResult<Vec<Link>> {
@@ -152,7 +170,8 @@ impl Netlink {
             .collect())
     }
 
-    /// Creates a bridge, up. EEXIST when any link of that name exists.
+    /// Creates a bridge, up (VLAN-filtering when asked). EEXIST when any link of that
+    /// name exists; EOPNOTSUPP for VLAN filtering on a kernel built without it.
     /// The MAC is pinned so that the bridge does not take a new one whenever its
     /// lowest-numbered port comes or goes (which would make results go stale).
     pub fn create_bridge(
@@ -161,6 +180,7 @@ impl Netlink {
         mac: [u8; 6],
         mtu: Option<u32>,
         promisc: bool,
+        vlan_filtering: bool,
     ) -> NlResult<()> {
         let mut msg = LinkMessage::default();
         set_flags(&mut msg, LinkFlags::Up, true);
@@ -172,10 +192,15 @@ impl Netlink {
         if let Some(mtu) = mtu {
             msg.attributes.push(LinkAttribute::Mtu(mtu));
         }
-        msg.attributes
-            .push(LinkAttribute::LinkInfo(vec![LinkInfo::Kind(
-                InfoKind::Bridge,
-            )]));
+        let mut info = vec![LinkInfo::Kind(InfoKind::Bridge)];
+        // Set at creation, so that a kernel without VLAN filtering refuses the whole
+        // request and no bridge is left half made.
+        if vlan_filtering {
+            info.push(LinkInfo::Data(InfoData::Bridge(vec![
+                InfoBridge::VlanFiltering(true),
+            ])));
+        }
+        msg.attributes.push(LinkAttribute::LinkInfo(info));
         self.create(
             RouteNetlinkMessage::NewLink(msg),
             &format!("create bridge {name}"),
@@ -252,7 +277,7 @@ impl Netlink {
         .map(drop)
     }
 
-    fn change_link(&mut self, msg: LinkMessage, what: &str) -> NlResult<()> {
+    pub(super) fn change_link(&mut self, msg: LinkMessage, what: &str) -> NlResult<()> {
         self.request(RouteNetlinkMessage::NewLink(msg), Await::Ack, what)
             .map(drop)
     }
@@ -420,7 +445,7 @@ impl Netlink {
             .map(drop)
     }
 
-    fn request(
+    pub(super) fn request(
         &mut self,
         msg: RouteNetlinkMessage,
         reply: Await,

@@ -27,6 +27,7 @@
 //! | `podman_multinet` | a podman container on two academy networks, -p, connect    |
 //! | `cri`         | academy under containerd's CRI plugin, as kubelet drives it    |
 //! | `installer`   | the installer image (FROM scratch) and its DaemonSet           |
+//! | `vlan`        | the bridge port: VLANs (in a VM on Debian's kernel), isolation |
 //!
 //! A module with a `/` is a folder: its mod.rs says which file holds which subject and
 //! keeps what they share, so a failing test's path names its subject
@@ -81,3 +82,4 @@ mod podman;
 mod podman_multinet;
 mod protocol;
 mod route_attrs;
+mod vlan;

@@ -324,7 +324,7 @@ fn del_with_keys_add_refuses_still_removes_everything() {
     assert_eq!(nft::elements(&lab.network).len(), 1);
     // The runtime's copy of the config now has keys academy does not implement and a
     // value ADD refuses: DEL still tears the attachment down and exits 0.
-    config["vlan"] = json!(5);
+    config["vlan"] = json!(5000);
     config["macspoofchk"] = json!(true);
     config["mtu"] = json!(20);
     call("DEL", &config).expect_silent_success("DEL with refused keys");

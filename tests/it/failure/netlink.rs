@@ -125,6 +125,16 @@ fn refused_netlink_request_at_every_point_of_an_ipmasq_add_is_undone() {
     refused_at_every_point(lab);
 }
 
+/// portIsolation adds a request on the port (IFLA_BRPORT_ISOLATED) and its lookup. The
+/// VLAN requests (bridge VLAN filtering, the port's VLAN entries, the VLAN's gateway) are
+/// faulted the same way in the VM, on a kernel that has them (tests/vm/vlan.sh, part 7).
+#[test]
+fn refused_netlink_request_at_every_point_of_an_isolated_add_is_undone() {
+    let lab = Lab::new("nlrefiso");
+    lab.always_config("portIsolation", json!(true));
+    refused_at_every_point(lab);
+}
+
 /// With macspoofchk the MAC filter's batch (and its lookups) are netlink requests too.
 #[test]
 fn refused_netlink_request_at_every_point_of_a_macspoofchk_add_is_undone() {

@@ -45,26 +45,28 @@ fn stdin_that_is_not_one_json_object() {
     refuse_all(&lab, table);
 }
 
-/// Fields of the reference bridge plugin that academy does not implement, switched on:
-/// 2, named. (Their "off" values are accepted, so a reference config that spells them
-/// out still works.) ipMasq is implemented; its backend can only be one of the
-/// reference's two names: 7.
+/// Fields of the reference bridge plugin with values it would refuse too: 7, named. (Every
+/// key is implemented; their "off" values are accepted, so a reference config that
+/// spells them out still works.) ipMasq's backend can only be one of the reference's two
+/// names: 7.
 #[test]
-fn unimplemented_reference_fields_are_refused() {
+fn bad_reference_field_values_are_refused() {
     let lab = Lab::new("confref");
-    let unsupported: Vec<(&str, Value)> = vec![
-        ("vlan", json!(5)),
-        ("vlanTrunk", json!([{ "id": 5 }])),
-        ("portIsolation", json!(true)),
+    let bad: Vec<(&str, Value, &str)> = vec![
+        ("vlan", json!(5000), "VLAN ID 5000"),
+        ("vlanTrunk", json!([{ "id": 5000 }]), "5000"),
+        ("vlanTrunk", json!([{ "minID": 5 }]), "maxID"),
+        ("portIsolation", json!("yes"), "portIsolation"),
+        ("macspoofchk", json!("yes"), "macspoofchk"),
     ];
-    let mut table: Vec<Refusal> = unsupported
+    let mut table: Vec<Refusal> = bad
         .into_iter()
-        .map(|(key, value)| {
+        .map(|(key, value, needle)| {
             refusal(
                 format!("{key}: {value}"),
                 add(&lab, lab.config_with(V, key, value)),
-                2,
-                &[key],
+                7,
+                &[needle],
             )
         })
         .collect();
