@@ -15,9 +15,9 @@ use crate::cni::env::Env;
 use crate::cni::result::{format_mac, CniResult, Interface};
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
-use crate::masquerade;
 use crate::netlink::Netlink;
 use crate::netns::{Netns, OpenError};
+use crate::portmap;
 use crate::teardown::{self, Removing};
 use crate::wire::{self, BridgeSpec, ContainerRoute};
 
@@ -68,9 +68,10 @@ fn make(
 ) -> Result<Vec<Interface>> {
     let mut nl = Netlink::open()?;
     let interfaces = wire_up(&mut nl, netns, who, conf, assigned, mac)?;
-    if conf.ip_masq {
+    // The masquerade (ipMasq) and the published ports, in one nf_tables batch.
+    if conf.ip_masq || !conf.port_mappings.is_empty() {
         let addresses: Vec<IpNetwork> = assigned.ips.iter().map(|ip| ip.address).collect();
-        masquerade::add(conf, &who.holder(), &addresses)?;
+        portmap::add(conf, who, &addresses)?;
     }
     // Last, after everything is made: a concurrent GC that does not list this attachment
     // (another runtime sharing the network) may have removed part of it. Checking both

@@ -11,6 +11,7 @@ use crate::hostveth::{self, Ownership};
 use crate::masquerade;
 use crate::netlink::{LinkKind, Netlink};
 use crate::netns::{Netns, OpenError};
+use crate::portmap;
 use crate::wire::kind_name;
 
 pub fn check(env: &Env, conf: &Config) -> Result<()> {
@@ -137,10 +138,11 @@ fn check_host(conf: &Config, env: &Env, ips: &[&IpConfig], diffs: &mut Vec<Strin
             }
         }
     }
+    let addresses: Vec<_> = ips.iter().map(|ip| ip.address).collect();
     if conf.ip_masq {
-        let addresses: Vec<_> = ips.iter().map(|ip| ip.address).collect();
         masquerade::check(conf, &addresses, diffs)?;
     }
+    portmap::check(conf, &who, &addresses, diffs)?;
     addressing::check(env, conf, ips, diffs)
 }
 

@@ -16,6 +16,7 @@ use crate::config::Config;
 use crate::hostveth;
 use crate::masquerade;
 use crate::netlink::{Link, LinkKind, LinkRef, Netlink};
+use crate::portmap;
 use crate::wire;
 
 pub fn gc(env: &Env, conf: &Config) -> Result<()> {
@@ -33,6 +34,7 @@ pub fn gc(env: &Env, conf: &Config) -> Result<()> {
 
     // Before the addresses: an element never outlives its reservation.
     masquerade::gc(conf, valid, &mut errors);
+    portmap::gc(conf, valid, &mut errors);
     addressing::gc(env, conf, &mut errors);
 
     match errors.len() {

@@ -23,6 +23,7 @@ mod masquerade;
 mod netlink;
 mod netns;
 pub mod plugin;
+mod portmap;
 mod reclaim;
 mod status;
 mod teardown;

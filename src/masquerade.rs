@@ -21,18 +21,21 @@ use crate::netlink::{
     nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork, Nftables,
 };
 
-/// Adds the container's addresses to its network's sets (creating what is missing).
-pub fn add(conf: &Config, holder: &Holder, addresses: &[IpNetwork]) -> Result<()> {
-    let networks = networks(conf, addresses);
-    let elements: Vec<MasqElement> = addresses
+/// The container's addresses as elements of its network's sets, and those sets: what
+/// ADD sends (portmap::add, in one batch with the published ports).
+pub fn plan(
+    conf: &Config,
+    holder: &Holder,
+    addresses: &[IpNetwork],
+) -> (Vec<MasqNetwork>, Vec<MasqElement>) {
+    let elements = addresses
         .iter()
         .map(|a| MasqElement {
             address: a.ip(),
             comment: holder.key(),
         })
         .collect();
-    let mut nft = Nftables::open()?;
-    Ok(nft.add_elements(&networks, &elements)?)
+    (networks(conf, addresses), elements)
 }
 
 /// Removes the addresses from the network's sets; any already gone is fine.

@@ -21,6 +21,7 @@ use crate::ipam::leaks::{Reservation, StoreDir};
 use crate::ipam::Holder;
 use crate::masquerade;
 use crate::netlink::{LinkKind, Netlink};
+use crate::portmap;
 use crate::wire::{self, PairRemoval};
 
 /// What academy knows of one reservation's attachment.
@@ -370,6 +371,14 @@ fn free_address(
         // The masquerade element goes before the reservation: it never outlives it.
         if free && conf.ip_masq {
             if let Err(e) = masquerade::remove(conf, &[r.address]) {
+                failure = Some(e);
+                return false;
+            }
+        }
+        // So do its published ports, which point at the address (any network may hold
+        // them: reclaim looks whatever the capability says now).
+        if let (true, Some(ifname)) = (free, &r.ifname) {
+            if let Err(e) = portmap::remove_holder(conf, &r.container_id, ifname) {
                 failure = Some(e);
                 return false;
             }

@@ -23,6 +23,7 @@ use crate::config::{Config, Ipam};
 use crate::ipam::Store;
 use crate::masquerade;
 use crate::netlink::Netlink;
+use crate::portmap;
 use crate::wire::{self, PairRemoval};
 
 /// Who is removing the attachment, which says how its addresses are known.
@@ -45,6 +46,13 @@ pub fn attachment(env: &Env, conf: &Config, removing: Removing) -> Result<()> {
         };
         let removal = masquerade_socket.insert(masquerade::Removal::open()?);
         removal.remove(conf, &addresses)?;
+    }
+    // Published ports go with the masquerade, before the address they point to is freed;
+    // kept open like it.
+    let mut portmap_socket = None;
+    if conf.publishes_ports {
+        let removal = portmap_socket.insert(portmap::Removal::open()?);
+        removal.remove(conf, &who)?;
     }
     let mut nl = Netlink::open()?;
     // A foreign link under academy's derived name is not ours to delete, and must not

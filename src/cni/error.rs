@@ -26,6 +26,8 @@ pub mod code {
     pub const HOST_NAME_TAKEN: u32 = 103;
     /// The container already has a default route of that family (from another network).
     pub const ROUTE_TAKEN: u32 = 104;
+    /// A host port asked for in portMappings is published by another attachment.
+    pub const PORT_TAKEN: u32 = 105;
     /// No free address is left in the range.
     pub const ADDRESS_EXHAUSTED: u32 = 110;
     /// A requested address (testAddress, IP=, ips) is held by someone else or outside the range.

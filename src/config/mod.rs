@@ -6,6 +6,7 @@
 //! form with an `ipam` block, so that a bridge + host-local conflist works with only its
 //! `type` changed.
 
+mod ports;
 mod ranges;
 mod requests;
 
@@ -20,6 +21,7 @@ use crate::cni::env::interface_name_problem;
 use crate::cni::{code, version, Error, Result};
 use crate::ipam::Pool;
 
+pub use ports::PortMapping;
 pub use requests::Requests;
 
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/academy";
@@ -63,6 +65,9 @@ pub struct Config {
     pub promisc_mode: bool,
     /// Masquerade the containers' traffic to anything outside the network's subnets.
     pub ip_masq: bool,
+    /// Capability `portMappings` declared: academy publishes ports itself (portmap.rs).
+    pub publishes_ports: bool,
+    pub port_mappings: Vec<PortMapping>,
     pub ipam: Ipam,
     /// `dns` of the network config, copied into the result as the reference plugin does.
     pub dns: Option<Value>,
@@ -211,6 +216,8 @@ impl Config {
             hairpin_mode,
             promisc_mode,
             ip_masq,
+            publishes_ports: ports::declared(&map),
+            port_mappings: ports::from_config(&map)?,
             ipam,
             dns: f.get("dns").cloned(),
             requests,
@@ -287,6 +294,8 @@ impl Config {
             hairpin_mode: false,
             promisc_mode: false,
             ip_masq: map.get("ipMasq") == Some(&Value::Bool(true)),
+            publishes_ports: ports::declared(&map),
+            port_mappings: ports::lenient(&map),
             reclaim_leaked_after: DEFAULT_RECLAIM_LEAKED_AFTER,
             ipam,
             dns: None,

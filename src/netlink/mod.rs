@@ -15,7 +15,8 @@ mod route;
 mod socket;
 
 pub use nftables::{
-    set_name as nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork, Nftables,
+    key_text, set_name as nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork,
+    Nftables, PortElement, PortKey,
 };
 pub use route::{Link, LinkKind, LinkRef, Netlink, VethPair};
 pub use socket::NlError;

@@ -24,6 +24,9 @@ use super::socket::{Await, NlResult, NlSocket};
 
 mod attrs;
 mod batch;
+mod port_elements;
+mod portmap;
+mod portmap_rules;
 mod rule;
 
 pub use attrs::stored_comment;
@@ -32,6 +35,7 @@ use attrs::{
     NFTA_LIST_ELEM,
 };
 use batch::{encode, nftables_type, Batch, HEADERS_LEN};
+pub use port_elements::{key_text, PortElement, PortKey};
 use rule::masquerade_rule;
 
 pub const TABLE: &str = "academy";
@@ -159,24 +163,6 @@ impl Nftables {
         Ok(Nftables {
             socket: NlSocket::open(NETLINK_NETFILTER, "nf_tables")?,
         })
-    }
-
-    /// Adds each element to its network's set (`networks` has one entry per family of
-    /// the elements), creating the table, chain, set and rule first when missing.
-    pub fn add_elements(
-        &mut self,
-        networks: &[MasqNetwork],
-        elements: &[MasqElement],
-    ) -> NlResult<()> {
-        match self.change_elements(NFT_MSG_NEWSETELEM, networks, elements) {
-            Err(e) if e.is(libc::ENOENT) => {
-                for network in networks {
-                    self.create(network)?;
-                }
-                self.change_elements(NFT_MSG_NEWSETELEM, networks, elements)
-            }
-            other => other,
-        }
     }
 
     /// Removes the addresses from the network's sets. Nothing to remove is success.
@@ -352,51 +338,15 @@ impl Nftables {
         }
     }
 
-    /// One batch with one NEWSETELEM or DELSETELEM message per family present.
+    /// One batch of `push_elements`.
     fn change_elements(
         &mut self,
         kind: u8,
         networks: &[MasqNetwork],
         elements: &[MasqElement],
     ) -> NlResult<()> {
-        let verb = if kind == NFT_MSG_NEWSETELEM {
-            "add"
-        } else {
-            "remove"
-        };
         let mut batch = Batch::new(&mut self.socket);
-        for network in networks {
-            let mine: Vec<&MasqElement> = elements
-                .iter()
-                .filter(|e| Family::of(e.address) == network.family)
-                .collect();
-            if mine.is_empty() {
-                continue;
-            }
-            let set = network.set_name();
-            let mut attrs = Attrs::default();
-            attrs.str(NFTA_SET_ELEM_LIST_TABLE, TABLE);
-            attrs.str(NFTA_SET_ELEM_LIST_SET, &set);
-            attrs.nested(NFTA_SET_ELEM_LIST_ELEMENTS, |list| {
-                for element in &mine {
-                    list.nested(NFTA_LIST_ELEM, |elem| {
-                        elem.nested(NFTA_SET_ELEM_KEY, |key| {
-                            key.put(NFTA_DATA_VALUE, &address_bytes(element.address))
-                        });
-                        if !element.comment.is_empty() {
-                            elem.put(NFTA_SET_ELEM_USERDATA, &comment_udata(&element.comment));
-                        }
-                    });
-                }
-            });
-            let addresses: Vec<String> = mine.iter().map(|e| e.address.to_string()).collect();
-            let what = format!(
-                "{verb} {} in nf_tables set inet {TABLE} {set}",
-                addresses.join(", ")
-            );
-            // A new element that exists already (an ADD repeated) is fine: no EXCL.
-            batch.add(kind, NLM_F_CREATE, attrs, what);
-        }
+        push_elements(&mut batch, kind, networks, elements);
         batch.commit()
     }
 
@@ -429,6 +379,47 @@ impl Nftables {
             }
             Ok(())
         })
+    }
+}
+
+/// One NEWSETELEM or DELSETELEM message per family present, added to `batch`.
+fn push_elements(batch: &mut Batch, kind: u8, networks: &[MasqNetwork], elements: &[MasqElement]) {
+    let verb = if kind == NFT_MSG_NEWSETELEM {
+        "add"
+    } else {
+        "remove"
+    };
+    for network in networks {
+        let mine: Vec<&MasqElement> = elements
+            .iter()
+            .filter(|e| Family::of(e.address) == network.family)
+            .collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let set = network.set_name();
+        let mut attrs = Attrs::default();
+        attrs.str(NFTA_SET_ELEM_LIST_TABLE, TABLE);
+        attrs.str(NFTA_SET_ELEM_LIST_SET, &set);
+        attrs.nested(NFTA_SET_ELEM_LIST_ELEMENTS, |list| {
+            for element in &mine {
+                list.nested(NFTA_LIST_ELEM, |elem| {
+                    elem.nested(NFTA_SET_ELEM_KEY, |key| {
+                        key.put(NFTA_DATA_VALUE, &address_bytes(element.address))
+                    });
+                    if !element.comment.is_empty() {
+                        elem.put(NFTA_SET_ELEM_USERDATA, &comment_udata(&element.comment));
+                    }
+                });
+            }
+        });
+        let addresses: Vec<String> = mine.iter().map(|e| e.address.to_string()).collect();
+        let what = format!(
+            "{verb} {} in nf_tables set inet {TABLE} {set}",
+            addresses.join(", ")
+        );
+        // A new element that exists already (an ADD repeated) is fine: no EXCL.
+        batch.add(kind, NLM_F_CREATE, attrs, what);
     }
 }
 
