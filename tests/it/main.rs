@@ -11,6 +11,7 @@
 //! | `dropin`      | academy as a drop-in for the reference bridge + host-local     |
 //! | `netns_entry` | how often, and from which thread, the netns is entered         |
 //! | `podman`      | academy under a real runtime (podman 4.3, CNI backend)         |
+//! | `portmap`     | ports published by academy itself: outside, host, hairpin      |
 //! | `cri`         | academy under containerd's CRI plugin, as kubelet drives it    |
 //! | `installer`   | the installer image (FROM scratch) and its DaemonSet           |
 //!
@@ -51,4 +52,5 @@ mod leaks;
 mod masquerade;
 mod netns_entry;
 mod podman;
+mod portmap;
 mod protocol;

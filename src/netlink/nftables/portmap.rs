@@ -11,8 +11,9 @@
 //!   map (the hostIP maps first: the more specific mapping wins on its address), every
 //!   rule matching only `fib daddr type local`: a map lookup, so the same cost for one
 //!   published port or ten thousand;
-//! - set `_hairpin` of `bridge . bridge` names, and in `postrouting` a rule
-//!   masquerading DNATed traffic that leaves by the bridge it came from, plus one for
+//! - set `_hairpin` of `bridge . bridge` names, looked up by a rule of chain `forward`
+//!   (type filter, accepting everything) that marks DNATed traffic leaving by the
+//!   bridge it came from; in `postrouting`, rules masquerading marked traffic and
 //!   DNATed traffic from 127.0.0.0/8.
 //!
 //! Each map element's comment names its holder `<network>:<container id>:<ifname>`
@@ -31,7 +32,7 @@ use super::port_elements::{
     decode_ports, describe, key_text, PortElement, PortKey, PortMap, NFTA_SET_ELEM_DATA, TYPE_BITS,
     TYPE_IFNAME,
 };
-use super::portmap_rules::{dnat_rule, hairpin_rule, localhost_rule};
+use super::portmap_rules::{dnat_rule, hairpin_rule, localhost_rule, masquerade_marked};
 use super::{
     push_elements, MasqElement, MasqNetwork, Nftables, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME,
     NFTA_CHAIN_TABLE, NFTA_CHAIN_TYPE, NFTA_HOOK_HOOKNUM, NFTA_HOOK_PRIORITY, NFTA_RULE_CHAIN,
@@ -47,9 +48,12 @@ use crate::netlink::socket::{Await, NlResult};
 pub const HAIRPIN_SET: &str = "_hairpin";
 pub const PREROUTING: &str = "prerouting";
 pub const OUTPUT: &str = "output";
+pub const FORWARD: &str = "forward";
 
 const NF_INET_PRE_ROUTING: u32 = 0;
+const NF_INET_FORWARD: u32 = 2;
 const NF_INET_LOCAL_OUT: u32 = 3;
+const NF_IP_PRI_FILTER: i32 = 0;
 const NF_IP_PRI_NAT_DST: i32 = -100;
 const NFTA_SET_FLAGS: u16 = 3;
 const NFTA_SET_DATA_TYPE: u16 = 6;
@@ -253,11 +257,17 @@ impl Nftables {
             format!("create table inet {TABLE}"),
         );
         let chains = [
-            (PREROUTING, NF_INET_PRE_ROUTING, NF_IP_PRI_NAT_DST),
-            (OUTPUT, NF_INET_LOCAL_OUT, NF_IP_PRI_NAT_DST),
-            (super::CHAIN, NF_INET_POST_ROUTING, NF_IP_PRI_NAT_SRC as i32),
+            (PREROUTING, NF_INET_PRE_ROUTING, NF_IP_PRI_NAT_DST, "nat"),
+            (OUTPUT, NF_INET_LOCAL_OUT, NF_IP_PRI_NAT_DST, "nat"),
+            (FORWARD, NF_INET_FORWARD, NF_IP_PRI_FILTER, "filter"),
+            (
+                super::CHAIN,
+                NF_INET_POST_ROUTING,
+                NF_IP_PRI_NAT_SRC as i32,
+                "nat",
+            ),
         ];
-        for (name, hook, priority) in chains {
+        for (name, hook, priority, kind) in chains {
             let mut chain = Attrs::default();
             chain.str(NFTA_CHAIN_TABLE, TABLE);
             chain.str(NFTA_CHAIN_NAME, name);
@@ -265,7 +275,7 @@ impl Nftables {
                 h.be32(NFTA_HOOK_HOOKNUM, hook);
                 h.be32(NFTA_HOOK_PRIORITY, priority as u32);
             });
-            chain.str(NFTA_CHAIN_TYPE, "nat");
+            chain.str(NFTA_CHAIN_TYPE, kind);
             batch.add(
                 NFT_MSG_NEWCHAIN,
                 NLM_F_CREATE,
@@ -312,11 +322,14 @@ impl Nftables {
                 add_rule(&mut batch, chain, &comment, |list| dnat_rule(list, map, id));
             }
         }
+        add_rule(&mut batch, FORWARD, "academy portmap hairpin", |list| {
+            hairpin_rule(list, hairpin_id)
+        });
         add_rule(
             &mut batch,
             super::CHAIN,
-            "academy portmap hairpin",
-            |list| hairpin_rule(list, hairpin_id),
+            "academy portmap masquerade marked",
+            masquerade_marked,
         );
         add_rule(
             &mut batch,

@@ -15,6 +15,9 @@ const NFT_META_NFPROTO: u32 = 15;
 const NFT_META_L4PROTO: u32 = 16;
 const NFT_META_IIFNAME: u32 = 6;
 const NFT_META_OIFNAME: u32 = 7;
+const NFT_META_MARK: u32 = 3;
+/// The packet mark bit asking for masquerade (the reference portmap's default, 13).
+const MASQ_MARK: u32 = 1 << 13;
 const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
 const NFT_PAYLOAD_TRANSPORT_HEADER: u32 = 2;
 const NFT_CMP_EQ: u32 = 0;
@@ -66,10 +69,13 @@ pub(super) fn dnat_rule(list: &mut Attrs, map: PortMap, set_id: u32) {
     });
 }
 
-/// `ct status dnat iifname . oifname @_hairpin masquerade`: a container reaching a
-/// published port of its own bridge through a host address (hairpin) would get the
-/// answer straight from the other container, not through the host, and drop it; leaving
-/// with the bridge's address sends the answer back through the host's conntrack.
+/// `ct status dnat iifname . oifname @_hairpin meta mark set meta mark | 0x2000`, in
+/// chain forward: a container reaching a published port of its own bridge through a
+/// host address (hairpin) would get the answer straight from the other container, not
+/// through the host, and drop it; the mark has it masqueraded (`masquerade_marked`),
+/// so the answer comes back through the host's conntrack. Only here are both
+/// interfaces known: postrouting has no input interface. The bit is the reference
+/// portmap's, with the same meaning, so the two never contradict each other.
 pub(super) fn hairpin_rule(list: &mut Attrs, set_id: u32) {
     ct_dnat(list);
     meta(list, NFT_REG_1, NFT_META_IIFNAME);
@@ -79,6 +85,19 @@ pub(super) fn hairpin_rule(list: &mut Attrs, set_id: u32) {
         e.be32(2, NFT_REG_1); // NFTA_LOOKUP_SREG
         e.be32(4, set_id); // NFTA_LOOKUP_SET_ID
     });
+    meta(list, NFT_REG_1, NFT_META_MARK);
+    bitwise(list, !MASQ_MARK, MASQ_MARK);
+    expr(list, "meta", |e| {
+        e.be32(2, NFT_META_MARK); // NFTA_META_KEY
+        e.be32(3, NFT_REG_1); // NFTA_META_SREG
+    });
+}
+
+/// `meta mark & 0x2000 == 0x2000 masquerade`, in postrouting.
+pub(super) fn masquerade_marked(list: &mut Attrs) {
+    meta(list, NFT_REG_1, NFT_META_MARK);
+    bitwise(list, MASQ_MARK, 0);
+    cmp(list, NFT_REG_1, NFT_CMP_EQ, &MASQ_MARK.to_ne_bytes());
     expr(list, "masq", |_| {});
 }
 
@@ -101,14 +120,19 @@ fn ct_dnat(list: &mut Attrs) {
         e.be32(1, NFT_REG_1); // NFTA_CT_DREG
         e.be32(2, NFT_CT_STATUS); // NFTA_CT_KEY
     });
+    bitwise(list, IPS_DST_NAT, 0);
+    cmp(list, NFT_REG_1, NFT_CMP_NEQ, &[0; 4]);
+}
+
+/// `reg 1 = (reg 1 & mask) ^ xor` on a 32-bit host-order value.
+fn bitwise(list: &mut Attrs, mask: u32, xor: u32) {
     expr(list, "bitwise", |e| {
         e.be32(1, NFT_REG_1); // NFTA_BITWISE_SREG
         e.be32(2, NFT_REG_1); // NFTA_BITWISE_DREG
         e.be32(3, 4); // NFTA_BITWISE_LEN
-        e.nested(4, |m| m.put(NFTA_DATA_VALUE, &IPS_DST_NAT.to_ne_bytes()));
-        e.nested(5, |x| x.put(NFTA_DATA_VALUE, &[0; 4]));
+        e.nested(4, |m| m.put(NFTA_DATA_VALUE, &mask.to_ne_bytes()));
+        e.nested(5, |x| x.put(NFTA_DATA_VALUE, &xor.to_ne_bytes()));
     });
-    cmp(list, NFT_REG_1, NFT_CMP_NEQ, &[0; 4]);
 }
 
 fn meta(list: &mut Attrs, register: u32, key: u32) {
