@@ -9,6 +9,7 @@
 //! addresses (the outside veth's host end, 127.0.0.1, the lab's gateway).
 
 mod published;
+mod runtimes;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
