@@ -89,11 +89,23 @@ pub fn lenient(map: &Map<String, Value>) -> Vec<PortMapping> {
         .collect()
 }
 
-fn parse(item: &Value, field: &str) -> Result<PortMapping> {
+/// The value of `key` in `item`, matched case-insensitively as Go's encoding/json does
+/// for the reference portmap: containerd's go-cni sends `HostPort`, `ContainerPort`,
+/// `Protocol`, `HostIP` (its struct has no JSON tags), podman and cnitool `hostPort`.
+fn field<'a>(item: &'a Value, key: &str) -> Option<&'a Value> {
+    let map = item.as_object()?;
+    map.get(key).or_else(|| {
+        map.iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, v)| v)
+    })
+}
+
+fn parse(item: &Value, at: &str) -> Result<PortMapping> {
     let port = |key: &str| -> Result<u16> {
-        let value = item.get(key).filter(|v| !v.is_null());
+        let value = field(item, key).filter(|v| !v.is_null());
         let Some(value) = value else {
-            return Err(Error::config(format!("{field}.{key} is missing")));
+            return Err(Error::config(format!("{at}.{key} is missing")));
         };
         value
             .as_u64()
@@ -101,14 +113,14 @@ fn parse(item: &Value, field: &str) -> Result<PortMapping> {
             .map(|p| p as u16)
             .ok_or_else(|| {
                 Error::config(format!(
-                    "{field}.{key} {value} is not a port number (1 to 65535)"
+                    "{at}.{key} {value} is not a port number (1 to 65535)"
                 ))
             })
     };
     let host_port = port("hostPort")?;
     let container_port = port("containerPort")?;
     // Kubernetes writes TCP, podman tcp; the reference passes either to iptables.
-    let protocol = match item.get("protocol") {
+    let protocol = match field(item, "protocol") {
         None | Some(Value::Null) => 6,
         Some(Value::String(p)) => match p.to_ascii_lowercase().as_str() {
             "" | "tcp" => 6,
@@ -116,26 +128,26 @@ fn parse(item: &Value, field: &str) -> Result<PortMapping> {
             "sctp" => 132,
             _ => {
                 return Err(Error::config(format!(
-                    "{field}.protocol {p:?} is not tcp, udp or sctp"
+                    "{at}.protocol {p:?} is not tcp, udp or sctp"
                 )))
             }
         },
         Some(other) => {
             return Err(Error::config(format!(
-                "{field}.protocol must be a string, got {other}"
+                "{at}.protocol must be a string, got {other}"
             )))
         }
     };
-    let host_ip = match item.get("hostIP") {
+    let host_ip = match field(item, "hostIP") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) if s.is_empty() => None,
         Some(Value::String(s)) => Some(
             s.parse::<IpAddr>()
-                .map_err(|_| Error::config(format!("{field}.hostIP {s:?} is not an IP address")))?,
+                .map_err(|_| Error::config(format!("{at}.hostIP {s:?} is not an IP address")))?,
         ),
         Some(other) => {
             return Err(Error::config(format!(
-                "{field}.hostIP must be a string, got {other}"
+                "{at}.hostIP must be a string, got {other}"
             )))
         }
     };
@@ -180,6 +192,11 @@ mod tests {
 
     #[test]
     fn every_field_is_validated() {
+        let go_cni = mappings(&with_caps(
+            r#"[{"HostPort":8080,"ContainerPort":80,"Protocol":"tcp","HostIP":""}]"#,
+        ))
+        .unwrap();
+        assert_eq!((go_cni[0].host_port, go_cni[0].container_port), (8080, 80));
         let good = mappings(&with_caps(
             r#"[{"hostPort":53,"containerPort":53,"protocol":"UDP","hostIP":"fd00::1"},
                 {"hostPort":53,"containerPort":53,"protocol":"udp","hostIP":"0.0.0.0"},

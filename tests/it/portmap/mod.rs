@@ -108,7 +108,7 @@ pub fn exchange(
     (got, String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-/// A TCP server in `netns` on port 8080 answering "hello" to `count` connections and
+/// A TCP server in `netns` (a name, or a path) on port 8080 answering "hello" to `count` connections and
 /// printing each peer's address.
 fn serve(netns: &str, any: &str, count: u32) -> Child {
     let family = if any.contains(':') {
@@ -125,8 +125,18 @@ fn serve(netns: &str, any: &str, count: u32) -> Child {
          \x20   c, peer = s.accept(); c.sendall(b'hello'); c.close()\n\
          \x20   print(peer[0], flush=True)\n"
     );
-    Command::new("ip")
-        .args(["netns", "exec", netns, "python3", "-c", &script])
+    // A runtime's netns may be a path of its own (containerd's state folder).
+    let mut command = if netns.starts_with('/') {
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--net={netns}"));
+        c
+    } else {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", netns]);
+        c
+    };
+    command
+        .args(["python3", "-c", &script])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -1,5 +1,6 @@
 //! Ports published by academy under the runtimes: `podman run -p` on the network
-//! `podman network create` writes, converted by `academy convert`.
+//! `podman network create` writes, converted by `academy convert`; a hostPort through
+//! containerd's CRI on the shipped conf_template.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -8,8 +9,10 @@ use std::time::Duration;
 use nix::fcntl::Flock;
 use serde_json::Value;
 
-use super::{host_ports, reach};
+use super::{exchange, host_ports, reach};
 use crate::common::*;
+use crate::cri::containerd::Containerd;
+use crate::cri::{template_for, RemoveOnDrop};
 
 const IMAGE: &str = "localhost/academy-portmap-busybox:test";
 /// The podman test's lock: podman's network namespaces share /run/netns.
@@ -171,4 +174,55 @@ fn portmap_podman_run_p_on_a_converted_network_answers_outside_host_and_containe
     );
     assert!(lab.lab_veths().is_empty(), "veths after rm");
     p.must(&["network", "rm", &lab.network]);
+}
+
+/// containerd's CRI, as kubelet drives it, on the network of the shipped conf_template
+/// (conflists/containerd-template.conflist.tmpl, which declares portMappings): a pod's
+/// hostPort answers the outside, and StopPodSandbox unpublishes it.
+#[test]
+fn portmap_cri_host_port_on_the_shipped_template_answers_outside_until_stop() {
+    let shipped = include_str!("../../../conflists/containerd-template.conflist.tmpl");
+    assert!(shipped.contains(r#""capabilities": {"portMappings": true}"#));
+    assert!(shipped.contains(r#""hairpinMode": true"#));
+    let template =
+        std::env::temp_dir().join(Slot::take().name("academy-it", "pm-template") + ".tmpl");
+    fs::write(&template, "{}").unwrap();
+    let _template_guard = RemoveOnDrop(template.clone());
+    let extra = format!("    conf_template = \"{}\"\n", template.display());
+    let c = Containerd::start("pmcri", &extra);
+    fs::write(&template, template_for(&c)).unwrap();
+    c.cri(&["update-cidr", &c.lab.subnet()]);
+    let out = Outside::new(&c.lab);
+
+    let port = host_ports(&c.lab);
+    let id = c.cri(&["run", "web", "uid-web", "default", &format!("{port}:8080")])["id"]
+        .as_str()
+        .expect("sandbox id")
+        .to_string();
+    let status = c.status(&id);
+    let pod_ip = status["ip"].as_str().unwrap().to_string();
+    let netns = status["netns"].as_str().unwrap().to_string();
+    let published = nft::published(&c.lab.network);
+    assert_eq!(published.len(), 1, "{published:?}");
+    let entry = published.iter().next().unwrap();
+    assert!(
+        entry.starts_with(&format!("_ports-v4 tcp . {port} -> {pod_ip} . 8080 ")),
+        "{entry}"
+    );
+
+    let (got, peer) = exchange(&netns, "0.0.0.0", Some(&out.netns), &out.host_v4, port);
+    assert_eq!(
+        (got.as_str(), peer.as_str()),
+        ("hello", out.far_v4.as_str()),
+        "hostPort from the outside"
+    );
+
+    c.cri(&["stop", &id]);
+    assert_eq!(
+        nft::published(&c.lab.network),
+        BTreeSet::new(),
+        "published after StopPodSandbox"
+    );
+    c.cri(&["remove", &id]);
+    assert!(c.sandboxes().is_empty());
 }
