@@ -1,0 +1,287 @@
+"""Whole chains as runtimes run them, and academy's port mapping, in one run.
+
+    python3 bench/chains.py --academy target/release/academy --reference-dir /opt/cni/lab-bin
+
+- podman's generated chain (bridge with ipMasq and hairpinMode, portmap, firewall,
+  tuning) on the reference plugins, against the same network converted by
+  `academy convert` (academy + firewall), each with one port mapping: ADD and DEL
+  cycles interleaved, then 50 parallel ADDs (and DELs) of each;
+- academy alone: ADD with 3 port mappings against ADD without;
+- academy alone: ADD with one port mapping, with and without 1,000 other containers'
+  ports in the maps (blocks alternating, the 1,000 added and removed between them).
+
+Chains are run as libcni runs them: each plugin in order with the previous one's result
+as prevResult and runtimeConfig for the capabilities it declares, DEL in reverse order.
+Only ratios are reported: the machine is shared and noisy. Also a phase of bench.py.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from lab import PREFIX, Lab, sh  # noqa: E402
+
+DEBIAN_PLUGINS = "/usr/lib/cni"  # firewall and tuning, as podman on Debian 12 runs them
+NET_REF, NET_ACADEMY, NET_ALONE = "10.247", "10.248", "10.249"
+ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+FAKE_HOLDER = f"{PREFIX}-fake"
+
+
+def podman_list(name: str, bridge: str, net: str, store: str) -> dict:
+    """What `podman network create --subnet NET.0.0/16` writes (podman 4.3, CNI)."""
+    return {"cniVersion": "0.4.0", "name": name, "plugins": [
+        {"type": "bridge", "bridge": bridge, "isGateway": True, "ipMasq": True,
+         "hairpinMode": True, "capabilities": {"ips": True},
+         "ipam": {"type": "host-local", "dataDir": store, "routes": [{"dst": "0.0.0.0/0"}],
+                  "ranges": [[{"subnet": f"{net}.0.0/16", "gateway": f"{net}.0.1"}]]}},
+        {"type": "portmap", "capabilities": {"portMappings": True}},
+        {"type": "firewall", "backend": ""},
+        {"type": "tuning"},
+    ]}
+
+
+def converted(academy: str, conflist: dict, scratch: str) -> dict:
+    path = os.path.join(scratch, f"{conflist['name']}.conflist")
+    with open(path, "w") as f:
+        json.dump(conflist, f)
+    out = sh(academy, "convert", path)
+    return json.loads(out.stdout)
+
+
+class Chain:
+    """One network's conflist, run plugin by plugin from `cni_path`."""
+
+    def __init__(self, conflist: dict, cni_path: str):
+        self.list = conflist
+        self.cni_path = cni_path
+
+    def _run(self, plugin: dict, command: str, cid: str, netns: str, caps: dict,
+             prev: dict | None) -> dict | None:
+        conf = dict(plugin, name=self.list["name"], cniVersion=self.list["cniVersion"])
+        wanted = {k: v for k, v in caps.items() if plugin.get("capabilities", {}).get(k)}
+        if wanted:
+            conf["runtimeConfig"] = wanted
+        if prev:
+            conf["prevResult"] = prev
+        env = dict(ENV, CNI_COMMAND=command, CNI_CONTAINERID=cid, CNI_NETNS=netns,
+                   CNI_IFNAME="eth0", CNI_PATH=self.cni_path)
+        binary = os.path.join(self.cni_path, plugin["type"])
+        r = subprocess.run([binary], input=json.dumps(conf).encode(), env=env,
+                           capture_output=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"{plugin['type']} {command} failed: {r.stdout!r} {r.stderr!r}")
+        return json.loads(r.stdout) if r.stdout.strip() else prev
+
+    def add(self, cid: str, netns: str, caps: dict) -> tuple[float, dict]:
+        t0 = time.perf_counter()
+        prev = None
+        for plugin in self.list["plugins"]:
+            prev = self._run(plugin, "ADD", cid, netns, caps, prev)
+        return (time.perf_counter() - t0) * 1e3, prev
+
+    def delete(self, cid: str, netns: str, caps: dict, result: dict) -> float:
+        t0 = time.perf_counter()
+        for plugin in reversed(self.list["plugins"]):
+            self._run(plugin, "DEL", cid, netns, caps, result)
+        return (time.perf_counter() - t0) * 1e3
+
+
+def mapping(*host_ports: int) -> dict:
+    return {"portMappings": [{"hostPort": p, "containerPort": 80, "protocol": "tcp"}
+                             for p in host_ports]}
+
+
+def median_ratio(a: list, b: list) -> float:
+    return round(statistics.median(a) / statistics.median(b), 3)
+
+
+def cycles(chains: dict, netns: dict, n: int, caps: dict) -> dict:
+    """n ADD/DEL cycles of each chain, the order alternating each cycle."""
+    times = {k: {"ADD": [], "DEL": []} for k in chains}
+    keys = list(chains)
+    for i in range(n + 1):  # the first is a warm-up (bridges, tables, chains created)
+        for k in keys[i % 2:] + keys[:i % 2]:
+            cid = f"{PREFIX}-ch-{k}-{i}"
+            add, result = chains[k].add(cid, netns[k], caps)
+            time.sleep(0.02)
+            delete = chains[k].delete(cid, netns[k], caps, result)
+            time.sleep(0.02)
+            if i:
+                times[k]["ADD"].append(add)
+                times[k]["DEL"].append(delete)
+    return times
+
+
+def burst(chain: Chain, paths: list, base_port: int) -> dict:
+    """len(paths) ADDs at once, each publishing its own port, then their DELs at once."""
+    def one_add(j):
+        return chain.add(f"{PREFIX}-bu-{j}", paths[j], mapping(base_port + j))[1]
+
+    with ThreadPoolExecutor(len(paths)) as pool:
+        t0 = time.perf_counter()
+        results = list(pool.map(one_add, range(len(paths))))
+        add = (time.perf_counter() - t0) * 1e3
+        t0 = time.perf_counter()
+        list(pool.map(lambda j: chain.delete(f"{PREFIX}-bu-{j}", paths[j],
+                                             mapping(base_port + j), results[j]),
+                      range(len(paths))))
+        delete = (time.perf_counter() - t0) * 1e3
+    return {"ADD": add, "DEL": delete}
+
+
+def fake_ports(count: int, add: bool):
+    """`count` other containers' published ports in academy's v4 map (or their removal)."""
+    lines = []
+    for i in range(count):
+        key = f"tcp . {40000 + i}"
+        if add:
+            target = f"{NET_ALONE}.{200 + i // 250}.{i % 250 + 1} . 80"
+            lines.append(f'add element inet academy _ports-v4 {{ {key} comment '
+                         f'"{FAKE_HOLDER}:c{i}:eth0" : {target} }}')
+        else:
+            lines.append(f"delete element inet academy _ports-v4 {{ {key} }}")
+    sh("nft", "-f", "-", input="\n".join(lines) + "\n", check=add)
+
+
+def alone(chain: Chain, ns: str, n: int) -> dict:
+    """academy alone: 3 mappings against none, then 1 mapping with and without 1,000
+    others published (blocks alternating)."""
+    t = {"none": [], "three": [], "one": [], "one_of_1001": []}
+    for i in range(n + 1):
+        for key, caps in (("none", {}), ("three", mapping(45001, 45002, 45003)))[::1 - 2 * (i % 2)]:
+            add, result = chain.add(f"{PREFIX}-al-{i}", ns, caps)
+            time.sleep(0.02)
+            chain.delete(f"{PREFIX}-al-{i}", ns, caps, result)
+            time.sleep(0.02)
+            if i:
+                t[key].append(add)
+    blocks = 4
+    per_block = max(1, n // blocks)
+    for b in range(2 * blocks):
+        crowded = b % 2 == 1
+        if crowded:
+            fake_ports(1000, add=True)
+        try:
+            for i in range(per_block):
+                add, result = chain.add(f"{PREFIX}-sc-{b}-{i}", ns, mapping(45010))
+                time.sleep(0.02)
+                chain.delete(f"{PREFIX}-sc-{b}-{i}", ns, mapping(45010), result)
+                time.sleep(0.02)
+                t["one_of_1001" if crowded else "one"].append(add)
+        finally:
+            if crowded:
+                fake_ports(1000, add=False)
+    return t
+
+
+def run(academy: str, reference_dir: str, lab: Lab, n: int, parallel: int) -> dict:
+    scratch = lab.scratch("chains")
+    cni_path = lab.scratch("chains-bin")
+    for name in ("bridge", "host-local", "portmap"):
+        os.symlink(os.path.join(os.path.abspath(reference_dir), name),
+                   os.path.join(cni_path, name))
+    for name in ("firewall", "tuning"):
+        os.symlink(os.path.join(DEBIAN_PLUGINS, name), os.path.join(cni_path, name))
+    shutil.copy(academy, os.path.join(cni_path, "academy"))
+
+    ref_list = podman_list(f"{PREFIX}-chain-ref", f"{PREFIX}br-cr", NET_REF,
+                           lab.scratch("store-cr"))
+    aca_list = converted(academy, podman_list(f"{PREFIX}-chain-aca", f"{PREFIX}br-ca",
+                                              NET_ACADEMY, lab.scratch("store-ca")), scratch)
+    alone_list = {"cniVersion": "1.0.0", "name": f"{PREFIX}-alone", "plugins": [
+        {"type": "academy", "bridge": f"{PREFIX}br-cl", "isGateway": True,
+         "capabilities": {"portMappings": True},
+         "ipam": {"type": "host-local", "dataDir": lab.scratch("store-cl"),
+                  "ranges": [[{"subnet": f"{NET_ALONE}.0.0/16"}]]}}]}
+    for br in (f"{PREFIX}br-cr", f"{PREFIX}br-ca", f"{PREFIX}br-cl"):
+        lab.track_bridge(br)
+    chains = {"reference": Chain(ref_list, cni_path), "academy": Chain(aca_list, cni_path)}
+    netns = {k: lab.add_netns(f"{PREFIX}-ch{k[0]}") for k in chains}
+
+    out = {"cycles": n, "parallel": parallel,
+           "converted_plugins": [p["type"] for p in aca_list["plugins"]]}
+    print(f"chains: {n} interleaved cycles of each chain ...", file=sys.stderr)
+    times = cycles(chains, netns, n, mapping(44001))
+    out["chain_ms"] = {k: {c: round(statistics.median(v), 2) for c, v in t.items()}
+                       for k, t in times.items()}
+    out["chain_ratio"] = {c: median_ratio(times["academy"][c], times["reference"][c])
+                          for c in ("ADD", "DEL")}
+
+    print(f"chains: {parallel} parallel ADDs of each chain ...", file=sys.stderr)
+    names = [f"{PREFIX}-cb{j:02d}" for j in range(parallel)]
+    paths = lab.add_netns_many(names)
+    try:
+        bursts = {k: burst(chains[k], paths, 46000) for k in ("reference", "academy")}
+    finally:
+        lab.del_netns_many(names)
+    out["burst_ms"] = {k: {c: round(v, 1) for c, v in b.items()} for k, b in bursts.items()}
+    out["burst_ratio"] = {c: round(bursts["academy"][c] / bursts["reference"][c], 3)
+                          for c in ("ADD", "DEL")}
+
+    print("chains: academy alone, 3 mappings and 1,000 published ...", file=sys.stderr)
+    t = alone(Chain(alone_list, cni_path), lab.add_netns(f"{PREFIX}-chl"), n)
+    out["alone_ms"] = {k: round(statistics.median(v), 2) for k, v in t.items()}
+    out["three_vs_none"] = median_ratio(t["three"], t["none"])
+    out["crowded_vs_empty"] = median_ratio(t["one_of_1001"], t["one"])
+    return out
+
+
+def markdown(r: dict) -> str:
+    target = lambda v, limit: "PASS" if v <= limit else "MISS"  # noqa: E731
+    rows = [
+        ("converted network ADD / podman's reference chain ADD", r["chain_ratio"]["ADD"], 0.10),
+        ("converted network DEL / podman's reference chain DEL", r["chain_ratio"]["DEL"], 0.20),
+        (f"{r['parallel']} parallel ADDs, converted / reference (wall)",
+         r["burst_ratio"]["ADD"], None),
+        (f"{r['parallel']} parallel DELs, converted / reference (wall)",
+         r["burst_ratio"]["DEL"], None),
+        ("academy ADD with 3 port mappings / without", r["three_vs_none"], 1.2),
+        ("academy ADD with 1,000 other ports published / with none", r["crowded_vs_empty"], 1.2),
+    ]
+    lines = ["| whole chains and port mapping (medians, one run) | ratio | target |",
+             "| --- | --- | --- |"]
+    for what, value, limit in rows:
+        goal = f"<= {limit} {target(value, limit)}" if limit else "-"
+        lines.append(f"| {what} | {value:.2f}x | {goal} |")
+    lines.append("")
+    lines.append(f"Converted network: {' + '.join(r['converted_plugins'])}; "
+                 f"{r['cycles']} interleaved cycles of each chain.")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--academy", required=True)
+    p.add_argument("--reference-dir", required=True)
+    p.add_argument("--cycles", type=int, default=15)
+    p.add_argument("--parallel", type=int, default=50)
+    p.add_argument("--out", help="write the JSON here")
+    args = p.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("chains: needs root")
+    lab = Lab()
+    lab.lock()
+    try:
+        lab.preclean()
+        r = run(os.path.abspath(args.academy), args.reference_dir, lab, args.cycles,
+                args.parallel)
+        print(json.dumps(r, indent=1))
+        print(markdown(r))
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(r, f, indent=1)
+    finally:
+        lab.cleanup()
+
+
+if __name__ == "__main__":
+    main()
