@@ -6,9 +6,9 @@
   tuning) on the reference plugins, against the same network converted by
   `academy convert` (academy + firewall), each with one port mapping: ADD and DEL
   cycles interleaved, then 50 parallel ADDs (and DELs) of each;
-- academy alone: ADD with 3 port mappings against ADD without;
-- academy alone: ADD with one port mapping, with and without 1,000 other containers'
-  ports in the maps (blocks alternating, the 1,000 added and removed between them).
+- academy alone: ADD with 3 port mappings against ADD without, and ADD with one port
+  mapping with 1,000 other containers' ports in the map against none (in two private
+  "host" namespaces, each with its own academy table).
 
 Chains are run as libcni runs them: each plugin in order with the previous one's result
 as prevResult and runtimeConfig for the capabilities it declares, DEL in reverse order.
@@ -22,7 +22,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -60,9 +59,10 @@ def converted(academy: str, conflist: dict, scratch: str) -> dict:
 class Chain:
     """One network's conflist, run plugin by plugin from `cni_path`."""
 
-    def __init__(self, conflist: dict, cni_path: str):
+    def __init__(self, conflist: dict, cni_path: str, launcher: list | None = None):
         self.list = conflist
         self.cni_path = cni_path
+        self.launcher = launcher or []
 
     def _run(self, plugin: dict, command: str, cid: str, netns: str, caps: dict,
              prev: dict | None) -> dict | None:
@@ -75,7 +75,7 @@ class Chain:
         env = dict(ENV, CNI_COMMAND=command, CNI_CONTAINERID=cid, CNI_NETNS=netns,
                    CNI_IFNAME="eth0", CNI_PATH=self.cni_path)
         binary = os.path.join(self.cni_path, plugin["type"])
-        r = subprocess.run([binary], input=json.dumps(conf).encode(), env=env,
+        r = subprocess.run([*self.launcher, binary], input=json.dumps(conf).encode(), env=env,
                            capture_output=True)
         if r.returncode != 0:
             raise RuntimeError(f"{plugin['type']} {command} failed: {r.stdout!r} {r.stderr!r}")
@@ -138,48 +138,46 @@ def burst(chain: Chain, paths: list, base_port: int) -> dict:
     return {"ADD": add, "DEL": delete}
 
 
-def fake_ports(count: int, add: bool):
-    """`count` other containers' published ports in academy's v4 map (or their removal)."""
-    lines = []
-    for i in range(count):
-        key = f"tcp . {40000 + i}"
-        if add:
-            target = f"{NET_ALONE}.{200 + i // 250}.{i % 250 + 1} . 80"
-            lines.append(f'add element inet academy _ports-v4 {{ {key} comment '
-                         f'"{FAKE_HOLDER}:c{i}:eth0" : {target} }}')
-        else:
-            lines.append(f"delete element inet academy _ports-v4 {{ {key} }}")
-    sh("nft", "-f", "-", input="\n".join(lines) + "\n", check=add)
+def fake_ports(host: str, count: int):
+    """`count` other containers' published ports in the v4 map of `host`'s table."""
+    lines = [f'add element inet academy _ports-v4 {{ tcp . {40000 + i} comment '
+             f'"{FAKE_HOLDER}:c{i}:eth0" : {NET_ALONE}.{200 + i // 250}.{i % 250 + 1} . 80 }}'
+             for i in range(count)]
+    sh("ip", "netns", "exec", host, "nft", "-f", "-", input="\n".join(lines) + "\n")
 
 
-def alone(chain: Chain, ns: str, n: int) -> dict:
-    """academy alone: 3 mappings against none, then 1 mapping with and without 1,000
-    others published (blocks alternating)."""
-    t = {"none": [], "three": [], "one": [], "one_of_1001": []}
+def alone(lab: Lab, cni_path: str, n: int) -> dict:
+    """academy alone, each in a private "host" netns of its own (nf_tables is per netns,
+    so one can hold 1,000 other containers' ports while the other holds none, without
+    adding and removing them between measurements): 3 mappings against none, and one
+    mapping with 1,000 others published against one with none; interleaved."""
+    hosts = {k: lab.add_netns(f"{PREFIX}-h{k}") for k in ("empty", "crowded")}
+    chains, netns = {}, {}
+    for k, path in hosts.items():
+        sh("ip", "-n", os.path.basename(path), "link", "set", "lo", "up")
+        conflist = {"cniVersion": "1.0.0", "name": f"{PREFIX}-alone", "plugins": [
+            {"type": "academy", "bridge": f"{PREFIX}br-al", "isGateway": True,
+             "capabilities": {"portMappings": True},
+             "ipam": {"type": "host-local", "dataDir": lab.scratch(f"store-al-{k}"),
+                      "ranges": [[{"subnet": f"{NET_ALONE}.0.0/16"}]]}}]}
+        chains[k] = Chain(conflist, cni_path, ["nsenter", f"--net={path}"])
+        netns[k] = lab.add_netns(f"{PREFIX}-c{k}")
+        # The maps exist once a port was published; then the crowd moves in.
+        _, result = chains[k].add(f"{PREFIX}-al-init", netns[k], mapping(45000))
+        chains[k].delete(f"{PREFIX}-al-init", netns[k], mapping(45000), result)
+    fake_ports(os.path.basename(hosts["crowded"]), 1000)
+    runs = [("none", "empty", {}), ("three", "empty", mapping(45001, 45002, 45003)),
+            ("one", "empty", mapping(45010)), ("one_of_1001", "crowded", mapping(45010))]
+    t = {key: [] for key, _, _ in runs}
     for i in range(n + 1):
-        for key, caps in (("none", {}), ("three", mapping(45001, 45002, 45003)))[::1 - 2 * (i % 2)]:
-            add, result = chain.add(f"{PREFIX}-al-{i}", ns, caps)
+        for key, host, caps in runs[i % len(runs):] + runs[:i % len(runs)]:
+            cid = f"{PREFIX}-al-{key}-{i}"
+            add, result = chains[host].add(cid, netns[host], caps)
             time.sleep(0.02)
-            chain.delete(f"{PREFIX}-al-{i}", ns, caps, result)
+            chains[host].delete(cid, netns[host], caps, result)
             time.sleep(0.02)
             if i:
                 t[key].append(add)
-    blocks = 4
-    per_block = max(1, n // blocks)
-    for b in range(2 * blocks):
-        crowded = b % 2 == 1
-        if crowded:
-            fake_ports(1000, add=True)
-        try:
-            for i in range(per_block):
-                add, result = chain.add(f"{PREFIX}-sc-{b}-{i}", ns, mapping(45010))
-                time.sleep(0.02)
-                chain.delete(f"{PREFIX}-sc-{b}-{i}", ns, mapping(45010), result)
-                time.sleep(0.02)
-                t["one_of_1001" if crowded else "one"].append(add)
-        finally:
-            if crowded:
-                fake_ports(1000, add=False)
     return t
 
 
@@ -197,12 +195,7 @@ def run(academy: str, reference_dir: str, lab: Lab, n: int, parallel: int) -> di
                            lab.scratch("store-cr"))
     aca_list = converted(academy, podman_list(f"{PREFIX}-chain-aca", f"{PREFIX}br-ca",
                                               NET_ACADEMY, lab.scratch("store-ca")), scratch)
-    alone_list = {"cniVersion": "1.0.0", "name": f"{PREFIX}-alone", "plugins": [
-        {"type": "academy", "bridge": f"{PREFIX}br-cl", "isGateway": True,
-         "capabilities": {"portMappings": True},
-         "ipam": {"type": "host-local", "dataDir": lab.scratch("store-cl"),
-                  "ranges": [[{"subnet": f"{NET_ALONE}.0.0/16"}]]}}]}
-    for br in (f"{PREFIX}br-cr", f"{PREFIX}br-ca", f"{PREFIX}br-cl"):
+    for br in (f"{PREFIX}br-cr", f"{PREFIX}br-ca"):
         lab.track_bridge(br)
     chains = {"reference": Chain(ref_list, cni_path), "academy": Chain(aca_list, cni_path)}
     netns = {k: lab.add_netns(f"{PREFIX}-ch{k[0]}") for k in chains}
@@ -228,7 +221,7 @@ def run(academy: str, reference_dir: str, lab: Lab, n: int, parallel: int) -> di
                           for c in ("ADD", "DEL")}
 
     print("chains: academy alone, 3 mappings and 1,000 published ...", file=sys.stderr)
-    t = alone(Chain(alone_list, cni_path), lab.add_netns(f"{PREFIX}-chl"), n)
+    t = alone(lab, cni_path, 2 * n)
     out["alone_ms"] = {k: round(statistics.median(v), 2) for k, v in t.items()}
     out["three_vs_none"] = median_ratio(t["three"], t["none"])
     out["crowded_vs_empty"] = median_ratio(t["one_of_1001"], t["one"])

@@ -41,9 +41,35 @@ pub fn add(conf: &Config, who: &Attachment, addresses: &[IpNetwork]) -> Result<(
     }
     let mut nft = Nftables::open()?;
     match nft.add_attachment(&networks, &masq, &ports, &conf.bridge) {
-        Err(e) if e.is(libc::EEXIST) => Err(taken(&mut nft, &ports)?.unwrap_or_else(|| e.into())),
+        Err(e) if e.is(libc::EEXIST) => {
+            // The attachment's own element from an earlier life (an ADD whose DEL never
+            // came, its address since changed) is replaced; another's is a conflict.
+            if let Some(conflict) = taken(&mut nft, &ports)? {
+                return Err(conflict);
+            }
+            let stale = own_stale(&mut nft, &ports)?;
+            if stale.is_empty() {
+                return Err(e.into());
+            }
+            nft.delete_port_elements(&stale)?;
+            Ok(nft.add_attachment(&networks, &masq, &ports, &conf.bridge)?)
+        }
         other => Ok(other?),
     }
+}
+
+/// The keys of `ports` whose element names this holder but points elsewhere.
+fn own_stale(nft: &mut Nftables, ports: &[PortElement]) -> Result<Vec<PortKey>> {
+    let mut stale = Vec::new();
+    for port in ports {
+        if let Some(held) = nft.port_element(&port.key)? {
+            let elsewhere = (held.address, held.port) != (port.address, port.port);
+            if elsewhere && held.comment == stored_comment(&port.comment) {
+                stale.push(port.key.clone());
+            }
+        }
+    }
+    Ok(stale)
 }
 
 /// The elements of `mappings` for the container's addresses: a mapping without hostIP
@@ -106,7 +132,8 @@ fn taken(nft: &mut Nftables, ports: &[PortElement]) -> Result<Option<Error>> {
         let Some(held) = nft.port_element(&port.key)? else {
             continue;
         };
-        if held.address == port.address && held.port == port.port {
+        let elsewhere = (held.address, held.port) != (port.address, port.port);
+        if !elsewhere || held.comment == stored_comment(&port.comment) {
             continue;
         }
         return Ok(Some(

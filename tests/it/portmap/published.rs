@@ -153,6 +153,29 @@ fn portmap_conflict_names_the_holder_leaves_nothing_and_frees_with_its_holder() 
     let held = nft::published(&lab.network);
     assert_eq!(held.len(), 2, "v4 and v6 of the first holder: {held:?}");
     let reserved = lab.reservations();
+    // Its own element from an earlier life, pointing elsewhere, is replaced by an ADD
+    // repeated, not reported as a conflict.
+    let (key, stale) = (format!("tcp . {port}"), format!("{}.99 . 8080", lab.prefix));
+    let holder = format!("{}:{}:eth0", lab.network, a.cid);
+    let nft_element = |verb: &str, element: &str| {
+        let out = run(
+            "nft",
+            &[verb, "element", "inet", "academy", "_ports-v4", element],
+            &[],
+        );
+        assert_eq!(out.code, 0, "nft {verb} element {element}:\n{out}");
+    };
+    nft_element("delete", &format!("{{ {key} }}"));
+    nft_element(
+        "add",
+        &format!("{{ {key} comment \"{holder}\" : {stale} }}"),
+    );
+    call("ADD", &a).expect_result("the holder's ADD repeated over its stale element");
+    assert_eq!(
+        nft::published(&lab.network),
+        held,
+        "the stale element was not replaced"
+    );
 
     let refused = call("ADD", &b);
     assert_cni_error(&refused, 105, &[&format!("tcp/{port}"), &a.cid, "eth0"]);
