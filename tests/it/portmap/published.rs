@@ -260,3 +260,46 @@ fn portmap_reference_chain_without_the_capability_still_works() {
     lab.cnitool("del", &lab.netns, &env)
         .expect_silent_success("DEL of the chain");
 }
+
+#[test]
+fn portmap_reclaim_of_an_attachment_not_kept_unpublishes_only_its_ports() {
+    let lab = Lab::new("pmrecl");
+    write_list(&lab, vec![academy_entry(&lab)]);
+    let port = host_ports(&lab);
+    let (a, b) = (lab.attachment("a"), lab.attachment("b"));
+    for (who, p) in [(&a, port), (&b, port + 1)] {
+        let config = direct_config(&lab, "1.1.0", &[mapping(p, None)]);
+        lab.call_for("ADD", who)
+            .config(&config)
+            .run()
+            .expect_result("ADD publishing a port");
+    }
+    assert_eq!(
+        nft::published(&lab.network).len(),
+        4,
+        "two ports, two families"
+    );
+    let keep = lab.root.join("running");
+    std::fs::write(&keep, format!("{}\n", b.cid)).unwrap();
+    let list = lab.conf_dir.join("10-lab.conflist");
+    let args = [
+        "reclaim",
+        list.to_str().unwrap(),
+        "--keep-ids",
+        keep.to_str().unwrap(),
+    ];
+    let out = run(plugin(), &args, &[]);
+    assert_eq!(out.code, 0, "academy reclaim:\n{out}");
+    let left = nft::published(&lab.network);
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(
+        left.iter().all(|e| e.contains(&b.cid)),
+        "reclaim took the kept one's: {left:?}"
+    );
+    let config = direct_config(&lab, "1.1.0", &[mapping(port + 1, None)]);
+    lab.call_for("DEL", &b)
+        .config(&config)
+        .run()
+        .expect_silent_success("DEL");
+    assert_eq!(nft::published(&lab.network), BTreeSet::new());
+}
