@@ -1,11 +1,12 @@
 //! ADD: reserve addresses, wire the container to the bridge, report what was done.
 //!
-//! Order: reserve, wire, masquerade (ipMasq), then check nothing was taken away. A
-//! failure at any step runs the attachment's teardown (teardown.rs, the same as DEL's)
-//! before the error is printed (the bridge stays: it is shared). A kill leaves at most a
-//! reservation whose holder index names it, a veth whose alias (or name and bridge) names
-//! it, and masquerade elements whose comment names it, all of which DEL for the same
-//! attachment, or GC, removes (README, "Failure model").
+//! Order: reserve, wire, masquerade (ipMasq) and published ports (portMappings) in one
+//! nf_tables batch, then check nothing was taken away. A failure at any step runs the
+//! attachment's teardown (teardown.rs, the same as DEL's) before the error is printed
+//! (the bridge stays: it is shared). A kill leaves at most a reservation whose holder
+//! index names it, a veth whose alias (or name and bridge) names it, and masquerade and
+//! port elements whose comment names it, all of which DEL for the same attachment, or
+//! GC, removes (README, "Failure model").
 
 use ipnetwork::IpNetwork;
 

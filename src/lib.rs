@@ -3,7 +3,8 @@
 //! Follow one ADD: main.rs reads the environment and stdin, plugin.rs decodes and
 //! dispatches, add.rs lists the steps, wire.rs does each step through netlink/ (the only
 //! netlink user) and netns.rs (the only place that enters a namespace), masquerade.rs
-//! puts the addresses in nf_tables for ipMasq, and ipam/ holds the addresses. DEL, and
+//! puts the addresses in nf_tables for ipMasq and portmap.rs the published ports (one
+//! batch for both), and ipam/ holds the addresses. DEL, and
 //! a failed ADD, undo it all through teardown.rs; attachment.rs names what belongs to
 //! whom.
 

@@ -5,7 +5,8 @@
 //!   own error text.
 //! - `route`: rtnetlink (links, addresses, routes). The only user of
 //!   netlink-packet-route, whose API breaks in almost every minor release.
-//! - `nftables`: nf_tables over NETLINK_NETFILTER, the masquerade of `ipMasq`. Its
+//! - `nftables`: nf_tables over NETLINK_NETFILTER, the masquerade of `ipMasq` and the
+//!   published ports of `portMappings`. Its
 //!   messages are encoded here by hand (no crate covers nf_tables).
 //!
 //! Everything outside this folder speaks in the plain types re-exported here.

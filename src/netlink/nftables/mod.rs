@@ -10,6 +10,8 @@
 //! - each set element carries a comment naming its attachment, so GC can find the
 //!   elements of attachments that are gone without the address store.
 //!
+//! Port mapping's maps, chains and rules share the table: portmap.rs.
+//!
 //! Every change is one batch: one sendmsg, applied by the kernel all or nothing. A set
 //! and its rule are created in the same batch, so a set never exists without its rule,
 //! and adding elements (the common case) needs nothing but the elements.
