@@ -87,16 +87,12 @@ pub fn elements(
             if m.host_ip.is_some_and(|h| Family::of(h) != family) {
                 continue;
             }
-            if found.iter().any(|e: &PortElement| {
-                e.key.family == family
-                    && e.key.protocol == m.protocol
-                    && e.key.host_port == m.host_port
-                    && e.key.host_ip == m.host_ip.filter(|h| !h.is_unspecified())
-            }) {
+            let key = key(m, family);
+            if found.iter().any(|e: &PortElement| e.key == key) {
                 continue; // a second address of the family: the first one takes the port
             }
             found.push(PortElement {
-                key: key(m, family),
+                key,
                 address,
                 port: m.container_port,
                 comment: comment.clone(),
