@@ -151,3 +151,40 @@ pub fn mapping(host_port: u16, host_ip: Option<&str>) -> Value {
     }
     m
 }
+
+/// One UDP datagram from `from` to addr:port, answered "hello" by a server on the
+/// container's 8080: what came back ("" for nothing), and the peer the server saw.
+pub fn udp_exchange(container: &str, from: &str, addr: &str, port: u16) -> (String, String) {
+    let server = "import socket\n\
+         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+         s.bind(('0.0.0.0', 8080)); s.settimeout(20)\n\
+         data, peer = s.recvfrom(64); s.sendto(b'hello', peer)\n\
+         print(peer[0], flush=True)\n";
+    let mut server = Command::new("ip")
+        .args(["netns", "exec", container, "python3", "-c", server])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let client = format!(
+        "import socket\n\
+         c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); c.settimeout(1)\n\
+         for _ in range(10):\n\
+         \x20   c.sendto(b'ping', ('{addr}', {port}))\n\
+         \x20   try:\n\
+         \x20       print(c.recv(16).decode()); break\n\
+         \x20   except socket.timeout:\n\
+         \x20       pass\n"
+    );
+    let got = run(
+        "ip",
+        &["netns", "exec", from, "python3", "-c", &client],
+        &[],
+    );
+    let got = got.stdout.trim().to_string();
+    if got.is_empty() {
+        let _ = server.kill();
+    }
+    let out = server.wait_with_output().unwrap();
+    (got, String::from_utf8_lossy(&out.stdout).trim().to_string())
+}

@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 
-use super::{academy_entry, exchange, host_ports, mapping, unanswered, write_list};
+use super::{academy_entry, exchange, host_ports, mapping, udp_exchange, unanswered, write_list};
 use crate::common::*;
 
 fn ips_of(result: &Value) -> Vec<String> {
@@ -64,6 +64,8 @@ fn portmap_published_port_answers_outside_host_localhost_hairpin_and_only_on_its
     // From the host, on its own address and on 127.0.0.1 (which leaves masqueraded).
     let (got, _) = exchange(&lab.netns, "0.0.0.0", None, &out.host_v4, port);
     assert_eq!(got, "hello", "host, on its own address");
+    let (got, _) = exchange(&lab.netns, "::", None, &out.host_v6, port);
+    assert_eq!(got, "hello", "host, on its own v6 address");
     let (got, peer) = exchange(&lab.netns, "0.0.0.0", None, "127.0.0.1", port);
     assert_eq!(
         (got.as_str(), peer.as_str()),
@@ -300,6 +302,36 @@ fn portmap_reclaim_of_an_attachment_not_kept_unpublishes_only_its_ports() {
     lab.call_for("DEL", &b)
         .config(&config)
         .run()
+        .expect_silent_success("DEL");
+    assert_eq!(nft::published(&lab.network), BTreeSet::new());
+}
+
+#[test]
+fn portmap_udp_port_answers_the_outside() {
+    let lab = Lab::new("pmudp");
+    let out = Outside::new(&lab);
+    write_list(&lab, vec![academy_entry(&lab)]);
+    let port = host_ports(&lab);
+    let mut udp = mapping(port, None);
+    udp["protocol"] = serde_json::json!("udp");
+    let caps = json!({ "portMappings": [udp] }).to_string();
+    let env = [("CAP_ARGS", caps.as_str())];
+    lab.cnitool("add", &lab.netns, &env)
+        .expect_result("cnitool add publishing a udp port");
+    let published = nft::published(&lab.network);
+    assert!(
+        published
+            .iter()
+            .all(|e| e.contains(&format!(" udp . {port} -> "))),
+        "{published:?}"
+    );
+    let (got, peer) = udp_exchange(&lab.netns, &out.netns, &out.host_v4, port);
+    assert_eq!(
+        (got.as_str(), peer.as_str()),
+        ("hello", out.far_v4.as_str()),
+        "udp from the outside"
+    );
+    lab.cnitool("del", &lab.netns, &env)
         .expect_silent_success("DEL");
     assert_eq!(nft::published(&lab.network), BTreeSet::new());
 }
