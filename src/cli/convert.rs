@@ -247,6 +247,25 @@ mod tests {
     }
 
     #[test]
+    fn containerd_s_default_network_becomes_one_entry() {
+        let list = json!({"cniVersion": "1.0.0", "name": "containerd-net", "plugins": [
+            {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true,
+             "promiscMode": true,
+             "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.88.0.0/16"}]],
+                      "routes": [{"dst": "0.0.0.0/0"}]}},
+            {"type": "portmap", "capabilities": {"portMappings": true}}
+        ]});
+        let (got, _) = convert(&list).unwrap();
+        assert_eq!(got["plugins"].as_array().unwrap().len(), 1);
+        assert_eq!(got["plugins"][0]["type"], "academy");
+        assert_eq!(
+            got["plugins"][0]["capabilities"],
+            json!({"portMappings": true})
+        );
+        accepted(&got).unwrap();
+    }
+
+    #[test]
     fn the_diff_marks_what_changed() {
         assert_eq!(diff("a\nb\nc", "a\nc\nd"), "  a\n- b\n  c\n+ d\n");
     }
