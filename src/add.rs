@@ -70,7 +70,7 @@ fn make(
     let mut nl = Netlink::open()?;
     let interfaces = wire_up(&mut nl, netns, who, conf, assigned, mac)?;
     // The masquerade (ipMasq) and the published ports, in one nf_tables batch.
-    if conf.ip_masq || !conf.port_mappings.is_empty() {
+    if conf.ip_masq || conf.port_mappings.as_ref().is_some_and(|m| !m.is_empty()) {
         let addresses: Vec<IpNetwork> = assigned.ips.iter().map(|ip| ip.address).collect();
         portmap::add(conf, who, &addresses)?;
     }

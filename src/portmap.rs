@@ -32,7 +32,7 @@ pub fn add(conf: &Config, who: &Attachment, addresses: &[IpNetwork]) -> Result<(
     } else {
         (Vec::new(), Vec::new())
     };
-    let ports = elements(&conf.port_mappings, who, addresses);
+    let ports = elements(mappings(conf), who, addresses);
     if masq.is_empty() && ports.is_empty() {
         return Ok(());
     }
@@ -100,6 +100,11 @@ pub fn elements(
         }
     }
     found
+}
+
+/// The runtime's mappings, none when it sent none.
+fn mappings(conf: &Config) -> &[PortMapping] {
+    conf.port_mappings.as_deref().unwrap_or_default()
 }
 
 fn key(m: &PortMapping, family: Family) -> PortKey {
@@ -172,24 +177,31 @@ impl Removal {
 
     /// Removes the attachment's published ports. With the runtime's mappings at hand,
     /// each key is looked up (both families: the addresses may be gone) and removed
-    /// only if the attachment holds it; without them, the maps are searched for its name.
+    /// only if the attachment holds it; without them, the maps are searched for its
+    /// name (a runtime that sent an empty list is believed: GC sweeps what it forgot).
     pub fn remove(&mut self, conf: &Config, who: &Attachment) -> Result<()> {
         let mine = holder(who);
         let mine = stored_comment(&mine);
         let mut keys = Vec::new();
-        if conf.port_mappings.is_empty() {
-            let all = self.0.port_elements()?;
-            keys.extend(all.into_iter().filter(|e| e.comment == mine).map(|e| e.key));
-        } else {
-            for m in &conf.port_mappings {
-                for family in [Family::V4, Family::V6] {
-                    if m.host_ip.is_some_and(|h| Family::of(h) != family) {
-                        continue;
-                    }
-                    let key = key(m, family);
-                    if let Some(held) = self.0.port_element(&key)? {
-                        if held.comment == mine && !keys.contains(&key) {
-                            keys.push(key);
+        match &conf.port_mappings {
+            // The runtime says there were none (containerd sends an empty list for a
+            // pod without hostPort): nothing to look for.
+            Some(known) if known.is_empty() => return Ok(()),
+            None => {
+                let all = self.0.port_elements()?;
+                keys.extend(all.into_iter().filter(|e| e.comment == mine).map(|e| e.key));
+            }
+            Some(known) => {
+                for m in known {
+                    for family in [Family::V4, Family::V6] {
+                        if m.host_ip.is_some_and(|h| Family::of(h) != family) {
+                            continue;
+                        }
+                        let key = key(m, family);
+                        if let Some(held) = self.0.port_element(&key)? {
+                            if held.comment == mine && !keys.contains(&key) {
+                                keys.push(key);
+                            }
                         }
                     }
                 }
@@ -269,7 +281,7 @@ pub fn check(
     addresses: &[IpNetwork],
     diffs: &mut Vec<String>,
 ) -> Result<()> {
-    let wanted = elements(&conf.port_mappings, who, addresses);
+    let wanted = elements(mappings(conf), who, addresses);
     if wanted.is_empty() {
         return Ok(());
     }

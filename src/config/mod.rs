@@ -67,7 +67,8 @@ pub struct Config {
     pub ip_masq: bool,
     /// Capability `portMappings` declared: academy publishes ports itself (portmap.rs).
     pub publishes_ports: bool,
-    pub port_mappings: Vec<PortMapping>,
+    /// runtimeConfig.portMappings; None when the runtime sent none at all.
+    pub port_mappings: Option<Vec<PortMapping>>,
     pub ipam: Ipam,
     /// `dns` of the network config, copied into the result as the reference plugin does.
     pub dns: Option<Value>,

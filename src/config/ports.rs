@@ -30,19 +30,20 @@ pub fn declared(map: &Map<String, Value>) -> bool {
         == Some(true)
 }
 
-/// The mappings of runtimeConfig (none when the capability is not declared), validated
-/// as the reference portmap does (ports above 0), and more: ports within 65535, a
-/// protocol it knows, a hostIP that is an address, no key asked for twice.
-pub fn from_config(map: &Map<String, Value>) -> Result<Vec<PortMapping>> {
+/// The mappings of runtimeConfig (None when the capability is not declared or the
+/// runtime sent none), validated as the reference portmap does (ports above 0), and
+/// more: ports within 65535, a protocol it knows, a hostIP that is an address, no key
+/// asked for twice.
+pub fn from_config(map: &Map<String, Value>) -> Result<Option<Vec<PortMapping>>> {
     if !declared(map) {
-        return Ok(Vec::new());
+        return Ok(None);
     }
     let Some(list) = map
         .get("runtimeConfig")
         .and_then(|r| r.get("portMappings"))
         .filter(|v| !v.is_null())
     else {
-        return Ok(Vec::new());
+        return Ok(None);
     };
     let items = list.as_array().ok_or_else(|| {
         Error::config(format!(
@@ -72,21 +73,22 @@ pub fn from_config(map: &Map<String, Value>) -> Result<Vec<PortMapping>> {
         }
         mappings.push(mapping);
     }
-    Ok(mappings)
+    Ok(Some(mappings))
 }
 
 /// DEL's reading: whatever mappings are readable, the others skipped (DEL never refuses
 /// over configuration).
-pub fn lenient(map: &Map<String, Value>) -> Vec<PortMapping> {
+pub fn lenient(map: &Map<String, Value>) -> Option<Vec<PortMapping>> {
     let items = map
         .get("runtimeConfig")
         .and_then(|r| r.get("portMappings"))
-        .and_then(Value::as_array);
-    items
-        .into_iter()
-        .flatten()
-        .filter_map(|item| parse(item, "").ok())
-        .collect()
+        .and_then(Value::as_array)?;
+    Some(
+        items
+            .iter()
+            .filter_map(|item| parse(item, "").ok())
+            .collect(),
+    )
 }
 
 /// The value of `key` in `item`, matched case-insensitively as Go's encoding/json does
@@ -165,7 +167,7 @@ mod tests {
 
     fn mappings(json: &str) -> Result<Vec<PortMapping>> {
         let v: Value = serde_json::from_str(json).unwrap();
-        from_config(v.as_object().unwrap())
+        from_config(v.as_object().unwrap()).map(Option::unwrap_or_default)
     }
 
     fn with_caps(list: &str) -> String {
