@@ -7,7 +7,8 @@ Both plugins are invoked directly, as a runtime does (CNI_* in the environment, 
 on stdin), never through cnitool, and interleaved cycle by cycle (the order rotates) so
 that the noise of this shared machine falls on both alike. In the same run it measures
 the kernel floors the plugins are judged against, counts setns calls and netlink round
-trips, runs a parallel burst and the IPAM scaling series, then prints a table of
+trips, runs a parallel burst and the IPAM scaling series, whole chains with port
+mapping (chains.py), then prints a table of
 ratios with the performance targets as PASS/MISS (informational: this is a benchmark,
 not a test, nothing here fails on time) and writes bench/results/: latest.json (raw
 samples, machine), latest.md (the table, ready for the README) and scaling.svg.
@@ -28,6 +29,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import chains  # noqa: E402
 import chart  # noqa: E402
 import cni  # noqa: E402
 import provenance  # noqa: E402
@@ -542,6 +544,9 @@ def main():
         load["scaling"] = os.getloadavg()
         print(f"bench: IPAM scaling {args.points} ...", file=sys.stderr)
         results["scaling"] = scaling(b, args.points, args.scale_cycles, args.seed)
+        load["chains"] = os.getloadavg()
+        results["chains"] = chains.run(args.academy, args.reference_dir, lab,
+                                       15 if not args.quick else 3, args.burst)
         gc.enable()
         results["machine"]["loadavg_end"] = os.getloadavg()
         results["machine"]["runtime_s"] = round(time.monotonic() - started, 1)
@@ -550,6 +555,7 @@ def main():
         os.makedirs(args.out, exist_ok=True)
         md = report.markdown(results, summary, chart_path="bench/results/scaling.svg"
                              if not args.quick else None)
+        md += "\n" + chains.markdown(results["chains"])
         with open(os.path.join(args.out, "latest.json"), "w") as f:
             json.dump(results, f, indent=1)
         with open(os.path.join(args.out, "latest.md"), "w") as f:

@@ -185,7 +185,19 @@ def _clean_nftables():
     for name in sets:
         if name.startswith(PREFIX):
             sh("nft", "delete", "set", "inet", "academy", name, check=False)
-    if all(name.startswith(PREFIX) for name in sets):
+    # Published ports are elements of maps shared by every network: only the bench's
+    # own (their comment names a bench network) go, and the maps keep the table.
+    maps = [i["map"] for i in items if "map" in i]
+    for m in maps:
+        for key, _ in m.get("elem", []):
+            elem = key.get("elem", {}) if isinstance(key, dict) else {}
+            if elem.get("comment", "").startswith(PREFIX):
+                value = elem["val"]
+                parts = value["concat"] if isinstance(value, dict) else [value]
+                text = " . ".join(str(p) for p in parts)
+                sh("nft", "delete", "element", "inet", "academy", m["name"],
+                   f"{{ {text} }}", check=False)
+    if not maps and all(name.startswith(PREFIX) for name in sets):
         sh("nft", "delete", "table", "inet", "academy", check=False)
 
 

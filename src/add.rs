@@ -1,12 +1,13 @@
 //! ADD: reserve addresses, wire the container to the bridge, report what was done.
 //!
 //! Order: reserve, wire (with the MAC filter of macspoofchk as soon as the pair exists),
-//! masquerade (ipMasq), then check nothing was taken away. A failure at any step runs
-//! the attachment's removal (removal.rs, the same as DEL's) before the error is printed
-//! (the bridge stays: it is shared). A kill leaves at most a reservation whose holder
-//! index names it, a veth whose alias (or name and bridge) names it, and masquerade and
-//! MAC filter elements whose comment names it, all of which DEL for the same attachment,
-//! or GC, removes (README, "Failure model").
+//! then the masquerade (ipMasq) and the published ports (portMappings) in one nf_tables
+//! batch, then check nothing was taken away. A failure at any step runs the attachment's
+//! removal (removal.rs, the same as DEL's) before the error is printed (the bridge stays:
+//! it is shared). A kill leaves at most a reservation whose holder index names it, a
+//! veth whose alias (or name and bridge) names it, and masquerade, port and MAC filter
+//! elements whose comment names it, all of which DEL for the same attachment, or GC,
+//! removes (README, "Failure model").
 
 use ipnetwork::IpNetwork;
 
@@ -20,10 +21,10 @@ use crate::cni::{code, Error, Result};
 use crate::config::Config;
 use crate::leaks;
 use crate::macspoof;
-use crate::masquerade;
 use crate::netlink::Netlink;
 use crate::netns::{Netns, OpenError};
 use crate::port;
+use crate::portmap;
 use crate::removal::{self, Reservations, Target};
 use crate::wire::{self, BridgeSpec, ContainerRoute, ContainerSetup, Created};
 
@@ -102,9 +103,10 @@ fn make(
 ) -> Result<Vec<Interface>> {
     let mut nl = Netlink::open()?;
     let interfaces = wire_up(&mut nl, netns, who, conf, assigned, mac)?;
-    if conf.ip_masq {
+    // The masquerade (ipMasq) and the published ports, in one nf_tables batch.
+    if conf.ip_masq || conf.port_mappings.as_ref().is_some_and(|m| !m.is_empty()) {
         let addresses: Vec<IpNetwork> = assigned.ips.iter().map(|ip| ip.address).collect();
-        masquerade::add(conf, &who.holder(), &addresses)?;
+        portmap::add(conf, who, &addresses)?;
     }
     // Last, after everything is made: a concurrent GC that does not list this attachment
     // (another runtime sharing the network) may have removed part of it. Checking both

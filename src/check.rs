@@ -14,6 +14,7 @@ use crate::nat_repair;
 use crate::netlink::{LinkKind, Netlink, Route, RouteAttrs, MAIN_TABLE};
 use crate::netns::{Netns, OpenError};
 use crate::port;
+use crate::portmap;
 use crate::wire::kind_name;
 
 pub fn check(env: &Env, conf: &Config) -> Result<()> {
@@ -166,10 +167,11 @@ fn check_host(conf: &Config, env: &Env, ips: &[&IpConfig], diffs: &mut Vec<Strin
             diffs.push(format!("bridge {} does not filter by VLAN", conf.bridge));
         }
     }
+    let addresses: Vec<_> = ips.iter().map(|ip| ip.address).collect();
     if conf.ip_masq {
-        let addresses: Vec<_> = ips.iter().map(|ip| ip.address).collect();
         masquerade::check(conf, &who.holder(), &addresses, diffs)?;
     }
+    portmap::check(conf, &who, &addresses, diffs)?;
     addressing::check(env, conf, ips, diffs)
 }
 

@@ -31,6 +31,7 @@ use crate::ipam::Store;
 use crate::macspoof;
 use crate::masquerade;
 use crate::netlink::{Link, LinkKind, Netlink};
+use crate::portmap;
 use crate::removal::{self, Reservations, Target};
 use crate::wire;
 
@@ -65,6 +66,7 @@ pub fn gc(env: &Env, conf: &Config) -> Result<()> {
     }
     masquerade::gc(conf, valid, &mut errors);
     macspoof::gc(conf, valid, &mut errors);
+    portmap::gc(conf, valid, &mut errors);
     addressing::gc(env, conf, &mut errors);
 
     match errors.len() {

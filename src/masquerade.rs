@@ -31,7 +31,7 @@ use crate::ipam::Holder;
 use crate::nat_repair;
 use crate::netlink::{
     nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork, MasqRule, NatChange,
-    Nftables, NlError, SetElement, SetShape,
+    Nftables, NlError, PortElement, SetElement, SetShape,
 };
 
 /// Adds the container's addresses to its network's sets, in the batch that also makes
@@ -40,10 +40,22 @@ use crate::netlink::{
 /// the set itself had to be re-created, the elements of the network's other wired
 /// attachments are put back from the store in the same batch. Costs one small dump of
 /// academy's chain before the batch.
-pub fn add(conf: &Config, holder: &Holder, addresses: &[IpNetwork]) -> Result<()> {
-    let networks = networks(conf, addresses);
+///
+/// `publish` rides in the same batch (portMappings, decided by portmap.rs), so ADD's
+/// nf_tables state is one sendmsg and all or nothing; without ipMasq only it is sent.
+pub fn add(
+    conf: &Config,
+    holder: &Holder,
+    addresses: &[IpNetwork],
+    publish: &Publish,
+) -> Result<()> {
+    let (networks, own): (Vec<MasqNetwork>, Vec<IpAddr>) = if conf.ip_masq {
+        let own = addresses.iter().map(|a| a.ip()).collect();
+        (networks(conf, addresses), own)
+    } else {
+        (Vec::new(), Vec::new())
+    };
     let key = stored_comment(&holder.key());
-    let own: Vec<IpAddr> = addresses.iter().map(|a| a.ip()).collect();
     let mut nft = Nftables::open()?;
     // Elements found already there: this attachment's (a retried ADD), or a stale one of
     // a holder whose reservation is gone (the address is this attachment's now).
@@ -55,8 +67,15 @@ pub fn add(conf: &Config, holder: &Holder, addresses: &[IpNetwork]) -> Result<()
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let rules = nft.masquerade_rules()?;
-        let mut change = NatChange::default();
+        let rules = match conf.ip_masq {
+            true => nft.masquerade_rules()?,
+            false => Vec::new(),
+        };
+        let mut change = NatChange {
+            ports: publish.ports.to_vec(),
+            hairpin_bridge: publish.bridge.to_string(),
+            ..NatChange::default()
+        };
         for network in &networks {
             let repair = repair_of(&mut nft, conf, network, &rules)?;
             if let Some(set_was_missing) = repair {
@@ -103,12 +122,21 @@ pub fn add(conf: &Config, holder: &Holder, addresses: &[IpNetwork]) -> Result<()
                 }
                 return Ok(());
             }
+            // A host port someone holds: the other's is a conflict (an error naming it),
+            // this attachment's own stale one is removed and the batch sent again.
+            Err(e) if attempt < 3 && e.is(libc::EEXIST) && e.request.starts_with("publish ") => {
+                (publish.resolve)(&mut nft, e)?;
+            }
             Err(e) if attempt < 3 && e.is(libc::EEXIST) && e.request.starts_with("add ") => {
                 (present, retake) = existing(&mut nft, conf, holder, &own, &key)?;
             }
             // A concurrent ADD repaired the rule first (the handle is gone) or removed
-            // a set: look again.
-            Err(e) if attempt < 3 && e.is(libc::ENOENT) => {}
+            // a set, or port mapping's maps are not there yet: look again.
+            Err(e) if attempt < 3 && e.is(libc::ENOENT) => {
+                if !publish.ports.is_empty() {
+                    nft.ensure_portmap()?;
+                }
+            }
             Err(e)
                 if e.request.starts_with("create")
                     && (e.is(libc::EEXIST) || e.is(libc::EOPNOTSUPP) || e.is(libc::EBUSY)) =>
@@ -118,6 +146,16 @@ pub fn add(conf: &Config, holder: &Holder, addresses: &[IpNetwork]) -> Result<()
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// Published ports for ADD's batch, and what to do when the kernel refuses one.
+pub struct Publish<'a> {
+    pub ports: &'a [PortElement],
+    /// The bridge whose hairpin traffic gets the masquerade mark.
+    pub bridge: &'a str,
+    /// A key is already in a map with other data: Ok after removing this attachment's
+    /// own stale element (the batch is sent again), or the error naming the holder.
+    pub resolve: &'a dyn Fn(&mut Nftables, NlError) -> Result<()>,
 }
 
 /// The host's lock on repairs of academy's NAT (any network): a repair is rare and takes

@@ -9,8 +9,8 @@
 //! would carry the old holder's element, which a later GC would remove from under the
 //! new one). So:
 //!
-//! 1. per-attachment nf_tables state (masquerade elements, the MAC filter of
-//!    macspoofchk), removed by identity;
+//! 1. per-attachment nf_tables state (masquerade elements, published ports, the MAC
+//!    filter of macspoofchk), removed by identity;
 //! 2. the veth pair, through its host end;
 //! 3. the reservations.
 //!
@@ -40,6 +40,7 @@ use crate::ipam::Store;
 use crate::macspoof;
 use crate::masquerade;
 use crate::netlink::Netlink;
+use crate::portmap;
 use crate::wire::{self, PairRemoval};
 
 /// How an attachment's reservations are known, which is also how they are freed.
@@ -119,6 +120,38 @@ pub fn attachments(conf: &Config, targets: Vec<Target>) -> Report {
             }
         }
     }
+    // Published ports, by identity. DEL and a failed ADD look when the network publishes
+    // them; GC, reclaim and healing always do (the capability may have been on when they
+    // were published, and the config they read has no mappings: the maps are searched by
+    // holder).
+    let mut ports = None;
+    let looks_for_ports = |t: &Target| {
+        conf.publishes_ports
+            || matches!(
+                t.reservations,
+                Reservations::Indexed | Reservations::Locked(_)
+            )
+    };
+    if targets.iter().any(looks_for_ports) {
+        match portmap::Removal::open() {
+            Ok(removal) => {
+                let removal = ports.insert(removal);
+                for (t, failed) in targets.iter().zip(failed.iter_mut()) {
+                    if !looks_for_ports(t) {
+                        continue;
+                    }
+                    if let Err(e) = removal.remove(conf, &t.who) {
+                        report.errors.push(e);
+                        *failed = true;
+                    }
+                }
+            }
+            Err(e) => {
+                report.errors.push(e);
+                failed.iter_mut().for_each(|f| *f = true);
+            }
+        }
+    }
     let mut spoof = None;
     if conf.mac_spoof_check {
         match macspoof::Removal::open() {
@@ -186,6 +219,7 @@ pub fn attachments(conf: &Config, targets: Vec<Target>) -> Report {
         }
     }
     drop(nat);
+    drop(ports);
     drop(spoof);
     report
 }

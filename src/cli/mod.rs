@@ -5,6 +5,7 @@
 //! A subcommand is one row of [`SUBCOMMANDS`]. Messages go to stderr as plain text; exit
 //! status 0 on success, 1 when the work failed, 2 when the command line is wrong.
 
+mod convert;
 mod install;
 mod leaks;
 mod nat;
@@ -24,6 +25,12 @@ struct Subcommand {
 }
 
 const SUBCOMMANDS: &[Subcommand] = &[
+    Subcommand {
+        name: "convert",
+        args: "CONFLIST [--dry-run | --in-place]",
+        about: "print CONFLIST with its reference bridge (+ portmap, bare tuning) collapsed into one academy entry; --dry-run shows the diff, --in-place rewrites the file",
+        run: convert::run,
+    },
     Subcommand {
         name: "install",
         args: "[--bin-dir DIR] [--conf-dir DIR] [--conflist FILE | --template]",

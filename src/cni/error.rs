@@ -24,6 +24,8 @@ pub mod code {
     /// A host name academy needs (the bridge, the host veth, an nf_tables set or chain
     /// of its table) belongs to something academy did not make for it.
     pub const HOST_NAME_TAKEN: u32 = 103;
+    /// A host port asked for in portMappings is published by another attachment.
+    pub const PORT_TAKEN: u32 = 105;
     /// No free address is left in the range.
     pub const ADDRESS_EXHAUSTED: u32 = 110;
     /// A requested address (testAddress, IP=, ips) is held by someone else or outside the range.

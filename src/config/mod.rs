@@ -8,6 +8,7 @@
 
 pub mod layer2;
 mod port;
+mod ports;
 mod ranges;
 mod requests;
 pub mod resolv;
@@ -25,6 +26,7 @@ use crate::cni::{code, version, Error, Result};
 use crate::ipam::Pool;
 
 pub use port::{gateway_name as vlan_gateway_name, PortSpec};
+pub use ports::PortMapping;
 pub use requests::Requests;
 pub use routes::RouteSpec;
 
@@ -64,6 +66,10 @@ pub struct Config {
     pub mac_spoof_check: bool,
     /// The container's bridge port: VLANs and isolation.
     pub port: PortSpec,
+    /// Capability `portMappings` declared: academy publishes ports itself (portmap.rs).
+    pub publishes_ports: bool,
+    /// runtimeConfig.portMappings; None when the runtime sent none at all.
+    pub port_mappings: Option<Vec<PortMapping>>,
     pub ipam: Ipam,
     /// `dns` of the network config, copied into the result as the reference plugin does.
     pub dns: Option<Value>,
@@ -222,6 +228,8 @@ impl Config {
             disable_container_interface,
             mac_spoof_check: f.boolean("macspoofchk")?.unwrap_or(false),
             port,
+            publishes_ports: ports::declared(&map),
+            port_mappings: ports::from_config(&map)?,
             ipam,
             dns: f.get("dns").cloned(),
             requests,
@@ -304,6 +312,8 @@ impl Config {
             disable_container_interface: false,
             mac_spoof_check: map.get("macspoofchk") == Some(&Value::Bool(true)),
             port: PortSpec::default(),
+            publishes_ports: ports::declared(&map),
+            port_mappings: ports::lenient(&map),
             reclaim_leaked_after: DEFAULT_RECLAIM_LEAKED_AFTER,
             ipam,
             dns: None,

@@ -7,7 +7,8 @@
 //! - `bridge`: bridge VLAN filtering, a port's VLAN entries and its isolated flag
 //!   (rtnetlink's AF_BRIDGE family). With `route` and `decode`, the only users of
 //!   netlink-packet-route, whose API breaks in almost every minor release.
-//! - `nftables`: nf_tables over NETLINK_NETFILTER, the masquerade of `ipMasq`. Its
+//! - `nftables`: nf_tables over NETLINK_NETFILTER, the masquerade of `ipMasq` and the
+//!   published ports of `portMappings`. Its
 //!   messages are encoded here by hand (no crate covers nf_tables).
 //!
 //! Everything outside this folder speaks in the plain types re-exported here; the layer
@@ -22,8 +23,8 @@ mod socket;
 pub use bridge::VlanEntry;
 pub use nftables::GuardedPort;
 pub use nftables::{
-    set_name as nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork, MasqRule,
-    NatChange, Nftables, SetElement, SetShape,
+    key_text, set_name as nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork,
+    MasqRule, NatChange, Nftables, PortElement, PortKey, SetElement, SetShape,
 };
 pub use route::{Link, LinkKind, Netlink, Route, RouteAttrs, VethPair, MAIN_TABLE};
 pub use socket::NlError;

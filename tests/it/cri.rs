@@ -15,7 +15,7 @@
 //! machine take turns. Pings go only between the test's own pods, the gateway on the
 //! test's own bridge, and the test's own outside netns.
 
-mod containerd;
+pub mod containerd;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv6Addr};
@@ -296,7 +296,7 @@ fn cri_conflist_saying_1_1_0_fails_run_pod_sandbox_with_the_reason() {
 /// conflists/containerd-template.conflist.tmpl with this test's names substituted (the
 /// shipped template uses the node defaults: network "academy", bridge "cni0", the
 /// default store).
-fn template_for(c: &Containerd) -> String {
+pub fn template_for(c: &Containerd) -> String {
     let shipped = include_str!("../../conflists/containerd-template.conflist.tmpl");
     let store = format!(
         r#""type": "host-local", "dataDir": "{}","#,
@@ -556,7 +556,7 @@ impl Drop for DeleteLinkOnDrop {
     }
 }
 
-struct RemoveOnDrop(std::path::PathBuf);
+pub struct RemoveOnDrop(pub std::path::PathBuf);
 
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {

@@ -25,6 +25,8 @@
 //! | `podman/`     | academy under a real runtime (podman 4.3, CNI backend), as     |
 //! |               | named phases of one run                                        |
 //! | `podman_multinet` | a podman container on two academy networks, -p, connect    |
+//! | `portmap/`    | ports published by academy itself: outside, host, hairpin,     |
+//! |               | podman -p, a CRI hostPort                                     |
 //! | `cri`         | academy under containerd's CRI plugin, as kubelet drives it    |
 //! | `installer`   | the installer image (FROM scratch) and its DaemonSet           |
 //! | `vlan`        | the bridge port: VLANs (in a VM on Debian's kernel), isolation |
@@ -80,6 +82,7 @@ mod nat_repair;
 mod netns_entry;
 mod podman;
 mod podman_multinet;
+mod portmap;
 mod protocol;
 mod route_attrs;
 mod vlan;

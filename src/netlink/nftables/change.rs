@@ -7,6 +7,8 @@ use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_EXCL};
 
 use super::attrs::{address_bytes, comment_udata, Attrs, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
 use super::batch::{commit_all, Change};
+use super::port_elements::PortElement;
+use super::portmap::port_changes;
 use super::rule::masquerade_rule;
 use super::*;
 
@@ -35,6 +37,10 @@ pub struct NatChange {
     pub exclusive: Vec<SetElement>,
     /// Added if missing, left alone if present (whatever their comment).
     pub if_missing: Vec<SetElement>,
+    /// Published ports (portMappings), with the bridge their hairpin is marked on: in
+    /// the same batch as the masquerade's elements (portmap.rs).
+    pub ports: Vec<PortElement>,
+    pub hairpin_bridge: String,
 }
 
 impl NatChange {
@@ -45,6 +51,7 @@ impl NatChange {
             && self.retake.is_empty()
             && self.exclusive.is_empty()
             && self.if_missing.is_empty()
+            && self.ports.is_empty()
     }
 }
 
@@ -93,6 +100,7 @@ impl Nftables {
             NLM_F_CREATE,
             &change.if_missing,
         );
+        changes.extend(port_changes(&change.ports, &change.hairpin_bridge));
         commit_all(&mut self.socket, changes)
     }
 }

@@ -10,6 +10,8 @@
 //! - each set element carries a comment naming its attachment, so GC can find the
 //!   elements of attachments that are gone without the address store.
 //!
+//! Port mapping's maps, chains and rules share the table: portmap.rs.
+//!
 //! Every change is one batch: one sendmsg, applied by the kernel all or nothing (split
 //! only when it would not fit a sendmsg: thousands of elements). A set and its rule are
 //! created in the same batch, and a rule found missing or outdated is re-created in the
@@ -31,6 +33,9 @@ mod change;
 mod digest;
 mod inspect;
 mod macspoof;
+mod port_elements;
+mod portmap;
+mod portmap_rules;
 mod rule;
 
 pub use attrs::stored_comment;
@@ -39,6 +44,7 @@ use batch::{encode, nftables_type, HEADERS_LEN};
 pub use change::{NatChange, SetElement};
 pub use inspect::{MasqRule, SetShape, RULE_PREFIX};
 pub use macspoof::GuardedPort;
+pub use port_elements::{key_text, PortElement, PortKey};
 
 pub const TABLE: &str = "academy";
 pub const CHAIN: &str = "postrouting";

@@ -50,14 +50,14 @@ pub(super) fn masquerade_rule(list: &mut Attrs, network: &MasqNetwork, set_id: u
     expr(list, "masq", |_| {});
 }
 
-fn expr(list: &mut Attrs, name: &str, data: impl FnOnce(&mut Attrs)) {
+pub(super) fn expr(list: &mut Attrs, name: &str, data: impl FnOnce(&mut Attrs)) {
     list.nested(NFTA_LIST_ELEM, |e| {
         e.str(NFTA_EXPR_NAME, name);
         e.nested(NFTA_EXPR_DATA, data);
     });
 }
 
-fn cmp(list: &mut Attrs, register: u32, op: u32, value: &[u8]) {
+pub(super) fn cmp(list: &mut Attrs, register: u32, op: u32, value: &[u8]) {
     expr(list, "cmp", |e| {
         e.be32(1, register); // NFTA_CMP_SREG
         e.be32(2, op); // NFTA_CMP_OP

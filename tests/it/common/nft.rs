@@ -139,9 +139,66 @@ pub fn rule_comments_in(netns: Option<&str>, network: &str, family: &str) -> Vec
         .collect()
 }
 
-/// Removes a network's rules and sets, and the table once no set is left in it. Never
-/// panics: it runs from Drop guards.
+/// The published ports the network's attachments hold, from the four shared maps, as
+/// "<map> <key> -> <data> <holder>", e.g. "_ports-v4 tcp . 8080 -> 10.0.0.2 . 80 net:c:eth0".
+pub fn published(network: &str) -> BTreeSet<String> {
+    published_entries(network)
+        .into_iter()
+        .map(|(map, key, data, holder)| format!("{map} {key} -> {data} {holder}"))
+        .collect()
+}
+
+/// (map, key, data, holder) of each element held by one of the network's attachments.
+fn published_entries(network: &str) -> Vec<(String, String, String, String)> {
+    let mut found = Vec::new();
+    let prefix = format!("{network}:");
+    let text = |v: &Value| match v {
+        Value::Object(o) if o.contains_key("concat") => v["concat"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| p.to_string().trim_matches('"').to_string())
+            .collect::<Vec<_>>()
+            .join(" . "),
+        other => other.to_string().trim_matches('"').to_string(),
+    };
+    for map in PORT_MAPS {
+        let out = run("nft", &["-j", "list", "map", "inet", "academy", map], &[]);
+        if out.code != 0 {
+            continue;
+        }
+        let v: Value = serde_json::from_str(out.stdout.trim()).unwrap_or(Value::Null);
+        for item in v["nftables"].as_array().into_iter().flatten() {
+            for pair in item["map"]["elem"].as_array().into_iter().flatten() {
+                let holder = pair[0]["elem"]["comment"].as_str().unwrap_or("");
+                if holder.starts_with(&prefix) {
+                    let key = text(&pair[0]["elem"]["val"]);
+                    found.push((map.to_string(), key, text(&pair[1]), holder.to_string()));
+                }
+            }
+        }
+    }
+    found
+}
+
+pub const PORT_MAPS: [&str; 4] = [
+    "_ports-v4",
+    "_ports-v6",
+    "_ports-hostip-v4",
+    "_ports-hostip-v6",
+];
+
+/// Removes a network's rules, sets and published ports, and the table once no set or
+/// map is left in it. Never panics: it runs from Drop guards.
 pub fn remove_network(network: &str) {
+    for (map, key, _, _) in published_entries(network) {
+        let element = format!("{{ {key} }}");
+        let _ = run(
+            "nft",
+            &["delete", "element", "inet", "academy", &map, &element],
+            &[],
+        );
+    }
     for (_, handle) in rule_handles_in(None, network) {
         let h = handle.to_string();
         let _ = run(
@@ -169,7 +226,7 @@ pub fn remove_network(network: &str) {
             .as_array()
             .into_iter()
             .flatten()
-            .filter(|i| i.get("set").is_some())
+            .filter(|i| i.get("set").is_some() || i.get("map").is_some())
             .count();
         if sets == 0 {
             let _ = run("nft", &["delete", "table", "inet", "academy"], &[]);

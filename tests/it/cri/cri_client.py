@@ -89,10 +89,14 @@ def main():
             out = {"runtime_name": r.runtime_name, "runtime_version": r.runtime_version,
                    "runtime_api_version": r.runtime_api_version}
         elif cmd == "run":
-            name, uid, namespace = args
+            # Optional after the namespace: host ports, each HOSTPORT:CONTAINERPORT (TCP).
+            name, uid, namespace, *ports = args
+            mappings = [api.PortMapping(protocol=api.TCP, host_port=int(h), container_port=int(c))
+                        for h, c in (p.split(":") for p in ports)]
             config = api.PodSandboxConfig(
                 metadata=api.PodSandboxMetadata(name=name, uid=uid, namespace=namespace),
                 hostname=name,
+                port_mappings=mappings,
                 linux=api.LinuxPodSandboxConfig(),
             )
             r = call(channel, api, "RunPodSandbox", api.RunPodSandboxRequest(config=config),

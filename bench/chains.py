@@ -1,0 +1,288 @@
+"""Whole chains as runtimes run them, and academy's port mapping, in one run.
+
+    python3 bench/chains.py --academy target/release/academy --reference-dir /opt/cni/lab-bin
+
+- podman's generated chain (bridge with ipMasq and hairpinMode, portmap, firewall,
+  tuning) on the reference plugins, against the same network converted by
+  `academy convert` (academy + firewall), each with one port mapping: ADD and DEL
+  cycles interleaved, then 50 parallel ADDs (and DELs) of each;
+- academy alone: ADD with 3 port mappings against ADD without, and ADD with one port
+  mapping with 1,000 other containers' ports in the map against none (in two private
+  "host" namespaces, each with its own academy table).
+
+Chains are run as libcni runs them: each plugin in order with the previous one's result
+as prevResult and runtimeConfig for the capabilities it declares, DEL in reverse order.
+Only ratios are reported: the machine is shared and noisy. Also a phase of bench.py.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from lab import PREFIX, Lab, sh  # noqa: E402
+
+DEBIAN_PLUGINS = "/usr/lib/cni"  # firewall and tuning, as podman on Debian 12 runs them
+NET_REF, NET_ACADEMY, NET_ALONE = "10.247", "10.248", "10.249"
+ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+FAKE_HOLDER = f"{PREFIX}-fake"
+
+
+def podman_list(name: str, bridge: str, net: str, store: str) -> dict:
+    """What `podman network create --subnet NET.0.0/16` writes (podman 4.3, CNI)."""
+    return {"cniVersion": "0.4.0", "name": name, "plugins": [
+        {"type": "bridge", "bridge": bridge, "isGateway": True, "ipMasq": True,
+         "hairpinMode": True, "capabilities": {"ips": True},
+         "ipam": {"type": "host-local", "dataDir": store, "routes": [{"dst": "0.0.0.0/0"}],
+                  "ranges": [[{"subnet": f"{net}.0.0/16", "gateway": f"{net}.0.1"}]]}},
+        {"type": "portmap", "capabilities": {"portMappings": True}},
+        {"type": "firewall", "backend": ""},
+        {"type": "tuning"},
+    ]}
+
+
+def converted(academy: str, conflist: dict, scratch: str) -> dict:
+    path = os.path.join(scratch, f"{conflist['name']}.conflist")
+    with open(path, "w") as f:
+        json.dump(conflist, f)
+    out = sh(academy, "convert", path)
+    return json.loads(out.stdout)
+
+
+class Chain:
+    """One network's conflist, run plugin by plugin from `cni_path`."""
+
+    def __init__(self, conflist: dict, cni_path: str, launcher: list | None = None):
+        self.list = conflist
+        self.cni_path = cni_path
+        self.launcher = launcher or []
+
+    def _run(self, plugin: dict, command: str, cid: str, netns: str, caps: dict,
+             prev: dict | None) -> dict | None:
+        conf = dict(plugin, name=self.list["name"], cniVersion=self.list["cniVersion"])
+        wanted = {k: v for k, v in caps.items() if plugin.get("capabilities", {}).get(k)}
+        if wanted:
+            conf["runtimeConfig"] = wanted
+        if prev:
+            conf["prevResult"] = prev
+        env = dict(ENV, CNI_COMMAND=command, CNI_CONTAINERID=cid, CNI_NETNS=netns,
+                   CNI_IFNAME="eth0", CNI_PATH=self.cni_path)
+        binary = os.path.join(self.cni_path, plugin["type"])
+        r = subprocess.run([*self.launcher, binary], input=json.dumps(conf).encode(), env=env,
+                           capture_output=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"{plugin['type']} {command} failed: {r.stdout!r} {r.stderr!r}")
+        return json.loads(r.stdout) if r.stdout.strip() else prev
+
+    def add(self, cid: str, netns: str, caps: dict) -> tuple[float, dict]:
+        t0 = time.perf_counter()
+        prev = None
+        for plugin in self.list["plugins"]:
+            prev = self._run(plugin, "ADD", cid, netns, caps, prev)
+        return (time.perf_counter() - t0) * 1e3, prev
+
+    def delete(self, cid: str, netns: str, caps: dict, result: dict) -> float:
+        t0 = time.perf_counter()
+        for plugin in reversed(self.list["plugins"]):
+            self._run(plugin, "DEL", cid, netns, caps, result)
+        return (time.perf_counter() - t0) * 1e3
+
+
+def mapping(*host_ports: int) -> dict:
+    return {"portMappings": [{"hostPort": p, "containerPort": 80, "protocol": "tcp"}
+                             for p in host_ports]}
+
+
+def median_ratio(a: list, b: list) -> float:
+    return round(statistics.median(a) / statistics.median(b), 3)
+
+
+def cycles(chains: dict, netns: dict, n: int, caps: dict) -> dict:
+    """n ADD/DEL cycles of each chain, the order rotating each cycle."""
+    times = {k: {"ADD": [], "DEL": []} for k in chains}
+    keys = list(chains)
+    for i in range(n + 1):  # the first is a warm-up (bridges, tables, chains created)
+        for k in keys[i % len(keys):] + keys[:i % len(keys)]:
+            cid = f"{PREFIX}-ch-{k}-{i}"
+            add, result = chains[k].add(cid, netns[k], caps)
+            time.sleep(0.02)
+            delete = chains[k].delete(cid, netns[k], caps, result)
+            time.sleep(0.02)
+            if i:
+                times[k]["ADD"].append(add)
+                times[k]["DEL"].append(delete)
+    return times
+
+
+def burst(chain: Chain, paths: list, base_port: int) -> dict:
+    """len(paths) ADDs at once, each publishing its own port, then their DELs at once."""
+    def one_add(j):
+        return chain.add(f"{PREFIX}-bu-{j}", paths[j], mapping(base_port + j))[1]
+
+    with ThreadPoolExecutor(len(paths)) as pool:
+        t0 = time.perf_counter()
+        results = list(pool.map(one_add, range(len(paths))))
+        add = (time.perf_counter() - t0) * 1e3
+        t0 = time.perf_counter()
+        list(pool.map(lambda j: chain.delete(f"{PREFIX}-bu-{j}", paths[j],
+                                             mapping(base_port + j), results[j]),
+                      range(len(paths))))
+        delete = (time.perf_counter() - t0) * 1e3
+    return {"ADD": add, "DEL": delete}
+
+
+def fake_ports(host: str, count: int):
+    """`count` other containers' published ports in the v4 map of `host`'s table."""
+    lines = [f'add element inet academy _ports-v4 {{ tcp . {40000 + i} comment '
+             f'"{FAKE_HOLDER}:c{i}:eth0" : {NET_ALONE}.{200 + i // 250}.{i % 250 + 1} . 80 }}'
+             for i in range(count)]
+    sh("ip", "netns", "exec", host, "nft", "-f", "-", input="\n".join(lines) + "\n")
+
+
+def alone(lab: Lab, cni_path: str, n: int) -> dict:
+    """academy alone, each in a private "host" netns of its own (nf_tables is per netns,
+    so one can hold 1,000 other containers' ports while the other holds none, without
+    adding and removing them between measurements): 3 mappings against none, and one
+    mapping with 1,000 others published against one with none; interleaved."""
+    hosts = {k: lab.add_netns(f"{PREFIX}-h{k}") for k in ("empty", "crowded")}
+    chains, netns = {}, {}
+    for k, path in hosts.items():
+        sh("ip", "-n", os.path.basename(path), "link", "set", "lo", "up")
+        conflist = {"cniVersion": "1.0.0", "name": f"{PREFIX}-alone", "plugins": [
+            {"type": "academy", "bridge": f"{PREFIX}br-al", "isGateway": True,
+             "capabilities": {"portMappings": True},
+             "ipam": {"type": "host-local", "dataDir": lab.scratch(f"store-al-{k}"),
+                      "ranges": [[{"subnet": f"{NET_ALONE}.0.0/16"}]]}}]}
+        chains[k] = Chain(conflist, cni_path, ["nsenter", f"--net={path}"])
+        netns[k] = lab.add_netns(f"{PREFIX}-c{k}")
+        # The maps exist once a port was published; then the crowd moves in.
+        _, result = chains[k].add(f"{PREFIX}-al-init", netns[k], mapping(45000))
+        chains[k].delete(f"{PREFIX}-al-init", netns[k], mapping(45000), result)
+    fake_ports(os.path.basename(hosts["crowded"]), 1000)
+    runs = [("none", "empty", {}), ("three", "empty", mapping(45001, 45002, 45003)),
+            ("one", "empty", mapping(45010)), ("one_of_1001", "crowded", mapping(45010))]
+    t = {key: [] for key, _, _ in runs}
+    for i in range(n + 1):
+        for key, host, caps in runs[i % len(runs):] + runs[:i % len(runs)]:
+            cid = f"{PREFIX}-al-{key}-{i}"
+            add, result = chains[host].add(cid, netns[host], caps)
+            time.sleep(0.02)
+            chains[host].delete(cid, netns[host], caps, result)
+            time.sleep(0.02)
+            if i:
+                t[key].append(add)
+    return t
+
+
+def run(academy: str, reference_dir: str, lab: Lab, n: int, parallel: int) -> dict:
+    scratch = lab.scratch("chains")
+    cni_path = lab.scratch("chains-bin")
+    for name in ("bridge", "host-local", "portmap"):
+        os.symlink(os.path.join(os.path.abspath(reference_dir), name),
+                   os.path.join(cni_path, name))
+    for name in ("firewall", "tuning"):
+        os.symlink(os.path.join(DEBIAN_PLUGINS, name), os.path.join(cni_path, name))
+    shutil.copy(academy, os.path.join(cni_path, "academy"))
+
+    ref_list = podman_list(f"{PREFIX}-chain-ref", f"{PREFIX}br-cr", NET_REF,
+                           lab.scratch("store-cr"))
+    aca_list = converted(academy, podman_list(f"{PREFIX}-chain-aca", f"{PREFIX}br-ca",
+                                              NET_ACADEMY, lab.scratch("store-ca")), scratch)
+    for br in (f"{PREFIX}br-cr", f"{PREFIX}br-ca"):
+        lab.track_bridge(br)
+    # The converted network without its firewall: what it costs where the FORWARD
+    # policy accepts (README, Publishing ports); the bridge is the converted one's.
+    bare = dict(aca_list, plugins=[p for p in aca_list["plugins"] if p["type"] != "firewall"])
+    chains = {"reference": Chain(ref_list, cni_path), "academy": Chain(aca_list, cni_path),
+              "academy-nofw": Chain(bare, cni_path)}
+    netns = {k: lab.add_netns(f"{PREFIX}-ch{i}") for i, k in enumerate(chains)}
+
+    out = {"cycles": n, "parallel": parallel,
+           "converted_plugins": [p["type"] for p in aca_list["plugins"]]}
+    print(f"chains: {n} interleaved cycles of each chain ...", file=sys.stderr)
+    times = cycles(chains, netns, n, mapping(44001))
+    out["chain_ms"] = {k: {c: round(statistics.median(v), 2) for c, v in t.items()}
+                       for k, t in times.items()}
+    out["chain_ratio"] = {c: median_ratio(times["academy"][c], times["reference"][c])
+                          for c in ("ADD", "DEL")}
+    out["nofw_ratio"] = {c: median_ratio(times["academy-nofw"][c], times["reference"][c])
+                         for c in ("ADD", "DEL")}
+
+    print(f"chains: {parallel} parallel ADDs of each chain ...", file=sys.stderr)
+    names = [f"{PREFIX}-cb{j:02d}" for j in range(parallel)]
+    paths = lab.add_netns_many(names)
+    try:
+        bursts = {k: burst(chains[k], paths, 46000) for k in ("reference", "academy")}
+    finally:
+        lab.del_netns_many(names)
+    out["burst_ms"] = {k: {c: round(v, 1) for c, v in b.items()} for k, b in bursts.items()}
+    out["burst_ratio"] = {c: round(bursts["academy"][c] / bursts["reference"][c], 3)
+                          for c in ("ADD", "DEL")}
+
+    print("chains: academy alone, 3 mappings and 1,000 published ...", file=sys.stderr)
+    t = alone(lab, cni_path, 2 * n)
+    out["alone_ms"] = {k: round(statistics.median(v), 2) for k, v in t.items()}
+    out["three_vs_none"] = median_ratio(t["three"], t["none"])
+    out["crowded_vs_empty"] = median_ratio(t["one_of_1001"], t["one"])
+    return out
+
+
+def markdown(r: dict) -> str:
+    target = lambda v, limit: "PASS" if v <= limit else "MISS"  # noqa: E731
+    rows = [
+        ("converted network ADD / podman's reference chain ADD", r["chain_ratio"]["ADD"], 0.10),
+        ("converted network DEL / podman's reference chain DEL", r["chain_ratio"]["DEL"], 0.20),
+        ("the same without firewall, ADD (FORWARD policy accept)", r["nofw_ratio"]["ADD"], None),
+        ("the same without firewall, DEL", r["nofw_ratio"]["DEL"], None),
+        (f"{r['parallel']} parallel ADDs, converted / reference (wall)",
+         r["burst_ratio"]["ADD"], None),
+        (f"{r['parallel']} parallel DELs, converted / reference (wall)",
+         r["burst_ratio"]["DEL"], None),
+        ("academy ADD with 3 port mappings / without", r["three_vs_none"], 1.2),
+        ("academy ADD with 1,000 other ports published / with none", r["crowded_vs_empty"], 1.2),
+    ]
+    lines = ["| whole chains and port mapping (medians, one run) | ratio | target |",
+             "| --- | --- | --- |"]
+    for what, value, limit in rows:
+        goal = f"<= {limit} {target(value, limit)}" if limit else "-"
+        lines.append(f"| {what} | {value:.2f}x | {goal} |")
+    lines.append("")
+    lines.append(f"Converted network: {' + '.join(r['converted_plugins'])}; "
+                 f"{r['cycles']} interleaved cycles of each chain.")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--academy", required=True)
+    p.add_argument("--reference-dir", required=True)
+    p.add_argument("--cycles", type=int, default=15)
+    p.add_argument("--parallel", type=int, default=50)
+    p.add_argument("--out", help="write the JSON here")
+    args = p.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("chains: needs root")
+    lab = Lab()
+    lab.lock()
+    try:
+        lab.preclean()
+        r = run(os.path.abspath(args.academy), args.reference_dir, lab, args.cycles,
+                args.parallel)
+        print(json.dumps(r, indent=1))
+        print(markdown(r))
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(r, f, indent=1)
+    finally:
+        lab.cleanup()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,262 @@
+//! The elements of port mapping's maps: which map, the key and the data as the kernel
+//! holds them, read back from a GETSETELEM reply.
+
+use std::net::IpAddr;
+
+use super::attrs::{
+    address_bytes, address_from, attributes, comment_of, NFTA_DATA_VALUE, NFTA_LIST_ELEM,
+};
+use super::{
+    Family, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_USERDATA, TYPE_IPV4_ADDR,
+    TYPE_IPV6_ADDR,
+};
+
+pub(super) const NFTA_SET_ELEM_DATA: u16 = 2;
+/// nft's datatypes, and how it names a concatenation of them (6 bits a field).
+const TYPE_INET_PROTOCOL: u32 = 12;
+const TYPE_INET_SERVICE: u32 = 13;
+pub(super) const TYPE_IFNAME: u32 = 41;
+pub(super) const TYPE_BITS: u32 = 6;
+
+/// One of the four maps: a family, keyed by the host address or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PortMap {
+    pub family: Family,
+    pub by_host_ip: bool,
+}
+
+impl PortMap {
+    /// In rule order: the hostIP maps first.
+    pub const ALL: [PortMap; 4] = [
+        PortMap {
+            family: Family::V4,
+            by_host_ip: true,
+        },
+        PortMap {
+            family: Family::V4,
+            by_host_ip: false,
+        },
+        PortMap {
+            family: Family::V6,
+            by_host_ip: true,
+        },
+        PortMap {
+            family: Family::V6,
+            by_host_ip: false,
+        },
+    ];
+
+    pub fn name(self) -> String {
+        let hostip = if self.by_host_ip { "-hostip" } else { "" };
+        format!("_ports{hostip}-{}", self.family.suffix())
+    }
+
+    pub(super) fn address_type(self) -> u32 {
+        match self.family {
+            Family::V4 => TYPE_IPV4_ADDR,
+            Family::V6 => TYPE_IPV6_ADDR,
+        }
+    }
+
+    pub(super) fn address_len(self) -> u32 {
+        self.family.layout().1
+    }
+
+    /// Each field of a concatenation takes a multiple of 4 bytes.
+    pub(super) fn key(self) -> (u32, u32) {
+        let proto_port = (TYPE_INET_PROTOCOL << TYPE_BITS) | TYPE_INET_SERVICE;
+        if self.by_host_ip {
+            let kind = (self.address_type() << (2 * TYPE_BITS)) | proto_port;
+            (kind, self.address_len() + 8)
+        } else {
+            (proto_port, 8)
+        }
+    }
+
+    pub(super) fn data(self) -> (u32, u32) {
+        let kind = (self.address_type() << TYPE_BITS) | TYPE_INET_SERVICE;
+        (kind, self.address_len() + 4)
+    }
+}
+
+/// What a published port is looked up by: (host address,) protocol and host port.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PortKey {
+    pub family: Family,
+    /// An IP protocol number (6 tcp, 17 udp, 132 sctp).
+    pub protocol: u8,
+    pub host_ip: Option<IpAddr>,
+    pub host_port: u16,
+}
+
+impl PortKey {
+    pub fn map(&self) -> PortMap {
+        PortMap {
+            family: self.family,
+            by_host_ip: self.host_ip.is_some(),
+        }
+    }
+
+    pub(super) fn bytes(&self) -> Vec<u8> {
+        let mut key = self.host_ip.map(address_bytes).unwrap_or_default();
+        key.extend_from_slice(&[self.protocol, 0, 0, 0]);
+        key.extend_from_slice(&self.host_port.to_be_bytes());
+        key.extend_from_slice(&[0, 0]);
+        key
+    }
+
+    pub(super) fn from_bytes(map: PortMap, bytes: &[u8]) -> Option<PortKey> {
+        let (host_ip, rest) = if map.by_host_ip {
+            let len = map.address_len() as usize;
+            let ip = address_from(bytes.get(..len)?, map.family)?;
+            (Some(ip), &bytes[len..])
+        } else {
+            (None, bytes)
+        };
+        if rest.len() != 8 {
+            return None;
+        }
+        Some(PortKey {
+            family: map.family,
+            protocol: rest[0],
+            host_ip,
+            host_port: u16::from_be_bytes([rest[4], rest[5]]),
+        })
+    }
+}
+
+/// A published port: its key, the container address and port it goes to, its holder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortElement {
+    pub key: PortKey,
+    pub address: IpAddr,
+    pub port: u16,
+    pub comment: String,
+}
+
+impl PortElement {
+    pub(super) fn data(&self) -> Vec<u8> {
+        let mut data = address_bytes(self.address);
+        data.extend_from_slice(&self.port.to_be_bytes());
+        data.extend_from_slice(&[0, 0]);
+        data
+    }
+}
+
+pub(super) fn protocol_name(protocol: u8) -> String {
+    match protocol {
+        6 => "tcp".into(),
+        17 => "udp".into(),
+        132 => "sctp".into(),
+        other => format!("protocol {other}"),
+    }
+}
+
+/// `tcp/8080` or `tcp/10.0.0.1:8080`.
+pub fn key_text(key: &PortKey) -> String {
+    let proto = protocol_name(key.protocol);
+    match key.host_ip {
+        None => format!("{proto}/{} ({})", key.host_port, key.family.suffix()),
+        Some(IpAddr::V6(ip)) => format!("{proto}/[{ip}]:{}", key.host_port),
+        Some(ip) => format!("{proto}/{ip}:{}", key.host_port),
+    }
+}
+
+pub(super) fn describe(p: &PortElement) -> String {
+    format!(
+        "{} -> {}",
+        key_text(&p.key),
+        match p.address {
+            IpAddr::V6(a) => format!("[{a}]:{}", p.port),
+            a => format!("{a}:{}", p.port),
+        }
+    )
+}
+
+/// The elements of one GETSETELEM reply of `map`.
+pub(super) fn decode_ports(payload: &[u8], map: PortMap) -> Vec<PortElement> {
+    let mut found = Vec::new();
+    let lists = attributes(payload).filter(|(k, _)| *k == NFTA_SET_ELEM_LIST_ELEMENTS);
+    for (_, list) in lists {
+        for (_, element) in attributes(list).filter(|(k, _)| *k == NFTA_LIST_ELEM) {
+            let (mut key, mut data, mut comment) = (None, None, String::new());
+            for (kind, value) in attributes(element) {
+                let inner = || {
+                    attributes(value)
+                        .find(|(k, _)| *k == NFTA_DATA_VALUE)
+                        .map(|(_, b)| b.to_vec())
+                };
+                match kind {
+                    NFTA_SET_ELEM_KEY => key = inner().and_then(|b| PortKey::from_bytes(map, &b)),
+                    NFTA_SET_ELEM_DATA => data = inner(),
+                    NFTA_SET_ELEM_USERDATA => comment = comment_of(value).unwrap_or_default(),
+                    _ => {}
+                }
+            }
+            let len = map.address_len() as usize;
+            let target = data.filter(|d| d.len() == len + 4).and_then(|d| {
+                let address = address_from(&d[..len], map.family)?;
+                Some((address, u16::from_be_bytes([d[len], d[len + 1]])))
+            });
+            if let (Some(key), Some((address, port))) = (key, target) {
+                found.push(PortElement {
+                    key,
+                    address,
+                    port,
+                    comment,
+                });
+            }
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::attrs::comment_udata;
+    use super::super::portmap::{element_list, hairpin_key};
+    use super::*;
+
+    #[test]
+    fn elements_round_trip_through_a_reply() {
+        let element = PortElement {
+            key: PortKey {
+                family: Family::V6,
+                protocol: 17,
+                host_ip: Some("fd00::1".parse().unwrap()),
+                host_port: 5353,
+            },
+            address: "fd00::9".parse().unwrap(),
+            port: 53,
+            comment: "net:c1:eth0".into(),
+        };
+        let map = element.key.map();
+        assert_eq!(map.name(), "_ports-hostip-v6");
+        assert_eq!(map.key(), ((8 << 12) | (12 << 6) | 13, 24));
+        let reply = element_list(&map.name(), |list| {
+            list.nested(NFTA_LIST_ELEM, |e| {
+                e.nested(NFTA_SET_ELEM_KEY, |k| {
+                    k.put(NFTA_DATA_VALUE, &element.key.bytes())
+                });
+                e.nested(NFTA_SET_ELEM_DATA, |d| {
+                    d.put(NFTA_DATA_VALUE, &element.data())
+                });
+                e.put(NFTA_SET_ELEM_USERDATA, &comment_udata(&element.comment));
+            });
+        });
+        assert_eq!(decode_ports(&reply.0, map), vec![element]);
+    }
+
+    #[test]
+    fn keys_are_laid_out_as_nft_loads_them() {
+        let key = PortKey {
+            family: Family::V4,
+            protocol: 6,
+            host_ip: None,
+            host_port: 8080,
+        };
+        assert_eq!(key.bytes(), [6, 0, 0, 0, 0x1f, 0x90, 0, 0]);
+        assert_eq!(hairpin_key("br0").len(), 32);
+        assert_eq!(key_text(&key), "tcp/8080 (v4)");
+    }
+}

@@ -1,0 +1,347 @@
+//! Port mapping in academy's table (`inet academy`): DNAT of published host ports to
+//! containers, encoded by hand like the masquerade.
+//!
+//! Shared by every network (a host port is the host's, whatever network asks for it):
+//! - maps `_ports-v4` / `_ports-v6`: `inet_proto . inet_service : address . inet_service`,
+//!   (protocol, host port) to the container's address and port;
+//! - maps `_ports-hostip-v4` / `_ports-hostip-v6`: the same keyed by the host address
+//!   too, for mappings with a hostIP;
+//! - chains `prerouting` (traffic from elsewhere) and `output` (the host's own, to its
+//!   addresses and 127.0.0.1), type nat at priority dstnat, each with one DNAT rule per
+//!   map (the hostIP maps first: the more specific mapping wins on its address), every
+//!   rule matching only `fib daddr type local`: a map lookup, so the same cost for one
+//!   published port or ten thousand;
+//! - set `_hairpin` of `bridge . bridge` names, looked up by a rule of chain `forward`
+//!   (type filter, accepting everything) that marks DNATed traffic leaving by the
+//!   bridge it came from; in `postrouting`, rules masquerading marked traffic and
+//!   DNATed traffic from 127.0.0.0/8.
+//!
+//! Each map element's comment names its holder `<network>:<container id>:<ifname>`
+//! (the maps are shared, so the network is part of the name), which is how DEL, GC and
+//! reclaim remove only their own. The names start with '_', which no network name can
+//! (config.rs), so they never meet a network's masquerade sets.
+//!
+//! A host port is held once: adding a key the map has with other data is refused by the
+//! kernel (EEXIST) and, the batch being atomic, nothing of the ADD is applied.
+
+use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
+
+use super::attrs::{comment_udata, Attrs, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
+use super::batch::{Batch, Change};
+use super::port_elements::{
+    decode_ports, describe, key_text, PortElement, PortKey, PortMap, NFTA_SET_ELEM_DATA, TYPE_BITS,
+    TYPE_IFNAME,
+};
+use super::portmap_rules::{dnat_rule, hairpin_rule, localhost_rule, masquerade_marked};
+use super::{
+    Nftables, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_CHAIN_TYPE,
+    NFTA_HOOK_HOOKNUM, NFTA_HOOK_PRIORITY, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_TABLE,
+    NFTA_RULE_USERDATA, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET,
+    NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_USERDATA, NFTA_SET_ID, NFTA_SET_KEY_LEN,
+    NFTA_SET_KEY_TYPE, NFTA_SET_NAME, NFTA_SET_TABLE, NFTA_TABLE_NAME, NFT_MSG_DELSETELEM,
+    NFT_MSG_GETSETELEM, NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE, NFT_MSG_NEWSET, NFT_MSG_NEWSETELEM,
+    NFT_MSG_NEWTABLE, NF_INET_POST_ROUTING, NF_IP_PRI_NAT_SRC, TABLE,
+};
+use crate::netlink::socket::{Await, NlResult};
+
+pub const HAIRPIN_SET: &str = "_hairpin";
+pub const PREROUTING: &str = "prerouting";
+pub const OUTPUT: &str = "output";
+pub const FORWARD: &str = "forward";
+
+const NF_INET_PRE_ROUTING: u32 = 0;
+const NF_INET_FORWARD: u32 = 2;
+const NF_INET_LOCAL_OUT: u32 = 3;
+const NF_IP_PRI_FILTER: i32 = 0;
+const NF_IP_PRI_NAT_DST: i32 = -100;
+const NFTA_SET_FLAGS: u16 = 3;
+const NFTA_SET_DATA_TYPE: u16 = 6;
+const NFTA_SET_DATA_LEN: u16 = 7;
+const NFT_SET_MAP: u32 = 0x8;
+const IFNAMSIZ: usize = 16;
+
+impl Nftables {
+    /// The element under `key`, if any.
+    pub fn port_element(&mut self, key: &PortKey) -> NlResult<Option<PortElement>> {
+        let map = key.map();
+        let attrs = element_list(&map.name(), |list| {
+            list.nested(NFTA_LIST_ELEM, |elem| {
+                elem.nested(NFTA_SET_ELEM_KEY, |k| k.put(NFTA_DATA_VALUE, &key.bytes()));
+            });
+        });
+        let what = format!(
+            "look up {} in nf_tables map inet {TABLE} {}",
+            key_text(key),
+            map.name()
+        );
+        let mut found = Vec::new();
+        match self.request(NFT_MSG_GETSETELEM, 0, attrs, Await::One, &what, |p| {
+            found.extend(decode_ports(p, map));
+        }) {
+            Ok(()) => Ok(found.into_iter().next()),
+            Err(e) if e.is(libc::ENOENT) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Every element of the four maps (none when they do not exist).
+    pub fn port_elements(&mut self) -> NlResult<Vec<PortElement>> {
+        let mut found = Vec::new();
+        for map in PortMap::ALL {
+            let mut attrs = Attrs::default();
+            attrs.str(NFTA_SET_ELEM_LIST_TABLE, TABLE);
+            attrs.str(NFTA_SET_ELEM_LIST_SET, &map.name());
+            let what = format!(
+                "list the elements of nf_tables map inet {TABLE} {}",
+                map.name()
+            );
+            let result = self.request(
+                NFT_MSG_GETSETELEM,
+                NLM_F_DUMP,
+                attrs,
+                Await::Dump,
+                &what,
+                |p| {
+                    found.extend(decode_ports(p, map));
+                },
+            );
+            match result {
+                Err(e) if e.is(libc::ENOENT) => {}
+                other => other?,
+            }
+        }
+        Ok(found)
+    }
+
+    /// Removes the elements under `keys`. Nothing to remove is success. The caller
+    /// chooses the keys by their holder: the kernel deletes by key alone.
+    pub fn delete_port_elements(&mut self, keys: &[PortKey]) -> NlResult<()> {
+        match self.delete_ports_batch(keys) {
+            // All or nothing: one key gone already keeps the others. Rare (a DEL
+            // repeated, a GC racing), so one at a time.
+            Err(e) if e.is(libc::ENOENT) => {
+                for key in keys {
+                    match self.delete_ports_batch(std::slice::from_ref(key)) {
+                        Err(e) if !e.is(libc::ENOENT) => return Err(e),
+                        _ => {}
+                    }
+                }
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    fn delete_ports_batch(&mut self, keys: &[PortKey]) -> NlResult<()> {
+        let mut batch = Batch::new(&mut self.socket);
+        for map in PortMap::ALL {
+            let mine: Vec<&PortKey> = keys.iter().filter(|k| k.map() == map).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let attrs = element_list(&map.name(), |list| {
+                for key in &mine {
+                    list.nested(NFTA_LIST_ELEM, |elem| {
+                        elem.nested(NFTA_SET_ELEM_KEY, |k| k.put(NFTA_DATA_VALUE, &key.bytes()));
+                    });
+                }
+            });
+            let what: Vec<String> = mine.iter().map(|k| key_text(k)).collect();
+            batch.add(
+                NFT_MSG_DELSETELEM,
+                0,
+                attrs,
+                format!(
+                    "unpublish {} from nf_tables map inet {TABLE} {}",
+                    what.join(", "),
+                    map.name()
+                ),
+            );
+        }
+        batch.commit()
+    }
+
+    /// Table, chains, maps, set and rules of port mapping, in one batch. The maps are
+    /// created exclusively and the rules with them: if the maps exist, so do the rules,
+    /// and the kernel refuses the whole batch, which is success here.
+    pub fn ensure_portmap(&mut self) -> NlResult<()> {
+        let mut batch = Batch::new(&mut self.socket);
+        let mut table = Attrs::default();
+        table.str(NFTA_TABLE_NAME, TABLE);
+        batch.add(
+            NFT_MSG_NEWTABLE,
+            NLM_F_CREATE,
+            table,
+            format!("create table inet {TABLE}"),
+        );
+        let chains = [
+            (PREROUTING, NF_INET_PRE_ROUTING, NF_IP_PRI_NAT_DST, "nat"),
+            (OUTPUT, NF_INET_LOCAL_OUT, NF_IP_PRI_NAT_DST, "nat"),
+            (FORWARD, NF_INET_FORWARD, NF_IP_PRI_FILTER, "filter"),
+            (
+                super::CHAIN,
+                NF_INET_POST_ROUTING,
+                NF_IP_PRI_NAT_SRC as i32,
+                "nat",
+            ),
+        ];
+        for (name, hook, priority, kind) in chains {
+            let mut chain = Attrs::default();
+            chain.str(NFTA_CHAIN_TABLE, TABLE);
+            chain.str(NFTA_CHAIN_NAME, name);
+            chain.nested(NFTA_CHAIN_HOOK, |h| {
+                h.be32(NFTA_HOOK_HOOKNUM, hook);
+                h.be32(NFTA_HOOK_PRIORITY, priority as u32);
+            });
+            chain.str(NFTA_CHAIN_TYPE, kind);
+            batch.add(
+                NFT_MSG_NEWCHAIN,
+                NLM_F_CREATE,
+                chain,
+                format!("create chain {name}"),
+            );
+        }
+        for (id, map) in (1..).zip(PortMap::ALL) {
+            let (key_type, key_len) = map.key();
+            let (data_type, data_len) = map.data();
+            let mut set = Attrs::default();
+            set.str(NFTA_SET_TABLE, TABLE);
+            set.str(NFTA_SET_NAME, &map.name());
+            set.be32(NFTA_SET_FLAGS, NFT_SET_MAP);
+            set.be32(NFTA_SET_KEY_TYPE, key_type);
+            set.be32(NFTA_SET_KEY_LEN, key_len);
+            set.be32(NFTA_SET_DATA_TYPE, data_type);
+            set.be32(NFTA_SET_DATA_LEN, data_len);
+            set.be32(NFTA_SET_ID, id);
+            batch.add(
+                NFT_MSG_NEWSET,
+                NLM_F_CREATE | NLM_F_EXCL,
+                set,
+                format!("create map {}", map.name()),
+            );
+        }
+        let hairpin_id = PortMap::ALL.len() as u32 + 1;
+        let mut set = Attrs::default();
+        set.str(NFTA_SET_TABLE, TABLE);
+        set.str(NFTA_SET_NAME, HAIRPIN_SET);
+        set.be32(NFTA_SET_KEY_TYPE, (TYPE_IFNAME << TYPE_BITS) | TYPE_IFNAME);
+        set.be32(NFTA_SET_KEY_LEN, 2 * IFNAMSIZ as u32);
+        set.be32(NFTA_SET_ID, hairpin_id);
+        batch.add(
+            NFT_MSG_NEWSET,
+            NLM_F_CREATE | NLM_F_EXCL,
+            set,
+            format!("create set {HAIRPIN_SET}"),
+        );
+
+        for chain in [PREROUTING, OUTPUT] {
+            for (id, map) in (1..).zip(PortMap::ALL) {
+                let comment = format!("academy portmap {}", map.name());
+                add_rule(&mut batch, chain, &comment, |list| dnat_rule(list, map, id));
+            }
+        }
+        add_rule(&mut batch, FORWARD, "academy portmap hairpin", |list| {
+            hairpin_rule(list, hairpin_id)
+        });
+        add_rule(
+            &mut batch,
+            super::CHAIN,
+            "academy portmap masquerade marked",
+            masquerade_marked,
+        );
+        add_rule(
+            &mut batch,
+            super::CHAIN,
+            "academy portmap localhost",
+            localhost_rule,
+        );
+        match batch.commit() {
+            Err(e) if e.is(libc::EEXIST) => Ok(()),
+            other => other,
+        }
+    }
+}
+
+fn add_rule(batch: &mut Batch, chain: &str, comment: &str, expressions: impl FnOnce(&mut Attrs)) {
+    let mut rule = Attrs::default();
+    rule.str(NFTA_RULE_TABLE, TABLE);
+    rule.str(NFTA_RULE_CHAIN, chain);
+    rule.nested(NFTA_RULE_EXPRESSIONS, expressions);
+    rule.put(NFTA_RULE_USERDATA, &comment_udata(comment));
+    batch.add(
+        NFT_MSG_NEWRULE,
+        NLM_F_CREATE | NLM_F_APPEND,
+        rule,
+        format!("add the rule {comment:?} to chain {chain}"),
+    );
+}
+
+/// The changes of ADD's batch that publish `ports` and mark `bridge` for hairpin (see
+/// change.rs: they go in the batch with the masquerade's). A key another attachment holds
+/// with other data makes the kernel refuse the batch (EEXIST, "publish ...").
+pub(super) fn port_changes(ports: &[PortElement], bridge: &str) -> Vec<Change> {
+    let mut changes = Vec::new();
+    for map in PortMap::ALL {
+        let mine: Vec<&PortElement> = ports.iter().filter(|p| p.key.map() == map).collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let attrs = element_list(&map.name(), |list| {
+            for p in &mine {
+                list.nested(NFTA_LIST_ELEM, |elem| {
+                    elem.nested(NFTA_SET_ELEM_KEY, |k| {
+                        k.put(NFTA_DATA_VALUE, &p.key.bytes())
+                    });
+                    elem.nested(NFTA_SET_ELEM_DATA, |d| d.put(NFTA_DATA_VALUE, &p.data()));
+                    elem.put(NFTA_SET_ELEM_USERDATA, &comment_udata(&p.comment));
+                });
+            }
+        });
+        let what: Vec<String> = mine.iter().map(|p| describe(p)).collect();
+        // No EXCL: the same element again (an ADD repeated) is fine; the same key with
+        // other data (another container's port) is EEXIST all the same.
+        changes.push(Change {
+            kind: NFT_MSG_NEWSETELEM,
+            flags: NLM_F_CREATE,
+            attrs,
+            description: format!(
+                "publish {} in nf_tables map inet {TABLE} {}",
+                what.join(", "),
+                map.name()
+            ),
+        });
+    }
+    if !ports.is_empty() {
+        let attrs = element_list(HAIRPIN_SET, |list| {
+            list.nested(NFTA_LIST_ELEM, |elem| {
+                elem.nested(NFTA_SET_ELEM_KEY, |k| {
+                    k.put(NFTA_DATA_VALUE, &hairpin_key(bridge))
+                });
+            });
+        });
+        changes.push(Change {
+            kind: NFT_MSG_NEWSETELEM,
+            flags: NLM_F_CREATE,
+            attrs,
+            description: format!(
+                "add {bridge} . {bridge} to nf_tables set inet {TABLE} {HAIRPIN_SET}"
+            ),
+        });
+    }
+    changes
+}
+
+pub(super) fn element_list(set: &str, elements: impl FnOnce(&mut Attrs)) -> Attrs {
+    let mut attrs = Attrs::default();
+    attrs.str(NFTA_SET_ELEM_LIST_TABLE, TABLE);
+    attrs.str(NFTA_SET_ELEM_LIST_SET, set);
+    attrs.nested(NFTA_SET_ELEM_LIST_ELEMENTS, elements);
+    attrs
+}
+
+/// `bridge . bridge`, each name NUL-padded to IFNAMSIZ as the kernel loads it.
+pub(super) fn hairpin_key(bridge: &str) -> Vec<u8> {
+    let mut name = bridge.as_bytes().to_vec();
+    name.resize(IFNAMSIZ, 0);
+    [name.clone(), name].concat()
+}

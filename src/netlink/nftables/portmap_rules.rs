@@ -1,0 +1,152 @@
+//! The rules of port mapping, as nf_tables expressions (what `nft --debug=netlink`
+//! shows for the rules quoted on each function).
+
+use super::attrs::{Attrs, NFTA_DATA_VALUE};
+use super::port_elements::PortMap;
+use super::portmap::HAIRPIN_SET;
+use super::rule::{cmp, expr};
+use super::Family;
+
+const NFT_REG_1: u32 = 1;
+const NFT_REG_2: u32 = 2;
+/// The 32-bit registers after NFT_REG_1's 16 bytes: where a concatenation's later fields go.
+const NFT_REG32_00: u32 = 8;
+const NFT_META_NFPROTO: u32 = 15;
+const NFT_META_L4PROTO: u32 = 16;
+const NFT_META_IIFNAME: u32 = 6;
+const NFT_META_OIFNAME: u32 = 7;
+const NFT_META_MARK: u32 = 3;
+/// The packet mark bit asking for masquerade (the reference portmap's default, 13).
+const MASQ_MARK: u32 = 1 << 13;
+const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
+const NFT_PAYLOAD_TRANSPORT_HEADER: u32 = 2;
+const NFT_CMP_EQ: u32 = 0;
+const NFT_CMP_NEQ: u32 = 1;
+const NFT_FIB_RESULT_ADDRTYPE: u32 = 3;
+const NFTA_FIB_F_DADDR: u32 = 2;
+const RTN_LOCAL: u32 = 2;
+const NFT_CT_STATUS: u32 = 2;
+const IPS_DST_NAT: u32 = 1 << 5;
+const NFT_NAT_DNAT: u32 = 1;
+
+/// `meta nfproto F fib daddr type local dnat F to [ip daddr .] meta l4proto . th dport
+/// map @MAP`: traffic to one of the host's own addresses (127.0.0.1 included, in
+/// output) whose protocol and port (and address, for the hostIP map) are published goes
+/// to the container address and port the map gives; a miss ends the rule.
+pub(super) fn dnat_rule(list: &mut Attrs, map: PortMap, set_id: u32) {
+    let (nfproto, len, _, daddr) = map.family.layout();
+    meta(list, NFT_REG_1, NFT_META_NFPROTO);
+    cmp(list, NFT_REG_1, NFT_CMP_EQ, &[nfproto]);
+    expr(list, "fib", |e| {
+        e.be32(1, NFT_REG_1); // NFTA_FIB_DREG
+        e.be32(2, NFT_FIB_RESULT_ADDRTYPE); // NFTA_FIB_RESULT
+        e.be32(3, NFTA_FIB_F_DADDR); // NFTA_FIB_FLAGS
+    });
+    cmp(list, NFT_REG_1, NFT_CMP_EQ, &RTN_LOCAL.to_ne_bytes());
+    // The key, one field after another in 32-bit registers from NFT_REG_1 on.
+    let mut next = NFT_REG32_00;
+    if map.by_host_ip {
+        payload(list, NFT_PAYLOAD_NETWORK_HEADER, daddr, len, NFT_REG_1);
+        next += len / 4;
+        meta(list, next, NFT_META_L4PROTO);
+    } else {
+        meta(list, NFT_REG_1, NFT_META_L4PROTO);
+    }
+    payload(list, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2, next + 1);
+    expr(list, "lookup", |e| {
+        e.str(1, &map.name()); // NFTA_LOOKUP_SET
+        e.be32(2, NFT_REG_1); // NFTA_LOOKUP_SREG
+        e.be32(3, NFT_REG_1); // NFTA_LOOKUP_DREG: address . port
+        e.be32(4, set_id); // NFTA_LOOKUP_SET_ID: the map may be new in this batch
+    });
+    // The data: the address from NFT_REG_1, the port in the register after it.
+    let port_register = NFT_REG32_00 + len / 4;
+    expr(list, "nat", |e| {
+        e.be32(1, NFT_NAT_DNAT); // NFTA_NAT_TYPE
+        e.be32(2, u32::from(nfproto)); // NFTA_NAT_FAMILY
+        e.be32(3, NFT_REG_1); // NFTA_NAT_REG_ADDR_MIN
+        e.be32(5, port_register); // NFTA_NAT_REG_PROTO_MIN
+    });
+}
+
+/// `ct status dnat iifname . oifname @_hairpin meta mark set meta mark | 0x2000`, in
+/// chain forward: a container reaching a published port of its own bridge through a
+/// host address (hairpin) would get the answer straight from the other container, not
+/// through the host, and drop it; the mark has it masqueraded (`masquerade_marked`),
+/// so the answer comes back through the host's conntrack. Only here are both
+/// interfaces known: postrouting has no input interface. The bit is the reference
+/// portmap's, with the same meaning, so the two never contradict each other.
+pub(super) fn hairpin_rule(list: &mut Attrs, set_id: u32) {
+    ct_dnat(list);
+    meta(list, NFT_REG_1, NFT_META_IIFNAME);
+    meta(list, NFT_REG_2, NFT_META_OIFNAME);
+    expr(list, "lookup", |e| {
+        e.str(1, HAIRPIN_SET); // NFTA_LOOKUP_SET
+        e.be32(2, NFT_REG_1); // NFTA_LOOKUP_SREG
+        e.be32(4, set_id); // NFTA_LOOKUP_SET_ID
+    });
+    meta(list, NFT_REG_1, NFT_META_MARK);
+    bitwise(list, !MASQ_MARK, MASQ_MARK);
+    expr(list, "meta", |e| {
+        e.be32(2, NFT_META_MARK); // NFTA_META_KEY
+        e.be32(3, NFT_REG_1); // NFTA_META_SREG
+    });
+}
+
+/// `meta mark & 0x2000 == 0x2000 masquerade`, in postrouting.
+pub(super) fn masquerade_marked(list: &mut Attrs) {
+    meta(list, NFT_REG_1, NFT_META_MARK);
+    bitwise(list, MASQ_MARK, 0);
+    cmp(list, NFT_REG_1, NFT_CMP_EQ, &MASQ_MARK.to_ne_bytes());
+    expr(list, "masq", |_| {});
+}
+
+/// `meta nfproto ipv4 ct status dnat ip saddr 127.0.0.0/8 masquerade`: a connection to
+/// 127.0.0.1:hostPort, sent on to a container, must leave with an address the container
+/// can answer (the reference portmap's localhost masquerade).
+pub(super) fn localhost_rule(list: &mut Attrs) {
+    let (nfproto, _, saddr, _) = Family::V4.layout();
+    meta(list, NFT_REG_1, NFT_META_NFPROTO);
+    cmp(list, NFT_REG_1, NFT_CMP_EQ, &[nfproto]);
+    ct_dnat(list);
+    payload(list, NFT_PAYLOAD_NETWORK_HEADER, saddr, 1, NFT_REG_1);
+    cmp(list, NFT_REG_1, NFT_CMP_EQ, &[127]);
+    expr(list, "masq", |_| {});
+}
+
+/// `ct status dnat`
+fn ct_dnat(list: &mut Attrs) {
+    expr(list, "ct", |e| {
+        e.be32(1, NFT_REG_1); // NFTA_CT_DREG
+        e.be32(2, NFT_CT_STATUS); // NFTA_CT_KEY
+    });
+    bitwise(list, IPS_DST_NAT, 0);
+    cmp(list, NFT_REG_1, NFT_CMP_NEQ, &[0; 4]);
+}
+
+/// `reg 1 = (reg 1 & mask) ^ xor` on a 32-bit host-order value.
+fn bitwise(list: &mut Attrs, mask: u32, xor: u32) {
+    expr(list, "bitwise", |e| {
+        e.be32(1, NFT_REG_1); // NFTA_BITWISE_SREG
+        e.be32(2, NFT_REG_1); // NFTA_BITWISE_DREG
+        e.be32(3, 4); // NFTA_BITWISE_LEN
+        e.nested(4, |m| m.put(NFTA_DATA_VALUE, &mask.to_ne_bytes()));
+        e.nested(5, |x| x.put(NFTA_DATA_VALUE, &xor.to_ne_bytes()));
+    });
+}
+
+fn meta(list: &mut Attrs, register: u32, key: u32) {
+    expr(list, "meta", |e| {
+        e.be32(1, register); // NFTA_META_DREG
+        e.be32(2, key); // NFTA_META_KEY
+    });
+}
+
+fn payload(list: &mut Attrs, base: u32, offset: u32, len: u32, register: u32) {
+    expr(list, "payload", |e| {
+        e.be32(1, register); // NFTA_PAYLOAD_DREG
+        e.be32(2, base); // NFTA_PAYLOAD_BASE
+        e.be32(3, offset); // NFTA_PAYLOAD_OFFSET
+        e.be32(4, len); // NFTA_PAYLOAD_LEN
+    });
+}
