@@ -8,7 +8,7 @@
 
 pub mod layer2;
 mod port;
-mod ports;
+mod port_mappings;
 mod ranges;
 mod requests;
 pub mod resolv;
@@ -26,7 +26,7 @@ use crate::cni::{code, version, Error, Result};
 use crate::ipam::Pool;
 
 pub use port::{gateway_name as vlan_gateway_name, PortSpec};
-pub use ports::PortMapping;
+pub use port_mappings::PortMapping;
 pub use requests::Requests;
 pub use routes::RouteSpec;
 
@@ -228,8 +228,8 @@ impl Config {
             disable_container_interface,
             mac_spoof_check: f.boolean("macspoofchk")?.unwrap_or(false),
             port,
-            publishes_ports: ports::declared(&map),
-            port_mappings: ports::from_config(&map)?,
+            publishes_ports: port_mappings::declared(&map),
+            port_mappings: port_mappings::from_config(&map)?,
             ipam,
             dns: f.get("dns").cloned(),
             requests,
@@ -312,8 +312,8 @@ impl Config {
             disable_container_interface: false,
             mac_spoof_check: map.get("macspoofchk") == Some(&Value::Bool(true)),
             port: PortSpec::default(),
-            publishes_ports: ports::declared(&map),
-            port_mappings: ports::lenient(&map),
+            publishes_ports: port_mappings::declared(&map),
+            port_mappings: port_mappings::lenient(&map),
             reclaim_leaked_after: DEFAULT_RECLAIM_LEAKED_AFTER,
             ipam,
             dns: None,
