@@ -57,6 +57,16 @@ pub fn add(
     };
     let key = stored_comment(&holder.key());
     let mut nft = Nftables::open()?;
+    if !publish.ports.is_empty() {
+        // Port mapping's rules as an admin's flush may have left them (one small dump);
+        // a concurrent repair's deletions make one attempt fail with ENOENT.
+        if let Err(e) = nft.ensure_portmap() {
+            if !e.is(libc::ENOENT) {
+                return Err(e.into());
+            }
+            nft.ensure_portmap()?;
+        }
+    }
     // Elements found already there: this attachment's (a retried ADD), or a stale one of
     // a holder whose reservation is gone (the address is this attachment's now).
     let mut present: Vec<IpAddr> = Vec::new();

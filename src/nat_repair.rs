@@ -185,6 +185,19 @@ pub const RESTORE_HINT: &str = "run `academy restore-nat` (or `academy restore-n
 /// sendmsg's size). Returns, per network, what was missing, or why it was left alone.
 pub type Restored = Vec<(String, Result<Vec<String>>)>;
 
+/// Port mapping's rules put back after a flush, which keeps the maps and their elements
+/// (after a deletion of the table, each container's ports come back with its next ADD:
+/// the store does not know them). None when no port is published on the host; else
+/// whether anything had to be written.
+pub fn restore_ports() -> Result<Option<bool>> {
+    let _lock = repair_lock();
+    let mut nft = Nftables::open()?;
+    if nft.port_elements()?.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(nft.ensure_portmap()?))
+}
+
 pub fn restore(confs: &[Config]) -> Result<Restored> {
     // As ADD's repairs: one repairer at a time, or each would add the rules it found missing.
     let _lock = repair_lock();

@@ -31,6 +31,16 @@ pub fn restore(args: &[String]) -> Result<(), CliError> {
         }
         confs
     };
+    match nat_repair::restore_ports() {
+        Ok(None) => {}
+        Ok(Some(true)) => eprintln!("published ports: restored port mapping's rules"),
+        Ok(Some(false)) => eprintln!("published ports: complete, nothing to do"),
+        Err(e) => {
+            return Err(CliError::Failed(format!(
+                "published ports not restored: {e}"
+            )))
+        }
+    }
     let confs: Vec<Config> = confs.into_iter().filter(|c| c.ip_masq).collect();
     if confs.is_empty() {
         eprintln!("academy restore-nat: no academy network with ipMasq found; nothing to do");

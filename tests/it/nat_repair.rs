@@ -283,3 +283,72 @@ fn restore_nat_rebuilds_both_families() {
     node.call("CHECK", &a, &check)
         .expect_silent_success("CHECK after the restore");
 }
+
+/// Port mapping's rules after `nft flush table` / `flush chain` (which keep the maps and
+/// their elements): `academy restore-nat` puts them back, and so does the next ADD that
+/// publishes a port; the published elements were never lost.
+#[test]
+fn published_ports_rules_come_back_after_a_flush() {
+    let lab = Lab::new("nrports");
+    let node = Node::new(&lab);
+    lab.write_conflist("1.1.0", "academy", json!({"ipMasq": true}));
+    let with_port = |port: u16| {
+        let mut c = masq_config(&lab);
+        c["capabilities"] = json!({"portMappings": true});
+        c["runtimeConfig"] =
+            json!({"portMappings": [{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]});
+        c
+    };
+    let port_rules = || {
+        let out = node.nft(&["-j", "list", "table", "inet", "academy"]);
+        let v: Value = serde_json::from_str(out.stdout.trim()).unwrap_or(Value::Null);
+        v["nftables"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|i| i["rule"]["comment"].as_str())
+            .filter(|c| c.starts_with("academy portmap"))
+            .count()
+    };
+    let published = || {
+        node.nft(&["list", "map", "inet", "academy", "_ports-v4"])
+            .stdout
+    };
+    let a = node.lab.attachment("p0");
+    node.call("ADD", &a, &with_port(18080))
+        .expect_result("ADD publishing a port");
+    let all = port_rules();
+    assert_eq!(all, 11, "port mapping's rules after the first ADD");
+    assert!(published().contains("18080"), "{}", published());
+
+    node.nft(&["flush", "table", "inet", "academy"]);
+    assert_eq!(port_rules(), 0);
+    assert!(
+        published().contains("18080"),
+        "a flush keeps the map's elements"
+    );
+    let conf_dir = lab.conf_dir.to_str().unwrap();
+    let out = node.academy(&["restore-nat", "--conf-dir", conf_dir]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stderr.contains("restored port mapping's rules"),
+        "{out}"
+    );
+    assert_eq!(port_rules(), all, "rules after restore-nat");
+    let again = node.academy(&["restore-nat", "--conf-dir", conf_dir]);
+    assert!(
+        again.stderr.contains("published ports: complete"),
+        "{again}"
+    );
+
+    node.nft(&["flush", "chain", "inet", "academy", "prerouting"]);
+    let b = node.lab.attachment("p1");
+    node.call("ADD", &b, &with_port(18081))
+        .expect_result("the next ADD publishing a port");
+    assert_eq!(port_rules(), all, "rules after the next ADD");
+    let listed = published();
+    assert!(
+        listed.contains("18080") && listed.contains("18081"),
+        "{listed}"
+    );
+}

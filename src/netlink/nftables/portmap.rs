@@ -24,9 +24,9 @@
 //! A host port is held once: adding a key the map has with other data is refused by the
 //! kernel (EEXIST) and, the batch being atomic, nothing of the ADD is applied.
 
-use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
+use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP};
 
-use super::attrs::{comment_udata, Attrs, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
+use super::attrs::{attributes, comment_of, comment_udata, Attrs, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
 use super::batch::{Batch, Change};
 use super::port_elements::{
     decode_ports, describe, key_text, PortElement, PortKey, PortMap, NFTA_SET_ELEM_DATA, TYPE_BITS,
@@ -35,10 +35,11 @@ use super::port_elements::{
 use super::portmap_rules::{dnat_rule, hairpin_rule, localhost_rule, masquerade_marked};
 use super::{
     Nftables, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_CHAIN_TYPE,
-    NFTA_HOOK_HOOKNUM, NFTA_HOOK_PRIORITY, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_TABLE,
-    NFTA_RULE_USERDATA, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET,
-    NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_USERDATA, NFTA_SET_ID, NFTA_SET_KEY_LEN,
-    NFTA_SET_KEY_TYPE, NFTA_SET_NAME, NFTA_SET_TABLE, NFTA_TABLE_NAME, NFT_MSG_DELSETELEM,
+    NFTA_HOOK_HOOKNUM, NFTA_HOOK_PRIORITY, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS,
+    NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_RULE_USERDATA, NFTA_SET_ELEM_KEY,
+    NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE,
+    NFTA_SET_ELEM_USERDATA, NFTA_SET_ID, NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE, NFTA_SET_NAME,
+    NFTA_SET_TABLE, NFTA_TABLE_NAME, NFT_MSG_DELRULE, NFT_MSG_DELSETELEM, NFT_MSG_GETRULE,
     NFT_MSG_GETSETELEM, NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE, NFT_MSG_NEWSET, NFT_MSG_NEWSETELEM,
     NFT_MSG_NEWTABLE, NF_INET_POST_ROUTING, NF_IP_PRI_NAT_SRC, TABLE,
 };
@@ -161,10 +162,21 @@ impl Nftables {
         batch.commit()
     }
 
-    /// Table, chains, maps, set and rules of port mapping, in one batch. The maps are
-    /// created exclusively and the rules with them: if the maps exist, so do the rules,
-    /// and the kernel refuses the whole batch, which is success here.
-    pub fn ensure_portmap(&mut self) -> NlResult<()> {
+    /// Table, chains, maps, set and rules of port mapping, made sure of in one batch:
+    /// nothing is sent when every rule is there (one small dump of the table's rules);
+    /// otherwise the objects are created if missing (an identical one is success) and
+    /// academy's port mapping rules replaced, so an admin's `nft flush table` or `flush
+    /// chain` (which keep the maps and their elements) is repaired. True when it wrote.
+    pub fn ensure_portmap(&mut self) -> NlResult<bool> {
+        let present = self.portmap_rules()?;
+        let wanted = wanted_rules();
+        let complete = present.len() == wanted.len()
+            && wanted
+                .iter()
+                .all(|(chain, comment)| present.iter().any(|p| p.0 == *chain && p.1 == *comment));
+        if complete {
+            return Ok(false);
+        }
         let mut batch = Batch::new(&mut self.socket);
         let mut table = Attrs::default();
         table.str(NFTA_TABLE_NAME, TABLE);
@@ -215,7 +227,7 @@ impl Nftables {
             set.be32(NFTA_SET_ID, id);
             batch.add(
                 NFT_MSG_NEWSET,
-                NLM_F_CREATE | NLM_F_EXCL,
+                NLM_F_CREATE,
                 set,
                 format!("create map {}", map.name()),
             );
@@ -229,38 +241,112 @@ impl Nftables {
         set.be32(NFTA_SET_ID, hairpin_id);
         batch.add(
             NFT_MSG_NEWSET,
-            NLM_F_CREATE | NLM_F_EXCL,
+            NLM_F_CREATE,
             set,
             format!("create set {HAIRPIN_SET}"),
         );
-
+        // What is left of the rules goes: they are added back whole, in their order.
+        for (chain, comment, handle) in &present {
+            let mut rule = Attrs::default();
+            rule.str(NFTA_RULE_TABLE, TABLE);
+            rule.str(NFTA_RULE_CHAIN, chain);
+            rule.be64(NFTA_RULE_HANDLE, *handle);
+            batch.add(
+                NFT_MSG_DELRULE,
+                0,
+                rule,
+                format!("delete the rule {comment:?} (handle {handle}) from chain {chain}"),
+            );
+        }
         for chain in [PREROUTING, OUTPUT] {
             for (id, map) in (1..).zip(PortMap::ALL) {
-                let comment = format!("academy portmap {}", map.name());
+                let comment = format!("{RULE_PREFIX} {}", map.name());
                 add_rule(&mut batch, chain, &comment, |list| dnat_rule(list, map, id));
             }
         }
-        add_rule(&mut batch, FORWARD, "academy portmap hairpin", |list| {
-            hairpin_rule(list, hairpin_id)
-        });
+        add_rule(
+            &mut batch,
+            FORWARD,
+            &format!("{RULE_PREFIX} hairpin"),
+            |list| hairpin_rule(list, hairpin_id),
+        );
         add_rule(
             &mut batch,
             super::CHAIN,
-            "academy portmap masquerade marked",
+            &format!("{RULE_PREFIX} masquerade marked"),
             masquerade_marked,
         );
         add_rule(
             &mut batch,
             super::CHAIN,
-            "academy portmap localhost",
+            &format!("{RULE_PREFIX} localhost"),
             localhost_rule,
         );
-        match batch.commit() {
-            Err(e) if e.is(libc::EEXIST) => Ok(()),
-            other => other,
+        batch.commit().map(|()| true)
+    }
+
+    /// academy's port mapping rules in its table, as (chain, comment, handle); none
+    /// when the table is gone.
+    fn portmap_rules(&mut self) -> NlResult<Vec<(String, String, u64)>> {
+        let mut attrs = Attrs::default();
+        attrs.str(NFTA_RULE_TABLE, TABLE);
+        let what = format!("list the rules of nf_tables table inet {TABLE}");
+        let mut found = Vec::new();
+        let result = self.request(
+            NFT_MSG_GETRULE,
+            NLM_F_DUMP,
+            attrs,
+            Await::Dump,
+            &what,
+            |p| {
+                let (mut chain, mut comment, mut handle) = (None, None, None);
+                for (kind, data) in attributes(p) {
+                    match kind {
+                        NFTA_RULE_CHAIN => {
+                            chain = Some(
+                                String::from_utf8_lossy(
+                                    data.split(|b| *b == 0).next().unwrap_or(data),
+                                )
+                                .into_owned(),
+                            )
+                        }
+                        NFTA_RULE_USERDATA => comment = comment_of(data),
+                        NFTA_RULE_HANDLE => {
+                            handle = <[u8; 8]>::try_from(data).ok().map(u64::from_be_bytes)
+                        }
+                        _ => {}
+                    }
+                }
+                if let (Some(chain), Some(comment), Some(handle)) = (chain, comment, handle) {
+                    if comment.starts_with(RULE_PREFIX) {
+                        found.push((chain, comment, handle));
+                    }
+                }
+            },
+        );
+        match result {
+            Err(e) if e.is(libc::ENOENT) => Ok(Vec::new()),
+            other => other.map(|()| found),
         }
     }
 }
+
+/// Every rule of port mapping's, as (chain, comment).
+fn wanted_rules() -> Vec<(&'static str, String)> {
+    let mut wanted = Vec::new();
+    for chain in [PREROUTING, OUTPUT] {
+        for map in PortMap::ALL {
+            wanted.push((chain, format!("{RULE_PREFIX} {}", map.name())));
+        }
+    }
+    wanted.push((FORWARD, format!("{RULE_PREFIX} hairpin")));
+    wanted.push((super::CHAIN, format!("{RULE_PREFIX} masquerade marked")));
+    wanted.push((super::CHAIN, format!("{RULE_PREFIX} localhost")));
+    wanted
+}
+
+/// Every port mapping rule's comment starts so.
+const RULE_PREFIX: &str = "academy portmap";
 
 fn add_rule(batch: &mut Batch, chain: &str, comment: &str, expressions: impl FnOnce(&mut Attrs)) {
     let mut rule = Attrs::default();
