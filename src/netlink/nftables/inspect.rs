@@ -14,6 +14,7 @@ use super::{
     NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE, NFTA_SET_NAME, NFTA_SET_TABLE,
     NFT_MSG_GETRULE, NFT_MSG_GETSET, NFT_MSG_GETSETELEM, TABLE, TYPE_IPV4_ADDR, TYPE_IPV6_ADDR,
 };
+use super::{NFTA_SET_DATA_TYPE, NFTA_SET_FLAGS};
 use crate::netlink::socket::{Await, NlResult};
 
 /// Every masquerade rule academy writes has a comment starting so.
@@ -22,8 +23,6 @@ pub const RULE_PREFIX: &str = "academy ipMasq ";
 const NFTA_EXPR_NAME: u16 = 1;
 const NFTA_EXPR_DATA: u16 = 2;
 const NFTA_LOOKUP_SET: u16 = 1;
-const NFTA_SET_FLAGS: u16 = 3;
-const NFTA_SET_DATA_TYPE: u16 = 6;
 const NFTA_SET_TIMEOUT: u16 = 11;
 const NFTA_SET_OBJ_TYPE: u16 = 15;
 const NFTA_SET_EXPR: u16 = 17;

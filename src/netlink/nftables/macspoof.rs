@@ -20,10 +20,10 @@
 //! in the map itself: kernels before 6.5 (Debian 12 runs 6.1) refuse a lookup in a map
 //! that does not load its value (EINVAL; "relax set/map validation checks", May 2023).
 
-use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST};
+use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
 
 use super::attrs::{attributes, comment_of, comment_udata, Attrs, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
-use super::batch::{encode, nftables_type, Batch, HEADERS_LEN};
+use super::batch::Batch;
 use super::{
     Nftables, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_CHAIN_TYPE,
     NFTA_HOOK_HOOKNUM, NFTA_HOOK_PRIORITY, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_TABLE,
@@ -32,6 +32,9 @@ use super::{
     NFTA_SET_KEY_TYPE, NFTA_SET_NAME, NFTA_SET_TABLE, NFTA_TABLE_NAME, NFT_MSG_DELSETELEM,
     NFT_MSG_GETRULE, NFT_MSG_GETSETELEM, NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE, NFT_MSG_NEWSET,
     NFT_MSG_NEWSETELEM, NFT_MSG_NEWTABLE, TABLE,
+};
+use super::{
+    NFTA_SET_DATA_LEN, NFTA_SET_DATA_TYPE, NFTA_SET_ELEM_DATA, NFTA_SET_FLAGS, NFT_SET_MAP,
 };
 use crate::netlink::socket::{Await, NlResult};
 
@@ -42,11 +45,6 @@ const NF_BR_PRE_ROUTING: u32 = 0;
 /// NF_BR_PRI_NAT_DST_BRIDGED, the priority of the reference's chain.
 const PRIORITY: i32 = -300;
 
-const NFTA_SET_FLAGS: u16 = 3;
-const NFTA_SET_DATA_TYPE: u16 = 6;
-const NFTA_SET_DATA_LEN: u16 = 7;
-const NFTA_SET_ELEM_DATA: u16 = 2;
-const NFT_SET_MAP: u32 = 0x8;
 const NFTA_SET_USERDATA: u16 = 13;
 
 /// nft's datatypes (so that `nft list` shows names and MACs), and a concatenation's
@@ -154,9 +152,17 @@ impl Nftables {
         let attrs = element_list(&map, &ifname_key(port));
         let what = format!("look up {port} in nf_tables map bridge {TABLE} {map}");
         let mut found = None;
-        match self.bridge_request(NFT_MSG_GETSETELEM, 0, attrs, Await::One, &what, |p| {
-            found = decode_ports(p).into_iter().next();
-        }) {
+        match self.request_in(
+            NFPROTO_BRIDGE,
+            NFT_MSG_GETSETELEM,
+            0,
+            attrs,
+            Await::One,
+            &what,
+            |p| {
+                found = decode_ports(p).into_iter().next();
+            },
+        ) {
             Ok(()) => Ok(found),
             Err(e) if e.is(libc::ENOENT) => Ok(None),
             Err(e) => Err(e),
@@ -171,7 +177,8 @@ impl Nftables {
         attrs.str(NFTA_SET_ELEM_LIST_SET, &map);
         let what = format!("list the elements of nf_tables map bridge {TABLE} {map}");
         let mut found = Vec::new();
-        let result = self.bridge_request(
+        let result = self.request_in(
+            NFPROTO_BRIDGE,
             NFT_MSG_GETSETELEM,
             NLM_F_DUMP,
             attrs,
@@ -198,7 +205,15 @@ impl Nftables {
     fn bridge_has_element(&mut self, set: &str, key: &[u8], port: &str) -> NlResult<bool> {
         let attrs = element_list(set, key);
         let what = format!("look up {port} in nf_tables set bridge {TABLE} {set}");
-        match self.bridge_request(NFT_MSG_GETSETELEM, 0, attrs, Await::One, &what, |_| {}) {
+        match self.request_in(
+            NFPROTO_BRIDGE,
+            NFT_MSG_GETSETELEM,
+            0,
+            attrs,
+            Await::One,
+            &what,
+            |_| {},
+        ) {
             Ok(()) => Ok(true),
             Err(e) if e.is(libc::ENOENT) => Ok(false),
             Err(e) => Err(e),
@@ -213,7 +228,8 @@ impl Nftables {
         let wanted = rule_comment(network);
         let what = format!("list the rules of nf_tables chain bridge {TABLE} {BRIDGE_CHAIN}");
         let mut found = false;
-        let result = self.bridge_request(
+        let result = self.request_in(
+            NFPROTO_BRIDGE,
             NFT_MSG_GETRULE,
             NLM_F_DUMP,
             attrs,
@@ -367,36 +383,6 @@ impl Nftables {
             batch.add(kind, NLM_F_CREATE, attrs, what);
         }
         batch.commit()
-    }
-
-    /// One request outside a batch (the GET messages) to the bridge family's tables.
-    fn bridge_request(
-        &mut self,
-        kind: u8,
-        flags: u16,
-        attrs: Attrs,
-        awaiting: Await,
-        what: &str,
-        mut on_reply: impl FnMut(&[u8]),
-    ) -> NlResult<()> {
-        let sequence = self.socket.next_sequence();
-        let mut bytes = Vec::new();
-        encode(
-            &mut bytes,
-            nftables_type(kind),
-            NLM_F_REQUEST | flags,
-            sequence,
-            NFPROTO_BRIDGE,
-            0,
-            attrs.0,
-        );
-        self.socket.send(&bytes, what)?;
-        self.socket.receive(sequence, awaiting, what, |message| {
-            if let Some(payload) = message.get(HEADERS_LEN..) {
-                on_reply(payload);
-            }
-            Ok(())
-        })
     }
 }
 

@@ -86,6 +86,12 @@ const NFTA_SET_ELEM_USERDATA: u16 = 6;
 const NFTA_RULE_TABLE: u16 = 1;
 const NFTA_RULE_CHAIN: u16 = 2;
 const NFTA_RULE_HANDLE: u16 = 3;
+// Set attributes the maps (port mapping, macspoofchk) and the inspection share.
+const NFTA_SET_FLAGS: u16 = 3;
+const NFTA_SET_DATA_TYPE: u16 = 6;
+const NFTA_SET_DATA_LEN: u16 = 7;
+const NFTA_SET_ELEM_DATA: u16 = 2;
+const NFT_SET_MAP: u32 = 0x8;
 const NFTA_RULE_EXPRESSIONS: u16 = 4;
 const NFTA_RULE_USERDATA: u16 = 7;
 
@@ -252,6 +258,21 @@ impl Nftables {
         attrs: Attrs,
         awaiting: Await,
         what: &str,
+        on_reply: impl FnMut(&[u8]),
+    ) -> NlResult<()> {
+        self.request_in(NFPROTO_INET, kind, flags, attrs, awaiting, what, on_reply)
+    }
+
+    /// [`Nftables::request`] to the tables of another family (macspoofchk's bridge).
+    #[allow(clippy::too_many_arguments)]
+    fn request_in(
+        &mut self,
+        family: u8,
+        kind: u8,
+        flags: u16,
+        attrs: Attrs,
+        awaiting: Await,
+        what: &str,
         mut on_reply: impl FnMut(&[u8]),
     ) -> NlResult<()> {
         if attrs.too_long() {
@@ -264,7 +285,7 @@ impl Nftables {
             nftables_type(kind),
             NLM_F_REQUEST | flags,
             sequence,
-            NFPROTO_INET,
+            family,
             0,
             attrs.0,
         );

@@ -11,7 +11,7 @@ use super::{
     TYPE_IPV6_ADDR,
 };
 
-pub(super) const NFTA_SET_ELEM_DATA: u16 = 2;
+pub(super) use super::NFTA_SET_ELEM_DATA;
 /// nft's datatypes, and how it names a concatenation of them (6 bits a field).
 const TYPE_INET_PROTOCOL: u32 = 12;
 const TYPE_INET_SERVICE: u32 = 13;

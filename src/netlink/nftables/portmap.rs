@@ -43,6 +43,7 @@ use super::{
     NFT_MSG_GETSETELEM, NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE, NFT_MSG_NEWSET, NFT_MSG_NEWSETELEM,
     NFT_MSG_NEWTABLE, NF_INET_POST_ROUTING, NF_IP_PRI_NAT_SRC, TABLE,
 };
+use super::{NFTA_SET_DATA_LEN, NFTA_SET_DATA_TYPE, NFTA_SET_FLAGS, NFT_SET_MAP};
 use crate::netlink::socket::{Await, NlResult};
 
 pub const HAIRPIN_SET: &str = "_hairpin";
@@ -55,10 +56,6 @@ const NF_INET_FORWARD: u32 = 2;
 const NF_INET_LOCAL_OUT: u32 = 3;
 const NF_IP_PRI_FILTER: i32 = 0;
 const NF_IP_PRI_NAT_DST: i32 = -100;
-const NFTA_SET_FLAGS: u16 = 3;
-const NFTA_SET_DATA_TYPE: u16 = 6;
-const NFTA_SET_DATA_LEN: u16 = 7;
-const NFT_SET_MAP: u32 = 0x8;
 const IFNAMSIZ: usize = 16;
 
 impl Nftables {
