@@ -25,7 +25,11 @@
 //! removal (a DEL retried) finishes the job.
 //!
 //! What GC must still sweep by kind, because it names no whole attachment, is listed in
-//! gc.rs.
+//! gc.rs. Elsewhere nothing is removed but: the allocator's undo of a reservation it made
+//! before it returns a refusal (addressing.rs: no attachment had it yet), ADD replacing
+//! its own attachment's stale port element when the kernel refuses its batch
+//! (portmap.rs), and reclaim's sweep of a legacy reservation that names no interface
+//! (leaks/reclaim.rs).
 
 use std::net::IpAddr;
 
