@@ -197,7 +197,22 @@ def _clean_nftables():
                 text = " . ".join(str(p) for p in parts)
                 sh("nft", "delete", "element", "inet", "academy", m["name"],
                    f"{{ {text} }}", check=False)
-    if not maps and all(name.startswith(PREFIX) for name in sets):
+    # The hairpin marks of the bench's bridges, then the table once nothing but the
+    # bench's sets and port mapping's now empty shared objects is in it.
+    for item in items:
+        s = item.get("set", {})
+        if s.get("name") == "_hairpin":
+            for pair in s.get("elem", []):
+                parts = pair["concat"] if isinstance(pair, dict) else [pair]
+                if all(str(p).startswith(PREFIX) for p in parts):
+                    text = " . ".join(f'"{p}"' for p in parts)
+                    sh("nft", "delete", "element", "inet", "academy", "_hairpin",
+                       f"{{ {text} }}", check=False)
+    after = sh("nft", "-j", "list", "table", "inet", "academy", check=False)
+    left = json.loads(after.stdout or "{}").get("nftables", [])
+    holding = [i.get("set") or i.get("map") for i in left if "set" in i or "map" in i]
+    if all(h["name"].startswith(PREFIX) or (h["name"].startswith("_") and not h.get("elem"))
+           for h in holding):
         sh("nft", "delete", "table", "inet", "academy", check=False)
 
 

@@ -337,7 +337,7 @@ impl Lab {
         let _ = std::fs::remove_dir_all(&self.root);
         // The host-local form's default store, and the network's nf_tables objects.
         let _ = std::fs::remove_dir_all(Path::new(HOST_LOCAL_STORE).join(&self.network));
-        super::nft::remove_network(&self.network);
+        super::nft::remove_network(&self.network, &self.bridge);
         super::nft_bridge::remove_mac_filter(&self.network);
         let prefix = format!("{}-", self.network);
         for entry in std::fs::read_dir(RESULTS_DIR)

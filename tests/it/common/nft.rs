@@ -190,7 +190,13 @@ pub const PORT_MAPS: [&str; 4] = [
 
 /// Removes a network's rules, sets and published ports, and the table once no set or
 /// map is left in it. Never panics: it runs from Drop guards.
-pub fn remove_network(network: &str) {
+pub fn remove_network(network: &str, bridge: &str) {
+    let hairpin = format!("{{ \"{bridge}\" . \"{bridge}\" }}");
+    let _ = run(
+        "nft",
+        &["delete", "element", "inet", "academy", "_hairpin", &hairpin],
+        &[],
+    );
     for (map, key, _, _) in published_entries(network) {
         let element = format!("{{ {key} }}");
         let _ = run(
@@ -222,11 +228,17 @@ pub fn remove_network(network: &str) {
     let out = run("nft", &["-j", "list", "table", "inet", "academy"], &[]);
     if out.code == 0 {
         let v: Value = serde_json::from_str(out.stdout.trim()).unwrap_or(Value::Null);
+        // Port mapping's maps and hairpin set are shared by every network: they count
+        // only while they hold an element.
         let sets = v["nftables"]
             .as_array()
             .into_iter()
             .flatten()
-            .filter(|i| i.get("set").is_some() || i.get("map").is_some())
+            .filter_map(|i| i.get("set").or_else(|| i.get("map")))
+            .filter(|s| {
+                let shared = s["name"].as_str().is_some_and(|n| n.starts_with('_'));
+                !shared || s["elem"].as_array().is_some_and(|e| !e.is_empty())
+            })
             .count();
         if sets == 0 {
             let _ = run("nft", &["delete", "table", "inet", "academy"], &[]);
