@@ -4,8 +4,10 @@
 
 - podman's generated chain (bridge with ipMasq and hairpinMode, portmap, firewall,
   tuning) on the reference plugins, against the same network converted by
-  `academy convert` (academy + firewall), each with one port mapping: ADD and DEL
-  cycles interleaved, then 50 parallel ADDs (and DELs) of each;
+  `academy convert` (one academy entry: it accepts its bridge's forwarding itself where
+  iptables' FORWARD policy drops), each with one port mapping: ADD and DEL cycles
+  interleaved, then 50 parallel ADDs (and DELs) of each; and, for comparison, the
+  converted network with the reference `firewall` kept after it;
 - academy alone: ADD with 3 port mappings against ADD without, and ADD with one port
   mapping with 1,000 other containers' ports in the map against none (in two private
   "host" namespaces, each with its own academy table).
@@ -197,11 +199,11 @@ def run(academy: str, reference_dir: str, lab: Lab, n: int, parallel: int) -> di
                                               NET_ACADEMY, lab.scratch("store-ca")), scratch)
     for br in (f"{PREFIX}br-cr", f"{PREFIX}br-ca"):
         lab.track_bridge(br)
-    # The converted network without its firewall: what it costs where the FORWARD
-    # policy accepts (README, Publishing ports); the bridge is the converted one's.
-    bare = dict(aca_list, plugins=[p for p in aca_list["plugins"] if p["type"] != "firewall"])
+    # The converted network with the reference firewall still after it (as before academy
+    # accepted forwarding itself): what keeping it would cost; the bridge is the same.
+    with_fw = dict(aca_list, plugins=aca_list["plugins"] + [{"type": "firewall", "backend": ""}])
     chains = {"reference": Chain(ref_list, cni_path), "academy": Chain(aca_list, cni_path),
-              "academy-nofw": Chain(bare, cni_path)}
+              "academy-fw": Chain(with_fw, cni_path)}
     netns = {k: lab.add_netns(f"{PREFIX}-ch{i}") for i, k in enumerate(chains)}
 
     out = {"cycles": n, "parallel": parallel,
@@ -212,8 +214,8 @@ def run(academy: str, reference_dir: str, lab: Lab, n: int, parallel: int) -> di
                        for k, t in times.items()}
     out["chain_ratio"] = {c: median_ratio(times["academy"][c], times["reference"][c])
                           for c in ("ADD", "DEL")}
-    out["nofw_ratio"] = {c: median_ratio(times["academy-nofw"][c], times["reference"][c])
-                         for c in ("ADD", "DEL")}
+    out["fw_ratio"] = {c: median_ratio(times["academy-fw"][c], times["reference"][c])
+                       for c in ("ADD", "DEL")}
 
     print(f"chains: {parallel} parallel ADDs of each chain ...", file=sys.stderr)
     names = [f"{PREFIX}-cb{j:02d}" for j in range(parallel)]
@@ -239,8 +241,8 @@ def markdown(r: dict) -> str:
     rows = [
         ("converted network ADD / podman's reference chain ADD", r["chain_ratio"]["ADD"], 0.10),
         ("converted network DEL / podman's reference chain DEL", r["chain_ratio"]["DEL"], 0.20),
-        ("the same without firewall, ADD (FORWARD policy accept)", r["nofw_ratio"]["ADD"], None),
-        ("the same without firewall, DEL", r["nofw_ratio"]["DEL"], None),
+        ("the same with the reference firewall kept after it, ADD", r["fw_ratio"]["ADD"], None),
+        ("the same with the reference firewall kept after it, DEL", r["fw_ratio"]["DEL"], None),
         (f"{r['parallel']} parallel ADDs, converted / reference (wall)",
          r["burst_ratio"]["ADD"], None),
         (f"{r['parallel']} parallel DELs, converted / reference (wall)",

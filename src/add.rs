@@ -19,6 +19,7 @@ use crate::cni::env::Env;
 use crate::cni::result::{format_mac, CniResult, Interface};
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
+use crate::forward;
 use crate::leaks;
 use crate::macspoof;
 use crate::netlink::Netlink;
@@ -103,6 +104,10 @@ fn make(
 ) -> Result<Vec<Interface>> {
     let mut nl = Netlink::open()?;
     let interfaces = wire_up(&mut nl, netns, who, conf, assigned, mac)?;
+    // A network the host routes for: accepted by a FORWARD policy that drops (Docker's).
+    if conf.is_gateway || conf.ip_masq || conf.publishes_ports {
+        forward::accept(conf)?;
+    }
     // The masquerade (ipMasq) and the published ports, in one nf_tables batch.
     if conf.ip_masq || conf.port_mappings.as_ref().is_some_and(|m| !m.is_empty()) {
         let addresses: Vec<IpNetwork> = assigned.ips.iter().map(|ip| ip.address).collect();

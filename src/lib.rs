@@ -19,6 +19,7 @@ mod config;
 mod dad;
 mod del;
 mod delegate;
+mod forward;
 mod gc;
 mod hostveth;
 mod ipam;

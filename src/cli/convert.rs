@@ -2,10 +2,11 @@
 //! podman and containerd write them) collapsed into one academy entry where academy
 //! does the job itself: `type` bridge becomes academy, a plain `portmap` becomes the
 //! entry's `portMappings` capability, a bare `tuning` (nothing but the `mac`
-//! capability) is dropped. Whatever academy does not replace stays in the chain, said
-//! so on stderr: `firewall` always (it accepts the network's forwarded traffic where
-//! iptables' FORWARD policy drops it, as on a host with Docker), a `portmap` or
-//! `tuning` with options of their own.
+//! capability) is dropped, and so is an iptables `firewall` (academy accepts its
+//! bridge's forwarded traffic itself where iptables' FORWARD policy drops it, as on a
+//! host with Docker: src/forward.rs). Whatever academy does not replace stays in the
+//! chain, said so on stderr: a `portmap`, `tuning` or `firewall` with options of their
+//! own (a firewalld backend, an admin chain of another name).
 //!
 //! Prints the new conflist; `--dry-run` prints what would change instead, as a diff;
 //! `--in-place` rewrites the file (atomically: a temporary file renamed over it).
@@ -99,8 +100,11 @@ pub fn convert(list: &Value) -> Result<(Value, Vec<String>), String> {
                 notes.push(format!("{kind}: kept, its options are not academy's"));
                 kept.push(plugin.clone());
             }
+            ("firewall", Some(p)) if plain_firewall(p) => {
+                notes.push("firewall: dropped, academy accepts the bridge's forwarded traffic itself where iptables' FORWARD policy drops it (e.g. with Docker installed)".into());
+            }
             ("firewall", _) => {
-                notes.push("firewall: kept, it accepts the network's forwarded traffic where iptables' FORWARD policy drops it (e.g. with Docker installed)".into());
+                notes.push("firewall: kept, its options are not academy's".into());
                 kept.push(plugin.clone());
             }
             _ => {
@@ -124,6 +128,15 @@ fn plain_portmap(p: &Map<String, Value>) -> bool {
         "capabilities" => v
             .as_object()
             .is_some_and(|c| c.keys().all(|k| k == "portMappings")),
+        _ => false,
+    })
+}
+
+/// A firewall academy replaces: the iptables backend (the default) and nothing else.
+fn plain_firewall(p: &Map<String, Value>) -> bool {
+    p.iter().all(|(k, v)| match k.as_str() {
+        "type" => true,
+        "backend" => v == &json!("") || v == &json!("iptables"),
         _ => false,
     })
 }
@@ -206,14 +219,14 @@ mod tests {
     }
 
     #[test]
-    fn podman_s_chain_becomes_academy_and_its_firewall() {
+    fn podman_s_chain_becomes_one_academy_entry() {
         let (got, notes) = convert(&podman()).unwrap();
         let plugins = got["plugins"].as_array().unwrap();
         let types: Vec<&str> = plugins
             .iter()
             .map(|p| p["type"].as_str().unwrap())
             .collect();
-        assert_eq!(types, ["academy", "firewall"]);
+        assert_eq!(types, ["academy"]);
         assert_eq!(
             plugins[0]["capabilities"],
             json!({"ips": true, "portMappings": true})
@@ -228,6 +241,7 @@ mod tests {
         let mut list = podman();
         list["plugins"][1]["masqAll"] = json!(true);
         list["plugins"][3]["sysctl"] = json!({"net.core.somaxconn": "500"});
+        list["plugins"][2]["backend"] = json!("firewalld");
         let (got, _) = convert(&list).unwrap();
         let types: Vec<&str> = got["plugins"]
             .as_array()

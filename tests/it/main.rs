@@ -21,6 +21,7 @@
 //! | `route_attrs` | routes with priority, table, scope, mtu, advmss                |
 //! | `iface_keys`  | enabledad, disableContainerInterface, ipam.resolvConf          |
 //! | `layer2`      | a network without ipam: interfaces on the bridge, no address   |
+//! | `forward`     | a dropping iptables FORWARD policy (Docker's): the bridge accepted |
 //! | `netns_entry` | how often, and from which thread, the netns is entered         |
 //! | `podman/`     | academy under a real runtime (podman 4.3, CNI backend), as     |
 //! |               | named phases of one run                                        |
@@ -67,6 +68,7 @@ mod cli_inputs;
 mod cri;
 mod dropin;
 mod failure;
+mod forward;
 mod gate;
 mod hardening;
 mod iface_keys;

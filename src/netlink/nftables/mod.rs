@@ -31,6 +31,7 @@ mod attrs;
 mod batch;
 mod change;
 mod digest;
+mod forward;
 mod inspect;
 mod macspoof;
 mod port_elements;

@@ -102,7 +102,7 @@ fn portmap_podman_run_p_on_a_converted_network_answers_outside_host_and_containe
         .iter()
         .filter_map(|p| p["type"].as_str())
         .collect();
-    assert_eq!(types, ["academy", "firewall"], "converted: {list}");
+    assert_eq!(types, ["academy"], "converted: {list}");
 
     let port = host_ports(&lab);
     p.must(&[

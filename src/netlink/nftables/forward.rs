@@ -1,0 +1,145 @@
+//! iptables' FORWARD chain, as iptables-nft keeps it in nf_tables (`table ip filter`,
+//! `table ip6 filter`). On a host whose FORWARD policy drops (Docker sets it), every
+//! frame routed to or from a container is dropped there, whatever academy's own table
+//! accepts: a packet must pass every base chain on its hook. academy then appends two
+//! rules for the network's bridge, in the form iptables-nft writes itself (`-i BRIDGE
+//! -j ACCEPT`, `-o BRIDGE -j ACCEPT`: meta, cmp, counter, immediate), so `iptables -S`
+//! lists them, with a comment naming academy. It never makes the table or the chain:
+//! without them nothing drops.
+
+use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP};
+
+use super::attrs::{attributes, comment_of, comment_udata, Attrs};
+use super::batch::Batch;
+use super::rule::{cmp, expr};
+use super::{
+    Family, Nftables, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS,
+    NFTA_RULE_TABLE, NFTA_RULE_USERDATA, NFT_MSG_GETRULE, NFT_MSG_NEWRULE,
+};
+use crate::netlink::socket::{Await, NlResult};
+
+const FILTER: &str = "filter";
+const FORWARD: &str = "FORWARD";
+const NFT_MSG_GETCHAIN: u8 = 4;
+const NFTA_CHAIN_POLICY: u16 = 5;
+const NF_DROP: u32 = 0;
+const NF_ACCEPT: u32 = 1;
+const NFT_REG_VERDICT: u32 = 0;
+const NFT_REG_1: u32 = 1;
+const NFT_CMP_EQ: u32 = 0;
+const NFT_META_IIFNAME: u32 = 6;
+const NFT_META_OIFNAME: u32 = 7;
+
+/// The comment of academy's rule for `bridge` in one direction.
+fn comment(bridge: &str, direction: &str) -> String {
+    format!("academy: forwarding {direction} bridge {bridge}")
+}
+
+impl Nftables {
+    /// Whether iptables' FORWARD chain of `family` exists and drops by policy.
+    pub fn forward_drops(&mut self, family: Family) -> NlResult<bool> {
+        let mut attrs = Attrs::default();
+        attrs.str(NFTA_CHAIN_TABLE, FILTER);
+        attrs.str(NFTA_CHAIN_NAME, FORWARD);
+        let (nfproto, _, _, _) = family.layout();
+        let what = format!("look up chain {FORWARD} of iptables' table {FILTER}");
+        let mut policy = None;
+        let result = self.request_in(
+            nfproto,
+            NFT_MSG_GETCHAIN,
+            0,
+            attrs,
+            Await::One,
+            &what,
+            |p| {
+                policy = attributes(p)
+                    .find(|(kind, _)| *kind == NFTA_CHAIN_POLICY)
+                    .and_then(|(_, v)| <[u8; 4]>::try_from(v).ok())
+                    .map(u32::from_be_bytes);
+            },
+        );
+        match result {
+            Err(e) if e.is(libc::ENOENT) => Ok(false),
+            other => other.map(|()| policy == Some(NF_DROP)),
+        }
+    }
+
+    /// Appends the accept rules of `bridge` to iptables' FORWARD chain of `family` unless
+    /// they are there (one dump of the chain). True when it wrote.
+    pub fn accept_forwarding(&mut self, family: Family, bridge: &str) -> NlResult<bool> {
+        let (nfproto, _, _, _) = family.layout();
+        let present = self.forward_comments(nfproto)?;
+        let missing: Vec<(&str, u32)> = [("from", NFT_META_IIFNAME), ("to", NFT_META_OIFNAME)]
+            .into_iter()
+            .filter(|(direction, _)| !present.contains(&comment(bridge, direction)))
+            .collect();
+        if missing.is_empty() {
+            return Ok(false);
+        }
+        let mut batch = Batch::in_family(&mut self.socket, nfproto);
+        for (direction, key) in missing {
+            let text = comment(bridge, direction);
+            let mut rule = Attrs::default();
+            rule.str(NFTA_RULE_TABLE, FILTER);
+            rule.str(NFTA_RULE_CHAIN, FORWARD);
+            rule.nested(NFTA_RULE_EXPRESSIONS, |list| {
+                accept_interface(list, key, bridge)
+            });
+            rule.put(NFTA_RULE_USERDATA, &comment_udata(&text));
+            batch.add(
+                NFT_MSG_NEWRULE,
+                NLM_F_CREATE | NLM_F_APPEND,
+                rule,
+                format!("append {text:?} to iptables' chain {FILTER} {FORWARD}"),
+            );
+        }
+        batch.commit().map(|()| true)
+    }
+
+    fn forward_comments(&mut self, nfproto: u8) -> NlResult<Vec<String>> {
+        let mut attrs = Attrs::default();
+        attrs.str(NFTA_RULE_TABLE, FILTER);
+        attrs.str(NFTA_RULE_CHAIN, FORWARD);
+        let what = format!("list the rules of iptables' chain {FILTER} {FORWARD}");
+        let mut found = Vec::new();
+        let result = self.request_in(
+            nfproto,
+            NFT_MSG_GETRULE,
+            NLM_F_DUMP,
+            attrs,
+            Await::Dump,
+            &what,
+            |p| {
+                found.extend(
+                    attributes(p)
+                        .filter(|(kind, _)| *kind == NFTA_RULE_USERDATA)
+                        .filter_map(|(_, data)| comment_of(data)),
+                );
+            },
+        );
+        match result {
+            Err(e) if e.is(libc::ENOENT) => Ok(Vec::new()),
+            other => other.map(|()| found),
+        }
+    }
+}
+
+/// `meta iifname|oifname == NAME; counter; accept`, as iptables-nft encodes `-i`/`-o`
+/// (the name compared with its NUL, so no prefix of it matches).
+fn accept_interface(list: &mut Attrs, key: u32, name: &str) {
+    expr(list, "meta", |e| {
+        e.be32(1, NFT_REG_1); // NFTA_META_DREG
+        e.be32(2, key); // NFTA_META_KEY
+    });
+    let mut bytes = name.as_bytes().to_vec();
+    bytes.push(0);
+    cmp(list, NFT_REG_1, NFT_CMP_EQ, &bytes);
+    expr(list, "counter", |_| {});
+    expr(list, "immediate", |e| {
+        e.be32(1, NFT_REG_VERDICT); // NFTA_IMMEDIATE_DREG
+                                    // NFTA_IMMEDIATE_DATA > NFTA_DATA_VERDICT > NFTA_VERDICT_CODE
+        e.nested(2, |data| {
+            data.nested(2, |verdict| verdict.be32(1, NF_ACCEPT))
+        });
+    });
+}
