@@ -9,9 +9,11 @@
  *          NEWLINK veth (up, master, both MACs, peer born in the netns), NEWLINK alias
  *   netns: GETLINK ifname, NEWLINK up, NEWADDR, NEWROUTE default
  *   host:  GETLINK bridge (academy re-reads it for the result),
+ *          GETCHAIN ip filter FORWARD, GETCHAIN ip6 filter FORWARD (does iptables'
+ *          FORWARD policy drop? ENOENT on a host without iptables-nft's tables),
  *          GETLINK host veth (academy checks the pair is still its own before succeeding)
  *
- * 10 requests (the NEWADDR answered EEXIST included) and 1 setns. The bench traces this
+ * 12 requests (the NEWADDR answered EEXIST included) and 1 setns. The bench traces this
  * process and one academy ADD and says DRIFT when the two counts differ, so a change to
  * academy's requests shows up here. Exit 0 on success, 1 with a message on stderr
  * otherwise.
@@ -22,6 +24,9 @@
 #include <fcntl.h>
 #include <linux/if.h>
 #include <linux/if_link.h>
+#include <linux/netfilter.h>
+#include <linux/netfilter/nf_tables.h>
+#include <linux/netfilter/nfnetlink.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <linux/veth.h>
@@ -110,6 +115,19 @@ static int nl_socket(void)
 	if (fd < 0)
 		die("socket", errno);
 	return fd;
+}
+
+/* GETCHAIN of iptables' FORWARD in `family`'s filter table: the answer does not matter. */
+static void getchain(int fd, int family)
+{
+	struct req r;
+	start(&r, (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETCHAIN, 0, sizeof(struct nfgenmsg));
+	struct nfgenmsg *g = NLMSG_DATA(&r.h);
+	g->nfgen_family = family;
+	g->version = NFNETLINK_V0;
+	put_str(&r.h, NFTA_CHAIN_TABLE, "filter");
+	put_str(&r.h, NFTA_CHAIN_NAME, "FORWARD");
+	talk(fd, &r, NULL);
 }
 
 static int getlink(int fd, const char *name)
@@ -224,6 +242,11 @@ int main(int argc, char **argv)
 		die("default route", err);
 
 	getlink(fd, bridge);
+	int nf = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_NETFILTER);
+	if (nf < 0)
+		die("netfilter socket", errno);
+	getchain(nf, NFPROTO_IPV4);
+	getchain(nf, NFPROTO_IPV6);
 	getlink(fd, host);
 	return 0;
 }
