@@ -166,6 +166,11 @@ pub fn nlmsg_type_in(text: &str) -> String {
         "0x18" => "RTM_NEWROUTE",
         "0x19" => "RTM_DELROUTE",
         "0x1a" => "RTM_GETROUTE",
+        // nf_tables requests outside a batch (the shim prints them as numbers too).
+        "0xa04" => "NFNL_SUBSYS_NFTABLES<<8|NFT_MSG_GETCHAIN",
+        "0xa07" => "NFNL_SUBSYS_NFTABLES<<8|NFT_MSG_GETRULE",
+        "0xa0a" => "NFNL_SUBSYS_NFTABLES<<8|NFT_MSG_GETSET",
+        "0xa0d" => "NFNL_SUBSYS_NFTABLES<<8|NFT_MSG_GETSETELEM",
         other => other,
     };
     name.to_string()
