@@ -7,14 +7,14 @@
 //! lists them, with a comment naming academy. It never makes the table or the chain:
 //! without them nothing drops.
 
-use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP};
+use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE};
 
-use super::attrs::{attributes, comment_of, comment_udata, Attrs};
+use super::attrs::{attributes, comment_udata, Attrs};
 use super::batch::Batch;
 use super::rule::{cmp, expr};
 use super::{
     Family, Nftables, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS,
-    NFTA_RULE_TABLE, NFTA_RULE_USERDATA, NFT_MSG_GETRULE, NFT_MSG_NEWRULE,
+    NFTA_RULE_TABLE, NFTA_RULE_USERDATA, NFT_MSG_NEWRULE,
 };
 use crate::netlink::socket::{Await, NlResult};
 
@@ -97,30 +97,8 @@ impl Nftables {
     }
 
     fn forward_comments(&mut self, nfproto: u8) -> NlResult<Vec<String>> {
-        let mut attrs = Attrs::default();
-        attrs.str(NFTA_RULE_TABLE, FILTER);
-        attrs.str(NFTA_RULE_CHAIN, FORWARD);
-        let what = format!("list the rules of iptables' chain {FILTER} {FORWARD}");
-        let mut found = Vec::new();
-        let result = self.request_in(
-            nfproto,
-            NFT_MSG_GETRULE,
-            NLM_F_DUMP,
-            attrs,
-            Await::Dump,
-            &what,
-            |p| {
-                found.extend(
-                    attributes(p)
-                        .filter(|(kind, _)| *kind == NFTA_RULE_USERDATA)
-                        .filter_map(|(_, data)| comment_of(data)),
-                );
-            },
-        );
-        match result {
-            Err(e) if e.is(libc::ENOENT) => Ok(Vec::new()),
-            other => other.map(|()| found),
-        }
+        let rules = self.commented_rules(nfproto, FILTER, Some(FORWARD))?;
+        Ok(rules.into_iter().map(|r| r.comment).collect())
     }
 }
 

@@ -48,7 +48,68 @@ pub enum SetShape {
     Foreign(String),
 }
 
+/// A rule as a dump shows it: where it is, its handle, its comment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct CommentedRule {
+    pub chain: String,
+    pub handle: u64,
+    pub comment: String,
+}
+
 impl Nftables {
+    /// The commented rules of a table of `nfproto` (of one chain when given), in one dump;
+    /// none when the table or chain is gone. Shared by port mapping's repair and the
+    /// FORWARD rules of iptables' table.
+    pub(super) fn commented_rules(
+        &mut self,
+        nfproto: u8,
+        table: &str,
+        chain: Option<&str>,
+    ) -> NlResult<Vec<CommentedRule>> {
+        let mut attrs = Attrs::default();
+        attrs.str(NFTA_RULE_TABLE, table);
+        if let Some(chain) = chain {
+            attrs.str(NFTA_RULE_CHAIN, chain);
+        }
+        let what = format!("list the rules of nf_tables table {table}");
+        let mut found = Vec::new();
+        let result = self.request_in(
+            nfproto,
+            NFT_MSG_GETRULE,
+            NLM_F_DUMP,
+            attrs,
+            Await::Dump,
+            &what,
+            |p| {
+                let (mut chain, mut comment, mut handle) = (None, None, None);
+                for (kind, data) in attributes(p) {
+                    match kind {
+                        NFTA_RULE_CHAIN => {
+                            let name = data.split(|b| *b == 0).next().unwrap_or(data);
+                            chain = Some(String::from_utf8_lossy(name).into_owned());
+                        }
+                        NFTA_RULE_USERDATA => comment = comment_of(data),
+                        NFTA_RULE_HANDLE => {
+                            handle = <[u8; 8]>::try_from(data).ok().map(u64::from_be_bytes)
+                        }
+                        _ => {}
+                    }
+                }
+                if let (Some(chain), Some(comment), Some(handle)) = (chain, comment, handle) {
+                    found.push(CommentedRule {
+                        chain,
+                        handle,
+                        comment,
+                    });
+                }
+            },
+        );
+        match result {
+            Err(e) if e.is(libc::ENOENT) => Ok(Vec::new()),
+            other => other.map(|()| found),
+        }
+    }
+
     /// academy's rules in its chain (one small dump); none when the table or chain is gone.
     pub fn masquerade_rules(&mut self) -> NlResult<Vec<MasqRule>> {
         let mut attrs = Attrs::default();

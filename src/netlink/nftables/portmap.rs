@@ -26,7 +26,7 @@
 
 use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP};
 
-use super::attrs::{attributes, comment_of, comment_udata, Attrs, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
+use super::attrs::{comment_udata, Attrs, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
 use super::batch::{Batch, Change};
 use super::port_elements::{
     decode_ports, describe, key_text, PortElement, PortKey, PortMap, NFTA_SET_ELEM_DATA, TYPE_BITS,
@@ -39,9 +39,9 @@ use super::{
     NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_RULE_USERDATA, NFTA_SET_ELEM_KEY,
     NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE,
     NFTA_SET_ELEM_USERDATA, NFTA_SET_ID, NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE, NFTA_SET_NAME,
-    NFTA_SET_TABLE, NFTA_TABLE_NAME, NFT_MSG_DELRULE, NFT_MSG_DELSETELEM, NFT_MSG_GETRULE,
-    NFT_MSG_GETSETELEM, NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE, NFT_MSG_NEWSET, NFT_MSG_NEWSETELEM,
-    NFT_MSG_NEWTABLE, NF_INET_POST_ROUTING, NF_IP_PRI_NAT_SRC, TABLE,
+    NFTA_SET_TABLE, NFTA_TABLE_NAME, NFT_MSG_DELRULE, NFT_MSG_DELSETELEM, NFT_MSG_GETSETELEM,
+    NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE, NFT_MSG_NEWSET, NFT_MSG_NEWSETELEM, NFT_MSG_NEWTABLE,
+    NF_INET_POST_ROUTING, NF_IP_PRI_NAT_SRC, TABLE,
 };
 use super::{NFTA_SET_DATA_LEN, NFTA_SET_DATA_TYPE, NFTA_SET_FLAGS, NFT_SET_MAP};
 use crate::netlink::socket::{Await, NlResult};
@@ -165,7 +165,12 @@ impl Nftables {
     /// academy's port mapping rules replaced, so an admin's `nft flush table` or `flush
     /// chain` (which keep the maps and their elements) is repaired. True when it wrote.
     pub fn ensure_portmap(&mut self) -> NlResult<bool> {
-        let present = self.portmap_rules()?;
+        let present: Vec<(String, String, u64)> = self
+            .commented_rules(super::NFPROTO_INET, TABLE, None)?
+            .into_iter()
+            .filter(|r| r.comment.starts_with(RULE_PREFIX))
+            .map(|r| (r.chain, r.comment, r.handle))
+            .collect();
         let wanted = wanted_rules();
         let complete = present.len() == wanted.len()
             && wanted
@@ -280,51 +285,6 @@ impl Nftables {
             localhost_rule,
         );
         batch.commit().map(|()| true)
-    }
-
-    /// academy's port mapping rules in its table, as (chain, comment, handle); none
-    /// when the table is gone.
-    fn portmap_rules(&mut self) -> NlResult<Vec<(String, String, u64)>> {
-        let mut attrs = Attrs::default();
-        attrs.str(NFTA_RULE_TABLE, TABLE);
-        let what = format!("list the rules of nf_tables table inet {TABLE}");
-        let mut found = Vec::new();
-        let result = self.request(
-            NFT_MSG_GETRULE,
-            NLM_F_DUMP,
-            attrs,
-            Await::Dump,
-            &what,
-            |p| {
-                let (mut chain, mut comment, mut handle) = (None, None, None);
-                for (kind, data) in attributes(p) {
-                    match kind {
-                        NFTA_RULE_CHAIN => {
-                            chain = Some(
-                                String::from_utf8_lossy(
-                                    data.split(|b| *b == 0).next().unwrap_or(data),
-                                )
-                                .into_owned(),
-                            )
-                        }
-                        NFTA_RULE_USERDATA => comment = comment_of(data),
-                        NFTA_RULE_HANDLE => {
-                            handle = <[u8; 8]>::try_from(data).ok().map(u64::from_be_bytes)
-                        }
-                        _ => {}
-                    }
-                }
-                if let (Some(chain), Some(comment), Some(handle)) = (chain, comment, handle) {
-                    if comment.starts_with(RULE_PREFIX) {
-                        found.push((chain, comment, handle));
-                    }
-                }
-            },
-        );
-        match result {
-            Err(e) if e.is(libc::ENOENT) => Ok(Vec::new()),
-            other => other.map(|()| found),
-        }
     }
 }
 
