@@ -8,9 +8,10 @@
 //!
 //! - a veth with academy's derived name but no alias (an ADD killed between creating
 //!   the pair and labelling it), on this network's bridge;
-//! - masquerade elements, and the MAC filter elements of macspoofchk, whose comment is
-//!   no valid attachment's (comments are capped by the kernel, so they are compared,
-//!   never parsed back into an attachment);
+//! - masquerade elements, published ports and the MAC filter elements of macspoofchk,
+//!   whose comment is no valid attachment's, on one socket and in one shape (`sweep`);
+//!   comments are capped by the kernel, so they are compared, never parsed back into an
+//!   attachment;
 //! - reservations no index names (host-local's on a shared store, legacy id-only files,
 //!   an ADD killed before its index was written) and abandoned temp files;
 //! - for a delegated IPAM, that plugin's own GC.
@@ -30,7 +31,7 @@ use crate::hostveth;
 use crate::ipam::Store;
 use crate::macspoof;
 use crate::masquerade;
-use crate::netlink::{Link, LinkKind, Netlink};
+use crate::netlink::{stored_comment, Link, LinkKind, Netlink, Nftables, NlError};
 use crate::portmap;
 use crate::removal::{self, Reservations, Target};
 use crate::wire;
@@ -64,9 +65,7 @@ pub fn gc(env: &Env, conf: &Config) -> Result<()> {
         Ok(mut nl) => sweep_unlabelled(&mut nl, conf, valid, &mut errors),
         Err(e) => errors.push(e.into()),
     }
-    masquerade::gc(conf, valid, &mut errors);
-    macspoof::gc(conf, valid, &mut errors);
-    portmap::gc(conf, valid, &mut errors);
+    sweep_nftables(conf, valid, &mut errors);
     addressing::gc(env, conf, &mut errors);
 
     match errors.len() {
@@ -141,6 +140,73 @@ fn sweep_unlabelled(
             Ok(_) => eprintln!("academy: GC deleted host veth {} (unlabelled)", link.name),
             Err(e) => errors.push(e.context(format!("GC could not delete {}", link.name))),
         }
+    }
+}
+
+/// The by-kind sweeps of nf_tables, on one socket: masquerade elements, MAC filters and
+/// published ports whose comment names no valid attachment.
+fn sweep_nftables(conf: &Config, valid: &HashSet<(String, String)>, errors: &mut Vec<Error>) {
+    let mut nft = match Nftables::open() {
+        Ok(nft) => nft,
+        Err(e) => return errors.push(e.into()),
+    };
+    let live = Live::of(conf, valid);
+    masquerade::gc(&mut nft, conf, &live, errors);
+    macspoof::gc(&mut nft, conf, &live.holders, errors);
+    portmap::gc(&mut nft, conf, &live.ports, errors);
+}
+
+/// The comments the valid attachments' elements carry, as the kernel stores them (capped,
+/// so compared whole and never parsed back into an attachment).
+pub struct Live {
+    /// `<container id>:<ifname>`: masquerade and MAC filter elements, in per-network sets.
+    pub holders: HashSet<String>,
+    /// `<network>:<container id>:<ifname>`: published ports, in maps every network shares.
+    pub ports: HashSet<String>,
+}
+
+impl Live {
+    fn of(conf: &Config, valid: &HashSet<(String, String)>) -> Live {
+        let who = || {
+            valid
+                .iter()
+                .map(|(cid, ifname)| Attachment::new(&conf.name, cid, ifname))
+        };
+        Live {
+            holders: who().map(|w| stored_comment(&w.holder().key())).collect(),
+            ports: who()
+                .map(|w| stored_comment(&portmap::holder(&w)))
+                .collect(),
+        }
+    }
+}
+
+/// One by-kind sweep: of the `found` elements, those whose comment is not `live` are
+/// handed to `remove` in one call, then each is logged as `removed` words it. Errors are
+/// collected; GC goes on.
+pub fn sweep<E>(
+    found: std::result::Result<Vec<E>, NlError>,
+    live: &HashSet<String>,
+    comment: impl Fn(&E) -> &str,
+    remove: impl FnOnce(&[E]) -> std::result::Result<(), NlError>,
+    removed: impl Fn(&E) -> String,
+    errors: &mut Vec<Error>,
+) {
+    let stale: Vec<E> = match found {
+        Ok(found) => found
+            .into_iter()
+            .filter(|e| !live.contains(comment(e)))
+            .collect(),
+        Err(e) => return errors.push(e.into()),
+    };
+    if stale.is_empty() {
+        return;
+    }
+    match remove(&stale) {
+        Ok(()) => stale
+            .iter()
+            .for_each(|e| eprintln!("academy: GC {}", removed(e))),
+        Err(e) => errors.push(e.into()),
     }
 }
 

@@ -129,42 +129,22 @@ pub fn check(conf: &Config, who: &Attachment, mac: &str, diffs: &mut Vec<String>
     Ok(())
 }
 
-/// GC: removes the guarded ports of this network whose comment names no attachment in
-/// `valid`. Errors are collected; the sweep goes on.
-pub fn gc(conf: &Config, valid: &HashSet<(String, String)>, errors: &mut Vec<Error>) {
-    let mut nft = match Nftables::open() {
-        Ok(nft) => nft,
-        Err(e) => return errors.push(e.into()),
-    };
-    let live: HashSet<String> = valid
-        .iter()
-        .map(|(cid, ifname)| {
-            let key = Attachment::new(&conf.name, cid, ifname).holder().key();
-            stored_comment(&key).to_string()
-        })
-        .collect();
-    let ports = match nft.guarded_ports(&conf.name) {
-        Ok(p) => p,
-        Err(e) => return errors.push(e.into()),
-    };
-    let stale: Vec<GuardedPort> = ports
-        .into_iter()
-        .filter(|p| !live.contains(&p.comment))
-        .collect();
-    if stale.is_empty() {
-        return;
-    }
-    match nft.unguard_ports(&conf.name, &stale) {
-        Ok(()) => {
-            for p in &stale {
-                eprintln!(
-                    "academy: GC removed the MAC filter of {} ({}, held by {})",
-                    p.port,
-                    format_mac(p.mac),
-                    p.comment
-                );
-            }
-        }
-        Err(e) => errors.push(e.into()),
-    }
+/// GC: removes the guarded ports of this network whose comment is no valid attachment's
+/// holder key.
+pub fn gc(nft: &mut Nftables, conf: &Config, live: &HashSet<String>, errors: &mut Vec<Error>) {
+    crate::gc::sweep(
+        nft.guarded_ports(&conf.name),
+        live,
+        |p: &GuardedPort| &p.comment,
+        |stale| nft.unguard_ports(&conf.name, stale),
+        |p| {
+            format!(
+                "removed the MAC filter of {} ({}, held by {})",
+                p.port,
+                format_mac(p.mac),
+                p.comment
+            )
+        },
+        errors,
+    );
 }

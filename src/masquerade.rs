@@ -13,7 +13,6 @@
 //! ADD also repairs the network's NAT (see `add`); nat_repair.rs rebuilds it from the
 //! store for an operator and for STATUS.
 
-use std::collections::HashSet;
 use std::fs::File;
 use std::net::IpAddr;
 use std::os::unix::fs::OpenOptionsExt;
@@ -23,7 +22,6 @@ use nix::fcntl::Flock;
 
 use ipnetwork::IpNetwork;
 
-use crate::attachment::Attachment;
 use crate::cni::{code, Error, Result};
 use crate::config::{Config, Ipam};
 use crate::ipam::store::files;
@@ -437,18 +435,7 @@ pub fn check(
 /// judged by the comments of a dump taken just before the removal (a lookup per element
 /// would compare the same comments again, at one round trip each: a GC of 5,000 stale
 /// elements is one dump and one batch). Errors are collected; the sweep goes on.
-pub fn gc(conf: &Config, valid: &HashSet<(String, String)>, errors: &mut Vec<Error>) {
-    let mut nft = match Nftables::open() {
-        Ok(nft) => nft,
-        Err(e) => return errors.push(e.into()),
-    };
-    let live: HashSet<String> = valid
-        .iter()
-        .map(|(cid, ifname)| {
-            let key = Attachment::new(&conf.name, cid, ifname).holder().key();
-            stored_comment(&key)
-        })
-        .collect();
+pub fn gc(nft: &mut Nftables, conf: &Config, live: &crate::gc::Live, errors: &mut Vec<Error>) {
     for family in [Family::V4, Family::V6] {
         match nft.set_shape(&conf.name, family) {
             Ok(SetShape::Foreign(why)) => {
@@ -464,32 +451,22 @@ pub fn gc(conf: &Config, valid: &HashSet<(String, String)>, errors: &mut Vec<Err
                 continue;
             }
         }
-        let elements = match nft.elements(&conf.name, family) {
-            Ok(e) => e,
-            Err(e) => {
-                errors.push(e.into());
-                continue;
-            }
-        };
-        let stale: Vec<MasqElement> = elements
-            .into_iter()
-            .filter(|e| !live.contains(&e.comment))
-            .collect();
-        if stale.is_empty() {
-            continue;
-        }
-        let addresses: Vec<IpAddr> = stale.iter().map(|e| e.address).collect();
-        match nft.delete_elements(&conf.name, &addresses) {
-            Ok(()) => {
-                for e in &stale {
-                    eprintln!(
-                        "academy: GC removed {} from the masquerade (held by {})",
-                        e.address, e.comment
-                    );
-                }
-            }
-            Err(e) => errors.push(e.into()),
-        }
+        crate::gc::sweep(
+            nft.elements(&conf.name, family),
+            &live.holders,
+            |e: &MasqElement| &e.comment,
+            |stale| {
+                let addresses: Vec<IpAddr> = stale.iter().map(|e| e.address).collect();
+                nft.delete_elements(&conf.name, &addresses)
+            },
+            |e| {
+                format!(
+                    "removed {} from the masquerade (held by {})",
+                    e.address, e.comment
+                )
+            },
+            errors,
+        );
     }
 }
 

@@ -211,45 +211,32 @@ impl Removal {
     }
 }
 
-/// GC: removes the network's published ports whose attachment is not in `valid`.
-/// Errors are collected; the sweep goes on.
-pub fn gc(conf: &Config, valid: &HashSet<(String, String)>, errors: &mut Vec<Error>) {
-    let mut nft = match Nftables::open() {
-        Ok(nft) => nft,
-        Err(e) => return errors.push(e.into()),
-    };
-    let all = match nft.port_elements() {
-        Ok(all) => all,
-        Err(e) => return errors.push(e.into()),
-    };
+/// GC: removes the network's published ports whose comment is no valid attachment's.
+/// The maps are shared by every network: only elements naming this one are looked at.
+pub fn gc(nft: &mut Nftables, conf: &Config, live: &HashSet<String>, errors: &mut Vec<Error>) {
     let prefix = format!("{}:", conf.name);
-    let live: HashSet<String> = valid
-        .iter()
-        .map(|(cid, ifname)| {
-            let who = Attachment::new(&conf.name, cid, ifname);
-            stored_comment(&holder(&who)).to_string()
-        })
-        .collect();
-    let stale: Vec<PortElement> = all
-        .into_iter()
-        .filter(|e| e.comment.starts_with(&prefix) && !live.contains(&e.comment))
-        .collect();
-    if stale.is_empty() {
-        return;
-    }
-    let keys: Vec<PortKey> = stale.iter().map(|e| e.key.clone()).collect();
-    match nft.delete_port_elements(&keys) {
-        Ok(()) => {
-            for e in &stale {
-                eprintln!(
-                    "academy: GC unpublished host port {} (held by {})",
-                    key_text(&e.key),
-                    e.comment
-                );
-            }
-        }
-        Err(e) => errors.push(e.into()),
-    }
+    let found = nft.port_elements().map(|all| {
+        all.into_iter()
+            .filter(|e| e.comment.starts_with(&prefix))
+            .collect()
+    });
+    crate::gc::sweep(
+        found,
+        live,
+        |e: &PortElement| &e.comment,
+        |stale| {
+            let keys: Vec<PortKey> = stale.iter().map(|e| e.key.clone()).collect();
+            nft.delete_port_elements(&keys)
+        },
+        |e| {
+            format!(
+                "unpublished host port {} (held by {})",
+                key_text(&e.key),
+                e.comment
+            )
+        },
+        errors,
+    );
 }
 
 /// CHECK: each mapping is in its map, held by this attachment, going to its address.
