@@ -22,7 +22,7 @@ use crate::config::Config;
 use crate::forward;
 use crate::leaks;
 use crate::macspoof;
-use crate::netlink::Netlink;
+use crate::netlink::{Netlink, NftablesOnDemand};
 use crate::netns::{Netns, OpenError};
 use crate::port;
 use crate::portmap;
@@ -103,15 +103,16 @@ fn make(
     mac: Option<[u8; 6]>,
 ) -> Result<Vec<Interface>> {
     let mut nl = Netlink::open()?;
-    let interfaces = wire_up(&mut nl, netns, who, conf, assigned, mac)?;
+    let mut nft = NftablesOnDemand::default();
+    let interfaces = wire_up(&mut nl, &mut nft, netns, who, conf, assigned, mac)?;
     // A network the host routes for: accepted by a FORWARD policy that drops (Docker's).
     if conf.is_gateway || conf.ip_masq || conf.publishes_ports {
-        forward::accept(conf)?;
+        forward::accept(nft.get()?, conf)?;
     }
     // The masquerade (ipMasq) and the published ports, in one nf_tables batch.
     if conf.ip_masq || conf.port_mappings.as_ref().is_some_and(|m| !m.is_empty()) {
         let addresses: Vec<IpNetwork> = assigned.ips.iter().map(|ip| ip.address).collect();
-        portmap::add(conf, who, &addresses)?;
+        portmap::add(nft.get()?, conf, who, &addresses)?;
     }
     // Last, after everything is made: a concurrent GC that does not list this attachment
     // (another runtime sharing the network) may have removed part of it. Checking both
@@ -124,6 +125,7 @@ fn make(
 /// The kernel steps, in order; returns [bridge, host veth, container interface].
 fn wire_up(
     nl: &mut Netlink,
+    nft: &mut NftablesOnDemand,
     netns: &Netns,
     who: &Attachment,
     conf: &Config,
@@ -189,11 +191,9 @@ fn wire_up(
     };
     // Before the container's interface has an address: no frame it sends with another
     // source MAC reaches the bridge.
-    let _filter = if conf.mac_spoof_check {
-        Some(macspoof::add(conf, who, host.container_mac)?)
-    } else {
-        None
-    };
+    if conf.mac_spoof_check {
+        macspoof::add(nft.get()?, conf, who, host.container_mac)?;
+    }
     if conf.hairpin_mode {
         wire::set_hairpin(&host.name)?;
     }

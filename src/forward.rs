@@ -8,8 +8,7 @@ use crate::cni::Result;
 use crate::config::Config;
 use crate::netlink::{Family, Nftables};
 
-pub fn accept(conf: &Config) -> Result<()> {
-    let mut nft = Nftables::open()?;
+pub fn accept(nft: &mut Nftables, conf: &Config) -> Result<()> {
     for family in [Family::V4, Family::V6] {
         if nft.forward_drops(family)? && nft.accept_forwarding(family, &conf.bridge)? {
             eprintln!(

@@ -16,21 +16,13 @@ use crate::cni::{Error, Result};
 use crate::config::Config;
 use crate::netlink::{stored_comment, GuardedPort, Nftables};
 
-/// The socket that guarded a port. Closing an nf_tables socket right after its batch
-/// waits for an RCU grace period (measured here: about 1 ms of a 5 ms ADD); ADD keeps
-/// it open until the container's interface is configured, by when the wait is over.
-pub struct Guarded {
-    _socket: Nftables,
-}
-
 /// Guards the attachment's host veth: only `mac` may be a source on it.
-pub fn add(conf: &Config, who: &Attachment, mac: [u8; 6]) -> Result<Guarded> {
+pub fn add(nft: &mut Nftables, conf: &Config, who: &Attachment, mac: [u8; 6]) -> Result<()> {
     let port = GuardedPort {
         port: who.host_name(),
         mac,
         comment: who.holder().key(),
     };
-    let mut nft = Nftables::open()?;
     match nft.guard_port(&conf.name, &port) {
         // The port is guarded with another MAC: elements of an earlier pair under this
         // name (a killed ADD of this attachment, whose pair create_pair just replaced).
@@ -49,7 +41,7 @@ pub fn add(conf: &Config, who: &Attachment, mac: [u8; 6]) -> Result<Guarded> {
         }
         other => other?,
     }
-    Ok(Guarded { _socket: nft })
+    Ok(())
 }
 
 /// An open nf_tables socket for a removal, kept open across the veth deletion for the

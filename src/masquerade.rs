@@ -42,6 +42,7 @@ use crate::netlink::{
 /// `publish` rides in the same batch (portMappings, decided by portmap.rs), so ADD's
 /// nf_tables state is one sendmsg and all or nothing; without ipMasq only it is sent.
 pub fn add(
+    nft: &mut Nftables,
     conf: &Config,
     holder: &Holder,
     addresses: &[IpNetwork],
@@ -54,7 +55,6 @@ pub fn add(
         (Vec::new(), Vec::new())
     };
     let key = stored_comment(&holder.key());
-    let mut nft = Nftables::open()?;
     if !publish.ports.is_empty() {
         // Port mapping's rules as an admin's flush may have left them (one small dump);
         // a concurrent repair's deletions make one attempt fail with ENOENT.
@@ -85,7 +85,7 @@ pub fn add(
             ..NatChange::default()
         };
         for network in &networks {
-            let repair = repair_of(&mut nft, conf, network, &rules)?;
+            let repair = repair_of(nft, conf, network, &rules)?;
             if let Some(set_was_missing) = repair {
                 add_repair(&mut change, network, &rules);
                 if set_was_missing {
@@ -133,10 +133,10 @@ pub fn add(
             // A host port someone holds: the other's is a conflict (an error naming it),
             // this attachment's own stale one is removed and the batch sent again.
             Err(e) if attempt < 3 && e.is(libc::EEXIST) && e.request.starts_with("publish ") => {
-                (publish.resolve)(&mut nft, e)?;
+                (publish.resolve)(nft, e)?;
             }
             Err(e) if attempt < 3 && e.is(libc::EEXIST) && e.request.starts_with("add ") => {
-                (present, retake) = existing(&mut nft, conf, holder, &own, &key)?;
+                (present, retake) = existing(nft, conf, holder, &own, &key)?;
             }
             // A concurrent ADD repaired the rule first (the handle is gone) or removed
             // a set, or port mapping's maps are not there yet: look again.

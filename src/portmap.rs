@@ -27,7 +27,12 @@ pub fn holder(who: &Attachment) -> String {
 
 /// ADD: the attachment's masquerade elements (ipMasq) and published ports, in one batch
 /// (masquerade::add sends it, with the NAT's repair when one is needed).
-pub fn add(conf: &Config, who: &Attachment, addresses: &[IpNetwork]) -> Result<()> {
+pub fn add(
+    nft: &mut Nftables,
+    conf: &Config,
+    who: &Attachment,
+    addresses: &[IpNetwork],
+) -> Result<()> {
     let ports = elements(mappings(conf), who, addresses);
     if !conf.ip_masq && ports.is_empty() {
         return Ok(());
@@ -52,7 +57,7 @@ pub fn add(conf: &Config, who: &Attachment, addresses: &[IpNetwork]) -> Result<(
         bridge: &conf.bridge,
         resolve: &resolve,
     };
-    masquerade::add(conf, &who.holder(), addresses, &publish)
+    masquerade::add(nft, conf, &who.holder(), addresses, &publish)
 }
 
 /// The keys of `ports` whose element names this holder but points elsewhere.

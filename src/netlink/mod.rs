@@ -24,7 +24,7 @@ pub use bridge::VlanEntry;
 pub use nftables::GuardedPort;
 pub use nftables::{
     key_text, set_name as nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork,
-    MasqRule, NatChange, Nftables, PortElement, PortKey, SetElement, SetShape,
+    MasqRule, NatChange, Nftables, NftablesOnDemand, PortElement, PortKey, SetElement, SetShape,
 };
 pub use route::{Link, LinkKind, Netlink, Route, RouteAttrs, VethPair, MAIN_TABLE};
 pub use socket::NlError;
