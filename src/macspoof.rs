@@ -44,32 +44,22 @@ pub fn add(nft: &mut Nftables, conf: &Config, who: &Attachment, mac: [u8; 6]) ->
     Ok(())
 }
 
-/// An open nf_tables socket for a removal, kept open across the veth deletion for the
-/// same reason as masquerade::Removal (closing it waits out an RCU grace period).
-pub struct Removal(Nftables);
-
-impl Removal {
-    pub fn open() -> Result<Removal> {
-        Ok(Removal(Nftables::open()?))
-    }
-
-    /// Removes the attachment's elements if they name it, and only then: a port name
-    /// whose elements name another attachment is not this removal's to take.
-    pub fn remove_owned(&mut self, conf: &Config, who: &Attachment) -> Result<()> {
-        let key = who.holder().key();
-        match self.0.guarded_port(&conf.name, &who.host_name())? {
-            Some(port) if port.comment == stored_comment(&key) => {
-                Ok(self.0.unguard_ports(&conf.name, &[port])?)
-            }
-            Some(port) => {
-                eprintln!(
-                    "academy: the MAC filter of {} on network {} belongs to {:?}, not {key}; left alone",
-                    port.port, conf.name, port.comment
-                );
-                Ok(())
-            }
-            None => Ok(()),
+/// Removes the attachment's elements if they name it, and only then: a port name whose
+/// elements name another attachment is not this removal's to take.
+pub fn remove_owned(nft: &mut Nftables, conf: &Config, who: &Attachment) -> Result<()> {
+    let key = who.holder().key();
+    match nft.guarded_port(&conf.name, &who.host_name())? {
+        Some(port) if port.comment == stored_comment(&key) => {
+            Ok(nft.unguard_ports(&conf.name, &[port])?)
         }
+        Some(port) => {
+            eprintln!(
+                "academy: the MAC filter of {} on network {} belongs to {:?}, not {key}; left alone",
+                port.port, conf.name, port.comment
+            );
+            Ok(())
+        }
+        None => Ok(()),
     }
 }
 

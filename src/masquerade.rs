@@ -300,62 +300,57 @@ fn foreign(e: &NlError) -> Error {
 /// names that container.
 pub fn remove_of_container(conf: &Config, container_id: &str, addresses: &[IpAddr]) -> Result<()> {
     let prefix = format!("{container_id}:");
-    Removal::open()?.remove_if(conf, addresses, |c| c.starts_with(&prefix))
+    remove_if(&mut Nftables::open()?, conf, addresses, |c| {
+        c.starts_with(&prefix)
+    })
 }
 
-/// An open nf_tables socket for a removal. The kernel frees removed elements only after
-/// an RCU grace period, and closing the socket that removed them waits for that
-/// (measured here: 6 to 22 ms on the close). A removal keeps it open across its slow
-/// step, the veth deletion, by which time the wait is over.
-pub struct Removal(Nftables);
+/// Removes those of `addresses` whose element is `holder`'s: each element is looked up
+/// and its comment compared, so an element that is now another attachment's (its address
+/// reclaimed and given again) stays. One lookup per address, then one batch.
+///
+/// The kernel frees removed elements only after an RCU grace period, and closing the
+/// socket that removed them waits for that (measured here: 6 to 22 ms on the close): the
+/// one removal keeps `nft` open across its slow step, the veth deletion, by which time
+/// the wait is over.
+pub fn remove_owned(
+    nft: &mut Nftables,
+    conf: &Config,
+    holder: &Holder,
+    addresses: &[IpAddr],
+) -> Result<()> {
+    let key = stored_comment(&holder.key());
+    remove_if(nft, conf, addresses, |c| c == key)
+}
 
-impl Removal {
-    pub fn open() -> Result<Removal> {
-        Ok(Removal(Nftables::open()?))
-    }
-
-    /// Removes those of `addresses` whose element is `holder`'s: each element is looked
-    /// up and its comment compared, so an element that is now another attachment's (its
-    /// address reclaimed and given again) stays. One lookup per address, then one batch.
-    pub fn remove_owned(
-        &mut self,
-        conf: &Config,
-        holder: &Holder,
-        addresses: &[IpAddr],
-    ) -> Result<()> {
-        let key = stored_comment(&holder.key());
-        self.remove_if(conf, addresses, |c| c == key)
-    }
-
-    fn remove_if(
-        &mut self,
-        conf: &Config,
-        addresses: &[IpAddr],
-        owned: impl Fn(&str) -> bool,
-    ) -> Result<()> {
-        let mut mine = Vec::new();
-        for address in addresses {
-            match self.0.element(&conf.name, *address) {
-                Ok(Some(e)) if owned(&e.comment) => mine.push(*address),
-                Ok(Some(e)) => eprintln!(
-                    "academy: left {address} in the masquerade: its element is {:?}'s, not this attachment's",
-                    e.comment
+fn remove_if(
+    nft: &mut Nftables,
+    conf: &Config,
+    addresses: &[IpAddr],
+    owned: impl Fn(&str) -> bool,
+) -> Result<()> {
+    let mut mine = Vec::new();
+    for address in addresses {
+        match nft.element(&conf.name, *address) {
+            Ok(Some(e)) if owned(&e.comment) => mine.push(*address),
+            Ok(Some(e)) => eprintln!(
+                "academy: left {address} in the masquerade: its element is {:?}'s, not this attachment's",
+                e.comment
+            ),
+            Ok(None) => {}
+            Err(e) => match nft.set_shape(&conf.name, Family::of(*address)) {
+                Ok(SetShape::Foreign(why)) => eprintln!(
+                    "academy: nf_tables set inet academy {} is not academy's ({why}): nothing of this attachment's is in it, left alone",
+                    nftables_set_name(&conf.name, Family::of(*address))
                 ),
-                Ok(None) => {}
-                Err(e) => match self.0.set_shape(&conf.name, Family::of(*address)) {
-                    Ok(SetShape::Foreign(why)) => eprintln!(
-                        "academy: nf_tables set inet academy {} is not academy's ({why}): nothing of this attachment's is in it, left alone",
-                        nftables_set_name(&conf.name, Family::of(*address))
-                    ),
-                    _ => return Err(e.into()),
-                },
-            }
+                _ => return Err(e.into()),
+            },
         }
-        if mine.is_empty() {
-            return Ok(());
-        }
-        Ok(self.0.delete_elements(&conf.name, &mine)?)
     }
+    if mine.is_empty() {
+        return Ok(());
+    }
+    Ok(nft.delete_elements(&conf.name, &mine)?)
 }
 
 /// The addresses in this network's sets whose comment names `holder`: for a DEL that

@@ -168,52 +168,42 @@ fn describe_holder(comment: &str) -> String {
     }
 }
 
-/// An open nf_tables socket for a removal: kept open across its slow step like the
-/// masquerade's (see masquerade::Removal).
-pub struct Removal(Nftables);
-
-impl Removal {
-    pub fn open() -> Result<Removal> {
-        Ok(Removal(Nftables::open()?))
-    }
-
-    /// Removes the attachment's published ports. With the runtime's mappings at hand,
-    /// each key is looked up (both families: the addresses may be gone) and removed
-    /// only if the attachment holds it; without them, the maps are searched for its
-    /// name (a runtime that sent an empty list is believed: GC sweeps what it forgot).
-    pub fn remove(&mut self, conf: &Config, who: &Attachment) -> Result<()> {
-        let mine = holder(who);
-        let mine = stored_comment(&mine);
-        let mut keys = Vec::new();
-        match &conf.port_mappings {
-            // The runtime says there were none (containerd sends an empty list for a
-            // pod without hostPort): nothing to look for.
-            Some(known) if known.is_empty() => return Ok(()),
-            None => {
-                let all = self.0.port_elements()?;
-                keys.extend(all.into_iter().filter(|e| e.comment == mine).map(|e| e.key));
-            }
-            Some(known) => {
-                for m in known {
-                    for family in [Family::V4, Family::V6] {
-                        if m.host_ip.is_some_and(|h| Family::of(h) != family) {
-                            continue;
-                        }
-                        let key = key(m, family);
-                        if let Some(held) = self.0.port_element(&key)? {
-                            if held.comment == mine && !keys.contains(&key) {
-                                keys.push(key);
-                            }
+/// Removes the attachment's published ports. With the runtime's mappings at hand, each
+/// key is looked up (both families: the addresses may be gone) and removed only if the
+/// attachment holds it; without them, the maps are searched for its name (a runtime that
+/// sent an empty list is believed: GC sweeps what it forgot).
+pub fn remove(nft: &mut Nftables, conf: &Config, who: &Attachment) -> Result<()> {
+    let mine = holder(who);
+    let mine = stored_comment(&mine);
+    let mut keys = Vec::new();
+    match &conf.port_mappings {
+        // The runtime says there were none (containerd sends an empty list for a
+        // pod without hostPort): nothing to look for.
+        Some(known) if known.is_empty() => return Ok(()),
+        None => {
+            let all = nft.port_elements()?;
+            keys.extend(all.into_iter().filter(|e| e.comment == mine).map(|e| e.key));
+        }
+        Some(known) => {
+            for m in known {
+                for family in [Family::V4, Family::V6] {
+                    if m.host_ip.is_some_and(|h| Family::of(h) != family) {
+                        continue;
+                    }
+                    let key = key(m, family);
+                    if let Some(held) = nft.port_element(&key)? {
+                        if held.comment == mine && !keys.contains(&key) {
+                            keys.push(key);
                         }
                     }
                 }
             }
         }
-        if keys.is_empty() {
-            return Ok(());
-        }
-        Ok(self.0.delete_port_elements(&keys)?)
     }
+    if keys.is_empty() {
+        return Ok(());
+    }
+    Ok(nft.delete_port_elements(&keys)?)
 }
 
 /// GC: removes the network's published ports whose comment is no valid attachment's.

@@ -43,7 +43,7 @@ use crate::ipam::store::Locked;
 use crate::ipam::Store;
 use crate::macspoof;
 use crate::masquerade;
-use crate::netlink::Netlink;
+use crate::netlink::{Netlink, NftablesOnDemand};
 use crate::portmap;
 use crate::wire::{self, PairRemoval};
 
@@ -103,76 +103,11 @@ pub fn attachments(conf: &Config, targets: Vec<Target>) -> Report {
     let mut report = Report::default();
     let mut failed = vec![false; targets.len()];
 
-    // 1. nf_tables. The socket stays open until the end: see masquerade::Removal.
-    let mut nat = None;
-    if conf.ip_masq {
-        match masquerade::Removal::open() {
-            Ok(removal) => {
-                let removal = nat.insert(removal);
-                for (t, failed) in targets.iter().zip(failed.iter_mut()) {
-                    let removed = addresses(conf, t)
-                        .and_then(|addrs| removal.remove_owned(conf, &t.who.holder(), &addrs));
-                    if let Err(e) = removed {
-                        report.errors.push(e);
-                        *failed = true;
-                    }
-                }
-            }
-            Err(e) => {
-                report.errors.push(e);
-                failed.iter_mut().for_each(|f| *f = true);
-            }
-        }
-    }
-    // Published ports, by identity. DEL and a failed ADD look when the network publishes
-    // them; GC, reclaim and healing always do (the capability may have been on when they
-    // were published, and the config they read has no mappings: the maps are searched by
-    // holder).
-    let mut ports = None;
-    let looks_for_ports = |t: &Target| {
-        conf.publishes_ports
-            || matches!(
-                t.reservations,
-                Reservations::Indexed | Reservations::Locked(_)
-            )
-    };
-    if targets.iter().any(looks_for_ports) {
-        match portmap::Removal::open() {
-            Ok(removal) => {
-                let removal = ports.insert(removal);
-                for (t, failed) in targets.iter().zip(failed.iter_mut()) {
-                    if !looks_for_ports(t) {
-                        continue;
-                    }
-                    if let Err(e) = removal.remove(conf, &t.who) {
-                        report.errors.push(e);
-                        *failed = true;
-                    }
-                }
-            }
-            Err(e) => {
-                report.errors.push(e);
-                failed.iter_mut().for_each(|f| *f = true);
-            }
-        }
-    }
-    let mut spoof = None;
-    if conf.mac_spoof_check {
-        match macspoof::Removal::open() {
-            Ok(removal) => {
-                let removal = spoof.insert(removal);
-                for (t, failed) in targets.iter().zip(failed.iter_mut()) {
-                    if let Err(e) = removal.remove_owned(conf, &t.who) {
-                        report.errors.push(e);
-                        *failed = true;
-                    }
-                }
-            }
-            Err(e) => {
-                report.errors.push(e);
-                failed.iter_mut().for_each(|f| *f = true);
-            }
-        }
+    // 1. nf_tables, on one socket kept open until the end (see masquerade::remove_owned:
+    // closing it waits out the removal's RCU grace period, which the veth step overlaps).
+    let mut nft = NftablesOnDemand::default();
+    for (t, failed) in targets.iter().zip(failed.iter_mut()) {
+        *failed = !remove_nftables(&mut nft, conf, t, &mut report.errors);
     }
 
     // 2. The veth pairs.
@@ -222,10 +157,47 @@ pub fn attachments(conf: &Config, targets: Vec<Target>) -> Report {
             Err(e) => report.errors.push(e),
         }
     }
-    drop(nat);
-    drop(ports);
-    drop(spoof);
+    drop(nft);
     report
+}
+
+/// Step 1 for one attachment: its masquerade elements, published ports and MAC filter,
+/// each tried even when another failed. False when one failed.
+fn remove_nftables(
+    nft: &mut NftablesOnDemand,
+    conf: &Config,
+    t: &Target,
+    errors: &mut Vec<Error>,
+) -> bool {
+    let before = errors.len();
+    if conf.ip_masq {
+        let removed = addresses(conf, t)
+            .and_then(|addrs| masquerade::remove_owned(nft.get()?, conf, &t.who.holder(), &addrs));
+        errors.extend(removed.err());
+    }
+    // DEL and a failed ADD look for published ports when the network publishes them;
+    // GC, reclaim and healing always do (the capability may have been on when they were
+    // published, and the config they read has no mappings: the maps are searched by
+    // holder).
+    let found_by_traces = matches!(
+        t.reservations,
+        Reservations::Indexed | Reservations::Locked(_)
+    );
+    if conf.publishes_ports || found_by_traces {
+        let removed = nft
+            .get()
+            .map_err(Error::from)
+            .and_then(|n| portmap::remove(n, conf, &t.who));
+        errors.extend(removed.err());
+    }
+    if conf.mac_spoof_check {
+        let removed = nft
+            .get()
+            .map_err(Error::from)
+            .and_then(|n| macspoof::remove_owned(n, conf, &t.who));
+        errors.extend(removed.err());
+    }
+    errors.len() == before
 }
 
 /// The attachment's addresses, for the nf_tables step (which removes only elements that
