@@ -1,0 +1,141 @@
+//! A UDP client that keeps sending from one source port keeps its conntrack entry, and
+//! with it where its datagrams went before the port was published (the host itself) or
+//! to whom (the container that held it before). academy's ADD deletes those entries
+//! after publishing a UDP port, so the same client reaches the new container.
+
+use std::process::{Child, Command, Stdio};
+
+use serde_json::{json, Value};
+
+use super::{academy_entry, host_ports, mapping, write_list};
+use crate::common::*;
+
+/// The client's fixed source port, in the test's own outside netns.
+const SOURCE_PORT: u16 = 41234;
+
+fn udp_caps(port: u16) -> String {
+    let mut udp = mapping(port, None);
+    udp["protocol"] = json!("udp");
+    json!({ "portMappings": [udp] }).to_string()
+}
+
+/// A UDP server on the container's 8080 answering one datagram with "hello" and
+/// printing the peer as address:port.
+fn serve_once(container: &str) -> Child {
+    let script = "import socket\n\
+         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+         s.bind(('0.0.0.0', 8080)); s.settimeout(20)\n\
+         data, peer = s.recvfrom(64); s.sendto(b'hello', peer)\n\
+         print('%s:%d' % peer, flush=True)\n";
+    Command::new("ip")
+        .args(["netns", "exec", container, "python3", "-c", script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3")
+}
+
+/// Up to `count` datagrams from `from`'s SOURCE_PORT to addr:port, half a second apart
+/// (each one keeps the flow's conntrack entry alive), until one is answered: the
+/// answer, "" for none.
+fn send_from_source_port(from: &str, addr: &str, port: u16, count: u32) -> String {
+    let script = format!(
+        "import socket\n\
+         c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+         c.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+         c.bind(('0.0.0.0', {SOURCE_PORT})); c.settimeout(0.5)\n\
+         for _ in range({count}):\n\
+         \x20   c.sendto(b'ping', ('{addr}', {port}))\n\
+         \x20   try:\n\
+         \x20       print(c.recv(16).decode()); break\n\
+         \x20   except OSError:\n\
+         \x20       pass\n"
+    );
+    let out = run("ip", &["netns", "exec", from, "python3", "-c", &script], &[]);
+    assert_eq!(out.code, 0, "the client failed:\n{out}");
+    out.stdout.trim().to_string()
+}
+
+/// The client's datagrams to addr:port answered by the container's server: what came
+/// back, and the peer the server saw.
+fn exchange_from_source_port(container: &str, from: &str, addr: &str, port: u16) -> (String, String) {
+    let mut server = serve_once(container);
+    let got = send_from_source_port(from, addr, port, 10);
+    if got.is_empty() {
+        let _ = server.kill();
+    }
+    let out = server.wait_with_output().unwrap();
+    (got, String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn v4_of(result: &Value) -> String {
+    result["ips"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|ip| ip["address"].as_str())
+        .find(|a| !a.contains(':'))
+        .and_then(|a| a.split('/').next())
+        .expect("a v4 address in the result")
+        .to_string()
+}
+
+#[test]
+fn portmap_udp_client_that_sent_before_the_port_was_published_reaches_the_container() {
+    let lab = Lab::new("pmctnew");
+    let out = Outside::new(&lab);
+    write_list(&lab, vec![academy_entry(&lab)]);
+    let port = host_ports(&lab);
+    // Nothing on the host listens there: the datagrams make an entry to the host itself.
+    let before = send_from_source_port(&out.netns, &out.host_v4, port, 3);
+    assert_eq!(before, "", "something on the host answers udp port {port}");
+
+    let caps = udp_caps(port);
+    let env = [("CAP_ARGS", caps.as_str())];
+    let added = lab.cnitool("add", &lab.netns, &env);
+    added.expect_result("cnitool add publishing the udp port");
+    let (got, peer) = exchange_from_source_port(&lab.netns, &out.netns, &out.host_v4, port);
+    assert_eq!(
+        (got.as_str(), peer.as_str()),
+        ("hello", format!("{}:{SOURCE_PORT}", out.far_v4).as_str()),
+        "the client that sent before the port was published, from the same source port, must reach the container (ADD:\n{added})"
+    );
+    lab.cnitool("del", &lab.netns, &env)
+        .expect_silent_success("DEL");
+}
+
+#[test]
+fn portmap_udp_client_of_a_deleted_container_reaches_the_next_one_on_its_port() {
+    let lab = Lab::new("pmctnext");
+    let out = Outside::new(&lab);
+    write_list(&lab, vec![academy_entry(&lab)]);
+    let port = host_ports(&lab);
+    let caps = udp_caps(port);
+    let env = [("CAP_ARGS", caps.as_str())];
+    let first = lab
+        .cnitool("add", &lab.netns, &env)
+        .expect_result("cnitool add of the first container");
+    let far = format!("{}:{SOURCE_PORT}", out.far_v4);
+    let (got, peer) = exchange_from_source_port(&lab.netns, &out.netns, &out.host_v4, port);
+    assert_eq!(
+        (got.as_str(), peer.as_str()),
+        ("hello", far.as_str()),
+        "the first container"
+    );
+    lab.cnitool("del", &lab.netns, &env)
+        .expect_silent_success("DEL of the first container");
+
+    let next = lab.add_netns("next");
+    let second = lab
+        .cnitool("add", &next, &env)
+        .expect_result("cnitool add of the next container on the same port");
+    assert_ne!(v4_of(&first), v4_of(&second), "the next container's address");
+    let (got, peer) = exchange_from_source_port(&next, &out.netns, &out.host_v4, port);
+    assert_eq!(
+        (got.as_str(), peer.as_str()),
+        ("hello", far.as_str()),
+        "the same client, from the same source port, must reach the next container on the port, not the deleted one's address"
+    );
+    lab.cnitool("del", &next, &env)
+        .expect_silent_success("DEL of the next container");
+}
