@@ -18,8 +18,8 @@ use crate::cni::{code, Error, Result};
 use crate::config::{Config, PortMapping};
 use crate::masquerade;
 use crate::netlink::{
-    flush_udp_conntrack, key_text, stored_comment, Family, Flushed, Nftables, NlError,
-    PortElement, PortKey, UdpDestination,
+    flush_udp_conntrack, key_text, stored_comment, Family, Flushed, Nftables, NlError, PortElement,
+    PortKey, UdpDestination,
 };
 
 const IPPROTO_UDP: u8 = 17;

@@ -411,7 +411,9 @@ mod tests {
     fn the_filter_asks_for_udp_to_the_port_and_the_address_when_given() {
         let attrs = filter_attrs(&to(Family::V4, None, 5353));
         let flags = |attrs: &Attrs| {
-            let (_, filter) = attributes(&attrs.0).find(|(k, _)| *k == CTA_FILTER).unwrap();
+            let (_, filter) = attributes(&attrs.0)
+                .find(|(k, _)| *k == CTA_FILTER)
+                .unwrap();
             let (_, orig) = attributes(filter).next().unwrap();
             u32::from_ne_bytes(orig.try_into().unwrap())
         };

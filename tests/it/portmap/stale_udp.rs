@@ -51,14 +51,23 @@ fn send_from_source_port(from: &str, addr: &str, port: u16, count: u32) -> Strin
          \x20   except OSError:\n\
          \x20       pass\n"
     );
-    let out = run("ip", &["netns", "exec", from, "python3", "-c", &script], &[]);
+    let out = run(
+        "ip",
+        &["netns", "exec", from, "python3", "-c", &script],
+        &[],
+    );
     assert_eq!(out.code, 0, "the client failed:\n{out}");
     out.stdout.trim().to_string()
 }
 
 /// The client's datagrams to addr:port answered by the container's server: what came
 /// back, and the peer the server saw.
-fn exchange_from_source_port(container: &str, from: &str, addr: &str, port: u16) -> (String, String) {
+fn exchange_from_source_port(
+    container: &str,
+    from: &str,
+    addr: &str,
+    port: u16,
+) -> (String, String) {
     let mut server = serve_once(container);
     let got = send_from_source_port(from, addr, port, 10);
     if got.is_empty() {
@@ -94,6 +103,13 @@ fn portmap_udp_client_that_sent_before_the_port_was_published_reaches_the_contai
     let env = [("CAP_ARGS", caps.as_str())];
     let added = lab.cnitool("add", &lab.netns, &env);
     added.expect_result("cnitool add publishing the udp port");
+    // The outside's flow, v4 only (nothing sent over v6).
+    assert!(
+        added
+            .stderr
+            .contains("academy: deleted 1 stale conntrack entries of the published udp ports"),
+        "ADD did not report the one stale entry it deleted:\n{added}"
+    );
     let (got, peer) = exchange_from_source_port(&lab.netns, &out.netns, &out.host_v4, port);
     assert_eq!(
         (got.as_str(), peer.as_str()),
@@ -126,10 +142,19 @@ fn portmap_udp_client_of_a_deleted_container_reaches_the_next_one_on_its_port() 
         .expect_silent_success("DEL of the first container");
 
     let next = lab.add_netns("next");
-    let second = lab
-        .cnitool("add", &next, &env)
-        .expect_result("cnitool add of the next container on the same port");
-    assert_ne!(v4_of(&first), v4_of(&second), "the next container's address");
+    let added = lab.cnitool("add", &next, &env);
+    let second = added.expect_result("cnitool add of the next container on the same port");
+    assert!(
+        added
+            .stderr
+            .contains("academy: deleted 1 stale conntrack entries of the published udp ports"),
+        "ADD did not report the one stale entry (to the deleted container) it deleted:\n{added}"
+    );
+    assert_ne!(
+        v4_of(&first),
+        v4_of(&second),
+        "the next container's address"
+    );
     let (got, peer) = exchange_from_source_port(&next, &out.netns, &out.host_v4, port);
     assert_eq!(
         (got.as_str(), peer.as_str()),
