@@ -7,16 +7,21 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::{json, Value};
 
-use super::{academy_entry, host_ports, mapping, write_list};
+use super::published::direct_config;
+use super::{academy_entry, host_ports, mapping, udp_exchange, write_list};
 use crate::common::*;
 
 /// The client's fixed source port, in the test's own outside netns.
 const SOURCE_PORT: u16 = 41234;
 
-fn udp_caps(port: u16) -> String {
+fn udp_mapping(port: u16) -> Value {
     let mut udp = mapping(port, None);
     udp["protocol"] = json!("udp");
-    json!({ "portMappings": [udp] }).to_string()
+    udp
+}
+
+fn udp_caps(port: u16) -> String {
+    json!({ "portMappings": [udp_mapping(port)] }).to_string()
 }
 
 /// A UDP server on the container's 8080 answering one datagram with "hello" and
@@ -163,4 +168,63 @@ fn portmap_udp_client_of_a_deleted_container_reaches_the_next_one_on_its_port() 
     );
     lab.cnitool("del", &next, &env)
         .expect_silent_success("DEL of the next container");
+}
+
+#[test]
+fn portmap_refused_conntrack_flush_is_logged_and_the_add_keeps_its_udp_port() {
+    let lab = Lab::new("pmctfail");
+    let out = Outside::new(&lab);
+    let port = host_ports(&lab);
+    let config = direct_config(&lab, "1.1.0", &[udp_mapping(port)]);
+    let call = |command: &str| lab.call(command).config(&config);
+    let file = lab.root.join("conntrack.trace");
+
+    // The first ADD also makes the bridge: the requests are counted on the second.
+    call("ADD")
+        .run()
+        .expect_result("the ADD that makes the bridge");
+    call("DEL").run().expect_silent_success("its DEL");
+    let (clean, text) = run_strace(&call("ADD"), &file, "sendto", None);
+    clean.expect_result("clean ADD publishing a udp port, under strace");
+    call("DEL")
+        .run()
+        .expect_silent_success("DEL of the clean ADD");
+    let calls = parse_trace(&text);
+    let i = calls
+        .iter()
+        .position(|c| c.line.contains("IPCTNL_MSG_CT_GET"))
+        .unwrap_or_else(|| panic!("no conntrack dump in the ADD's trace:\n{text}"));
+    assert!(
+        strace_reaches(&calls, i),
+        "strace cannot reach the conntrack dump alone:\n{text}"
+    );
+    let inject = Inject {
+        syscall: "sendto".into(),
+        when: rank_in_thread(&calls, i),
+        action: Action::Fail("EPERM"),
+    };
+
+    let (added, text) = run_strace(&call("ADD"), &file, "sendto", Some(&inject));
+    let injected: Vec<Syscall> = parse_trace(&text)
+        .into_iter()
+        .filter(Syscall::injected)
+        .collect();
+    assert!(
+        injected.len() == 1 && injected[0].line.contains("IPCTNL_MSG_CT_GET"),
+        "the refusal must hit the conntrack dump and nothing else:\n{text}"
+    );
+    added.expect_result("ADD whose conntrack dump is refused");
+    assert!(
+        added
+            .stderr
+            .contains("academy: warning: stale udp conntrack entries may remain"),
+        "the refused flush is not logged:\n{added}"
+    );
+    let (got, peer) = udp_exchange(&lab.netns, &out.netns, &out.host_v4, port);
+    assert_eq!(
+        (got.as_str(), peer.as_str()),
+        ("hello", out.far_v4.as_str()),
+        "the port the ADD published answers"
+    );
+    call("DEL").run().expect_silent_success("DEL");
 }
