@@ -1,7 +1,8 @@
 //! A UDP client that keeps sending from one source port keeps its conntrack entry, and
 //! with it where its datagrams went before the port was published (the host itself) or
 //! to whom (the container that held it before). academy's ADD deletes those entries
-//! after publishing a UDP port, so the same client reaches the new container.
+//! after publishing a UDP port (on its hostIP only, when given), so the same client
+//! reaches the new container; a refused flush does not fail the ADD.
 
 use std::process::{Child, Command, Stdio};
 
@@ -168,6 +169,53 @@ fn portmap_udp_client_of_a_deleted_container_reaches_the_next_one_on_its_port() 
     );
     lab.cnitool("del", &next, &env)
         .expect_silent_success("DEL of the next container");
+}
+
+#[test]
+fn portmap_udp_flush_of_a_mapping_with_host_ip_keeps_other_addresses_entries() {
+    let lab = Lab::new("pmcthip");
+    let out = Outside::new(&lab);
+    write_list(&lab, vec![academy_entry(&lab)]);
+    let port = host_ports(&lab);
+    let before = send_from_source_port(&out.netns, &out.host_v4, port, 3);
+    assert_eq!(before, "", "something on the host answers udp port {port}");
+    let caps_on = |host_ip: &str| {
+        let mut udp = mapping(port, Some(host_ip));
+        udp["protocol"] = json!("udp");
+        json!({ "portMappings": [udp] }).to_string()
+    };
+
+    // Published on another host address (the lab's gateway): the client's entry, to
+    // the outside veth's address, is not that port's.
+    let elsewhere = caps_on(&lab.gateway());
+    let env = [("CAP_ARGS", elsewhere.as_str())];
+    let added = lab.cnitool("add", &lab.netns, &env);
+    added.expect_result("cnitool add publishing the udp port on the gateway's address");
+    assert!(
+        !added.stderr.contains("stale conntrack"),
+        "an entry to another host address was deleted:\n{added}"
+    );
+    lab.cnitool("del", &lab.netns, &env)
+        .expect_silent_success("DEL");
+
+    let here = caps_on(&out.host_v4);
+    let env = [("CAP_ARGS", here.as_str())];
+    let added = lab.cnitool("add", &lab.netns, &env);
+    added.expect_result("cnitool add publishing the udp port on the client's destination");
+    assert!(
+        added
+            .stderr
+            .contains("academy: deleted 1 stale conntrack entries of the published udp ports"),
+        "ADD did not report the one stale entry it deleted:\n{added}"
+    );
+    let (got, peer) = exchange_from_source_port(&lab.netns, &out.netns, &out.host_v4, port);
+    assert_eq!(
+        (got.as_str(), peer.as_str()),
+        ("hello", format!("{}:{SOURCE_PORT}", out.far_v4).as_str()),
+        "the client reaches the container on the address it sent to"
+    );
+    lab.cnitool("del", &lab.netns, &env)
+        .expect_silent_success("DEL");
 }
 
 #[test]
