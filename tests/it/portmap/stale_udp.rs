@@ -14,6 +14,10 @@ use crate::common::*;
 
 /// The client's fixed source port, in the test's own outside netns.
 const SOURCE_PORT: u16 = 41234;
+/// The client's source port for a second flow to the same container port: two flows
+/// from one source port would have one reply tuple, and conntrack would change the
+/// second one's source port to tell them apart.
+const SECOND_SOURCE_PORT: u16 = 41235;
 
 fn udp_mapping(port: u16) -> Value {
     let mut udp = mapping(port, None);
@@ -41,15 +45,15 @@ fn serve_once(container: &str) -> Child {
         .expect("python3")
 }
 
-/// Up to `count` datagrams from `from`'s SOURCE_PORT to addr:port, half a second apart
+/// Up to `count` datagrams from `from`'s port `source` to addr:port, half a second apart
 /// (each one keeps the flow's conntrack entry alive), until one is answered: the
 /// answer, "" for none.
-fn send_from_source_port(from: &str, addr: &str, port: u16, count: u32) -> String {
+fn send_from_source_port(from: &str, source: u16, addr: &str, port: u16, count: u32) -> String {
     let script = format!(
         "import socket\n\
          c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
          c.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
-         c.bind(('0.0.0.0', {SOURCE_PORT})); c.settimeout(0.5)\n\
+         c.bind(('0.0.0.0', {source})); c.settimeout(0.5)\n\
          for _ in range({count}):\n\
          \x20   c.sendto(b'ping', ('{addr}', {port}))\n\
          \x20   try:\n\
@@ -71,11 +75,12 @@ fn send_from_source_port(from: &str, addr: &str, port: u16, count: u32) -> Strin
 fn exchange_from_source_port(
     container: &str,
     from: &str,
+    source: u16,
     addr: &str,
     port: u16,
 ) -> (String, String) {
     let mut server = serve_once(container);
-    let got = send_from_source_port(from, addr, port, 10);
+    let got = send_from_source_port(from, source, addr, port, 10);
     if got.is_empty() {
         let _ = server.kill();
     }
@@ -100,27 +105,35 @@ fn portmap_udp_client_that_sent_before_the_port_was_published_reaches_the_contai
     let lab = Lab::new("pmctnew");
     let out = Outside::new(&lab);
     write_list(&lab, vec![academy_entry(&lab)]);
+    // Two ports: the kernel is then asked for every UDP entry, and academy matches them.
     let port = host_ports(&lab);
-    // Nothing on the host listens there: the datagrams make an entry to the host itself.
-    let before = send_from_source_port(&out.netns, &out.host_v4, port, 3);
-    assert_eq!(before, "", "something on the host answers udp port {port}");
+    let flows = [(port, SOURCE_PORT), (port + 1, SECOND_SOURCE_PORT)];
+    // Nothing on the host listens there: the datagrams make entries to the host itself.
+    for (p, source) in flows {
+        let before = send_from_source_port(&out.netns, source, &out.host_v4, p, 3);
+        assert_eq!(before, "", "something on the host answers udp port {p}");
+    }
 
-    let caps = udp_caps(port);
+    let caps = json!({ "portMappings": [udp_mapping(port), udp_mapping(port + 1)] });
+    let caps = caps.to_string();
     let env = [("CAP_ARGS", caps.as_str())];
     let added = lab.cnitool("add", &lab.netns, &env);
-    added.expect_result("cnitool add publishing the udp port");
-    // The outside's flow, v4 only (nothing sent over v6).
+    added.expect_result("cnitool add publishing the udp ports");
+    for (p, source) in flows {
+        let (got, peer) =
+            exchange_from_source_port(&lab.netns, &out.netns, source, &out.host_v4, p);
+        assert_eq!(
+            (got.as_str(), peer.as_str()),
+            ("hello", format!("{}:{source}", out.far_v4).as_str()),
+            "the client that sent to port {p} before it was published, from the same source port, must reach the container (ADD:\n{added})"
+        );
+    }
+    // The outside's flows, v4 only (nothing sent over v6).
     assert!(
         added
             .stderr
-            .contains("academy: deleted 1 stale conntrack entries of the published udp ports"),
-        "ADD did not report the one stale entry it deleted:\n{added}"
-    );
-    let (got, peer) = exchange_from_source_port(&lab.netns, &out.netns, &out.host_v4, port);
-    assert_eq!(
-        (got.as_str(), peer.as_str()),
-        ("hello", format!("{}:{SOURCE_PORT}", out.far_v4).as_str()),
-        "the client that sent before the port was published, from the same source port, must reach the container (ADD:\n{added})"
+            .contains("academy: deleted 2 stale conntrack entries of the published udp ports"),
+        "ADD did not report the two stale entries it deleted:\n{added}"
     );
     lab.cnitool("del", &lab.netns, &env)
         .expect_silent_success("DEL");
@@ -138,7 +151,8 @@ fn portmap_udp_client_of_a_deleted_container_reaches_the_next_one_on_its_port() 
         .cnitool("add", &lab.netns, &env)
         .expect_result("cnitool add of the first container");
     let far = format!("{}:{SOURCE_PORT}", out.far_v4);
-    let (got, peer) = exchange_from_source_port(&lab.netns, &out.netns, &out.host_v4, port);
+    let (got, peer) =
+        exchange_from_source_port(&lab.netns, &out.netns, SOURCE_PORT, &out.host_v4, port);
     assert_eq!(
         (got.as_str(), peer.as_str()),
         ("hello", far.as_str()),
@@ -150,22 +164,22 @@ fn portmap_udp_client_of_a_deleted_container_reaches_the_next_one_on_its_port() 
     let next = lab.add_netns("next");
     let added = lab.cnitool("add", &next, &env);
     let second = added.expect_result("cnitool add of the next container on the same port");
-    assert!(
-        added
-            .stderr
-            .contains("academy: deleted 1 stale conntrack entries of the published udp ports"),
-        "ADD did not report the one stale entry (to the deleted container) it deleted:\n{added}"
-    );
     assert_ne!(
         v4_of(&first),
         v4_of(&second),
         "the next container's address"
     );
-    let (got, peer) = exchange_from_source_port(&next, &out.netns, &out.host_v4, port);
+    let (got, peer) = exchange_from_source_port(&next, &out.netns, SOURCE_PORT, &out.host_v4, port);
     assert_eq!(
         (got.as_str(), peer.as_str()),
         ("hello", far.as_str()),
         "the same client, from the same source port, must reach the next container on the port, not the deleted one's address"
+    );
+    assert!(
+        added
+            .stderr
+            .contains("academy: deleted 1 stale conntrack entries of the published udp ports"),
+        "ADD did not report the one stale entry (to the deleted container) it deleted:\n{added}"
     );
     lab.cnitool("del", &next, &env)
         .expect_silent_success("DEL of the next container");
@@ -177,7 +191,7 @@ fn portmap_udp_flush_of_a_mapping_with_host_ip_keeps_other_addresses_entries() {
     let out = Outside::new(&lab);
     write_list(&lab, vec![academy_entry(&lab)]);
     let port = host_ports(&lab);
-    let before = send_from_source_port(&out.netns, &out.host_v4, port, 3);
+    let before = send_from_source_port(&out.netns, SOURCE_PORT, &out.host_v4, port, 3);
     assert_eq!(before, "", "something on the host answers udp port {port}");
     let caps_on = |host_ip: &str| {
         let mut udp = mapping(port, Some(host_ip));
@@ -208,7 +222,8 @@ fn portmap_udp_flush_of_a_mapping_with_host_ip_keeps_other_addresses_entries() {
             .contains("academy: deleted 1 stale conntrack entries of the published udp ports"),
         "ADD did not report the one stale entry it deleted:\n{added}"
     );
-    let (got, peer) = exchange_from_source_port(&lab.netns, &out.netns, &out.host_v4, port);
+    let (got, peer) =
+        exchange_from_source_port(&lab.netns, &out.netns, SOURCE_PORT, &out.host_v4, port);
     assert_eq!(
         (got.as_str(), peer.as_str()),
         ("hello", format!("{}:{SOURCE_PORT}", out.far_v4).as_str()),
