@@ -10,9 +10,9 @@
 //! sending (the entry's timeout restarts with each one). TCP has no such problem: a new
 //! connection is a new flow. The reference portmap and netavark delete these entries too.
 //!
-//! Per family: one dump the kernel filters (CTA_FILTER, Linux 5.8: UDP to the port, or
-//! every UDP entry when the family has several ports), then one sendmsg deleting every
-//! entry found by its original tuple. A kernel that refuses the filter gets one
+//! Per family and port, one dump the kernel filters (CTA_FILTER, Linux 5.8: UDP to the
+//! port; one dump of every UDP entry instead for more than PORT_DUMPS_MAX ports), then
+//! one sendmsg deleting every entry found by its original tuple. A kernel that refuses the filter gets one
 //! unfiltered dump of the family instead; every entry is checked here anyway (a kernel
 //! before 5.8 ignores the attribute it does not know and dumps all).
 
@@ -54,6 +54,8 @@ const FILTER_PROTO_NUM: u32 = 1 << 3;
 const FILTER_PROTO_DST_PORT: u32 = 1 << 5;
 
 const IPPROTO_UDP: u8 = 17;
+/// Up to this many ports of a family, a dump each (see [`filtered_dumps`]).
+const PORT_DUMPS_MAX: usize = 3;
 /// Deletes per sendmsg: their acks (36 bytes each) stay far below the receive buffer.
 const DELETES_PER_SEND: usize = 256;
 
@@ -121,17 +123,9 @@ pub fn flush_udp(destinations: &[UdpDestination]) -> NlResult<Flushed> {
         if wanted.is_empty() {
             continue;
         }
-        // Every dump walks the whole conntrack hash table, however little it returns
-        // (262,144 buckets on a large host: about 14 ms): one per family. The kernel
-        // matches the port (and address) when there is one, else every UDP entry comes
-        // and the ports are matched here.
-        let filter = match wanted.as_slice() {
-            [one] => Filter::Destination(one),
-            _ => Filter::Udp,
-        };
         let mut found = None;
         if kernel_filters {
-            match dump(&mut socket, family, Some(filter)) {
+            match filtered_dumps(&mut socket, family, &wanted) {
                 Ok(entries) => found = Some(entries),
                 // A kernel before 5.8 knows no filter; or ctnetlink is absent (its
                 // subsystem unknown: EINVAL too), which the plain dump tells.
@@ -155,6 +149,25 @@ pub fn flush_udp(destinations: &[UdpDestination]) -> NlResult<Flushed> {
         }
     }
     delete(&mut socket, &stale).map(Flushed::Deleted)
+}
+
+/// The family's entries to `wanted` as the kernel filters them. Every dump walks the
+/// whole conntrack hash table however little it returns (262,144 buckets on a host of
+/// more than 4 GiB: about 14 ms here), while an entry sent costs little: a dump per
+/// port for a few ports, else one dump of every UDP entry, matched here.
+fn filtered_dumps(
+    socket: &mut NlSocket,
+    family: Family,
+    wanted: &[&UdpDestination],
+) -> NlResult<Vec<Entry>> {
+    if wanted.len() > PORT_DUMPS_MAX {
+        return dump(socket, family, Some(Filter::Udp));
+    }
+    let mut found = Vec::new();
+    for to in wanted {
+        found.extend(dump(socket, family, Some(Filter::Destination(to)))?);
+    }
+    Ok(found)
 }
 
 /// ctnetlink's absence (its module missing or not loadable) is no failure.

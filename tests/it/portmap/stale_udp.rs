@@ -14,10 +14,6 @@ use crate::common::*;
 
 /// The client's fixed source port, in the test's own outside netns.
 const SOURCE_PORT: u16 = 41234;
-/// The client's source port for a second flow to the same container port: two flows
-/// from one source port would have one reply tuple, and conntrack would change the
-/// second one's source port to tell them apart.
-const SECOND_SOURCE_PORT: u16 = 41235;
 
 fn udp_mapping(port: u16) -> Value {
     let mut udp = mapping(port, None);
@@ -105,21 +101,25 @@ fn portmap_udp_client_that_sent_before_the_port_was_published_reaches_the_contai
     let lab = Lab::new("pmctnew");
     let out = Outside::new(&lab);
     write_list(&lab, vec![academy_entry(&lab)]);
-    // Two ports: the kernel is then asked for every UDP entry, and academy matches them.
+    // Four ports (more than academy asks a dump each for): the kernel is asked for every
+    // UDP entry, and academy matches them. One source port per flow: two flows from one
+    // would have one reply tuple (the same container port), and conntrack would change
+    // the second one's source port to tell them apart.
     let port = host_ports(&lab);
-    let flows = [(port, SOURCE_PORT), (port + 1, SECOND_SOURCE_PORT)];
+    let flows: Vec<(u16, u16)> = (0..4).map(|i| (port + i, SOURCE_PORT + i)).collect();
     // Nothing on the host listens there: the datagrams make entries to the host itself.
-    for (p, source) in flows {
+    for &(p, source) in &flows {
         let before = send_from_source_port(&out.netns, source, &out.host_v4, p, 3);
         assert_eq!(before, "", "something on the host answers udp port {p}");
     }
 
-    let caps = json!({ "portMappings": [udp_mapping(port), udp_mapping(port + 1)] });
+    let all: Vec<Value> = flows.iter().map(|(p, _)| udp_mapping(*p)).collect();
+    let caps = json!({ "portMappings": all });
     let caps = caps.to_string();
     let env = [("CAP_ARGS", caps.as_str())];
     let added = lab.cnitool("add", &lab.netns, &env);
     added.expect_result("cnitool add publishing the udp ports");
-    for (p, source) in flows {
+    for &(p, source) in &flows {
         let (got, peer) =
             exchange_from_source_port(&lab.netns, &out.netns, source, &out.host_v4, p);
         assert_eq!(
@@ -132,8 +132,8 @@ fn portmap_udp_client_that_sent_before_the_port_was_published_reaches_the_contai
     assert!(
         added
             .stderr
-            .contains("academy: deleted 2 stale conntrack entries of the published udp ports"),
-        "ADD did not report the two stale entries it deleted:\n{added}"
+            .contains("academy: deleted 4 stale conntrack entries of the published udp ports"),
+        "ADD did not report the four stale entries it deleted:\n{added}"
     );
     lab.cnitool("del", &lab.netns, &env)
         .expect_silent_success("DEL");
