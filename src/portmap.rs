@@ -17,7 +17,12 @@ use crate::attachment::Attachment;
 use crate::cni::{code, Error, Result};
 use crate::config::{Config, PortMapping};
 use crate::masquerade;
-use crate::netlink::{key_text, stored_comment, Family, Nftables, NlError, PortElement, PortKey};
+use crate::netlink::{
+    flush_udp_conntrack, key_text, stored_comment, Family, Flushed, Nftables, NlError, PortElement,
+    PortKey, UdpDestination,
+};
+
+const IPPROTO_UDP: u8 = 17;
 
 /// The holder named in a map element's comment. The maps are shared by every network,
 /// so unlike the masquerade's per-network sets the network is part of it.
@@ -57,7 +62,44 @@ pub fn add(
         bridge: &conf.bridge,
         resolve: &resolve,
     };
-    masquerade::add(nft, conf, &who.holder(), addresses, &publish)
+    masquerade::add(nft, conf, &who.holder(), addresses, &publish)?;
+    flush_stale_udp(&ports);
+    Ok(())
+}
+
+/// Deletes the conntrack entries of datagrams sent to the UDP ports just published
+/// before they were (to the host itself, or to a container that held the port before):
+/// while their client keeps sending, its datagrams would follow the entry and never
+/// reach this container (src/netlink/conntrack.rs). After the batch, so that no
+/// datagram between the two makes a new stale entry.
+///
+/// A failure is logged and ADD goes on, as the reference portmap does: the ports are
+/// published and every new flow reaches the container; failing would undo a working
+/// container for the sake of the clients that were already sending, and a retried ADD
+/// would most likely meet the same refusal.
+fn flush_stale_udp(ports: &[PortElement]) {
+    let udp: Vec<UdpDestination> = ports
+        .iter()
+        .filter(|p| p.key.protocol == IPPROTO_UDP)
+        .map(|p| UdpDestination {
+            family: p.key.family,
+            address: p.key.host_ip,
+            port: p.key.host_port,
+        })
+        .collect();
+    if udp.is_empty() {
+        return;
+    }
+    match flush_udp_conntrack(&udp) {
+        Ok(Flushed::Deleted(0) | Flushed::Unavailable) => {}
+        Ok(Flushed::Deleted(n)) => {
+            eprintln!("academy: deleted {n} stale conntrack entries of the published udp ports")
+        }
+        Err(e) => eprintln!(
+            "academy: warning: stale udp conntrack entries may remain (their clients may not reach the container until they pause): {}",
+            Error::from(e)
+        ),
+    }
 }
 
 /// The keys of `ports` whose element names this holder but points elsewhere.

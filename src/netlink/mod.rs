@@ -10,17 +10,21 @@
 //! - `nftables`: nf_tables over NETLINK_NETFILTER, the masquerade of `ipMasq` and the
 //!   published ports of `portMappings`. Its
 //!   messages are encoded here by hand (no crate covers nf_tables).
+//! - `conntrack`: ctnetlink on the same socket protocol, encoded the same way: the UDP
+//!   entries a newly published port must not keep (port mapping's ADD).
 //!
 //! Everything outside this folder speaks in the plain types re-exported here; the layer
 //! knows nothing of CNI (src/cni/kernel.rs turns a refused request into a CNI error).
 
 mod bridge;
+mod conntrack;
 mod decode;
 mod nftables;
 mod route;
 mod socket;
 
 pub use bridge::VlanEntry;
+pub use conntrack::{flush_udp as flush_udp_conntrack, Flushed, UdpDestination};
 pub use nftables::GuardedPort;
 pub use nftables::{
     key_text, set_name as nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork,

@@ -178,6 +178,29 @@ impl NlSocket {
         }
     }
 
+    /// Waits for the ack of every request of `sequences`, sent together but each on its
+    /// own (not a batch: the kernel answers every one, whatever the others' fate), and
+    /// hands each answer to `on_ack`.
+    pub fn receive_each_ack(
+        &mut self,
+        sequences: Range<u32>,
+        what: &str,
+        mut on_ack: impl FnMut(u32, NlResult<()>),
+    ) -> NlResult<()> {
+        let mut pending = sequences.len();
+        if pending == 0 {
+            return Ok(());
+        }
+        self.read(what, |header, message| {
+            if !sequences.contains(&header.sequence) || header.kind != NLMSG_ERROR {
+                return Ok(false);
+            }
+            on_ack(header.sequence, error_of(header, message, what));
+            pending -= 1;
+            Ok(pending == 0)
+        })
+    }
+
     /// Reads datagrams and hands each message to `handle` until it says it is done.
     fn read(
         &mut self,

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use super::digest::{hex, sha256};
 use super::Family;
 
-pub(super) const NLA_F_NESTED: u16 = 0x8000;
+pub(in crate::netlink) const NLA_F_NESTED: u16 = 0x8000;
 /// libnftnl's user data: a comment is TLV type 0 (for rules and set elements alike),
 /// NUL-terminated, at most 128 bytes; nft shows it as `comment "..."`.
 pub(super) const UDATA_COMMENT: u8 = 0;
@@ -71,7 +71,7 @@ pub(super) fn address_from(bytes: &[u8], family: Family) -> Option<IpAddr> {
 }
 
 /// The attributes in `bytes` as (type without flags, value); stops at a malformed one.
-pub(super) fn attributes(bytes: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+pub(in crate::netlink) fn attributes(bytes: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
     let mut rest = bytes;
     std::iter::from_fn(move || {
         if rest.len() < 4 {
@@ -92,13 +92,13 @@ pub(super) fn attributes(bytes: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
 /// attribute's length is 16 bits: one that does not fit marks the whole as too long
 /// (`too_long`), which the request then refuses to send rather than send garbage.
 #[derive(Default)]
-pub(super) struct Attrs(pub(super) Vec<u8>, pub(super) bool);
+pub(in crate::netlink) struct Attrs(pub(in crate::netlink) Vec<u8>, pub(super) bool);
 
 /// netlink's nla_len is a u16.
 pub(super) const ATTR_MAX: usize = u16::MAX as usize;
 
 impl Attrs {
-    pub(super) fn put(&mut self, kind: u16, value: &[u8]) {
+    pub(in crate::netlink) fn put(&mut self, kind: u16, value: &[u8]) {
         let len = 4 + value.len();
         if len > ATTR_MAX {
             self.1 = true;
@@ -125,11 +125,11 @@ impl Attrs {
         self.put(kind, &value.to_be_bytes());
     }
 
-    pub(super) fn too_long(&self) -> bool {
+    pub(in crate::netlink) fn too_long(&self) -> bool {
         self.1
     }
 
-    pub(super) fn nested(&mut self, kind: u16, inner: impl FnOnce(&mut Attrs)) {
+    pub(in crate::netlink) fn nested(&mut self, kind: u16, inner: impl FnOnce(&mut Attrs)) {
         let mut nested = Attrs::default();
         inner(&mut nested);
         self.1 |= nested.1;

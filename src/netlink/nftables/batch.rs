@@ -14,7 +14,7 @@ const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
 const NFNL_MSG_BATCH_END: u16 = 0x11;
 
 /// nlmsghdr and nfgenmsg.
-pub(super) const HEADERS_LEN: usize = 16 + 4;
+pub(in crate::netlink) const HEADERS_LEN: usize = 16 + 4;
 
 pub(super) fn nftables_type(kind: u8) -> u16 {
     NFNL_SUBSYS_NFTABLES << 8 | u16::from(kind)
@@ -174,7 +174,7 @@ impl NetlinkSerializable for NfMessage {
     }
 }
 
-pub(super) fn encode(
+pub(in crate::netlink) fn encode(
     out: &mut Vec<u8>,
     kind: u16,
     flags: u16,

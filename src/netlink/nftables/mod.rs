@@ -40,8 +40,12 @@ mod portmap_rules;
 mod rule;
 
 pub use attrs::stored_comment;
-use attrs::{address_from, attributes, comment_of, Attrs, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
-use batch::{encode, nftables_type, HEADERS_LEN};
+use attrs::{address_from, comment_of, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
+// The nfnetlink encoding conntrack.rs shares (the same NETLINK_NETFILTER, another
+// subsystem).
+pub(super) use attrs::{attributes, Attrs};
+use batch::nftables_type;
+pub(super) use batch::{encode, HEADERS_LEN};
 pub use change::{NatChange, SetElement};
 pub use inspect::{MasqRule, SetShape, RULE_PREFIX};
 pub use macspoof::GuardedPort;

@@ -134,7 +134,7 @@ fn portmap_published_port_answers_outside_host_localhost_hairpin_and_only_on_its
 }
 
 /// The lab's academy entry as a single-plugin config for direct exec, publishing `ports`.
-fn direct_config(lab: &Lab, version: &str, ports: &[Value]) -> Value {
+pub(super) fn direct_config(lab: &Lab, version: &str, ports: &[Value]) -> Value {
     let mut c = academy_entry(lab);
     c["cniVersion"] = json!(version);
     c["name"] = json!(lab.network);
