@@ -6,11 +6,13 @@
   tuning) on the reference plugins, against the same network converted by
   `academy convert` (one academy entry: it accepts its bridge's forwarding itself where
   iptables' FORWARD policy drops), each with one port mapping: ADD and DEL cycles
-  interleaved, then 50 parallel ADDs (and DELs) of each; and, for comparison, the
-  converted network with the reference `firewall` kept after it;
+  interleaved, the same with a UDP port (both flush its stale conntrack entries), then
+  50 parallel ADDs (and DELs) of each; and, for comparison, the converted network with
+  the reference `firewall` kept after it;
 - academy alone: ADD with 3 port mappings against ADD without, and ADD with one port
   mapping with 1,000 other containers' ports in the map against none (in two private
-  "host" namespaces, each with its own academy table).
+  "host" namespaces, each with its own academy table), and ADD with a UDP port against
+  one with a TCP port.
 
 Chains are run as libcni runs them: each plugin in order with the previous one's result
 as prevResult and runtimeConfig for the capabilities it declares, DEL in reverse order.
@@ -97,8 +99,8 @@ class Chain:
         return (time.perf_counter() - t0) * 1e3
 
 
-def mapping(*host_ports: int) -> dict:
-    return {"portMappings": [{"hostPort": p, "containerPort": 80, "protocol": "tcp"}
+def mapping(*host_ports: int, protocol: str = "tcp") -> dict:
+    return {"portMappings": [{"hostPort": p, "containerPort": 80, "protocol": protocol}
                              for p in host_ports]}
 
 
@@ -169,7 +171,8 @@ def alone(lab: Lab, cni_path: str, n: int) -> dict:
         chains[k].delete(f"{PREFIX}-al-init", netns[k], mapping(45000), result)
     fake_ports(os.path.basename(hosts["crowded"]), 1000)
     runs = [("none", "empty", {}), ("three", "empty", mapping(45001, 45002, 45003)),
-            ("one", "empty", mapping(45010)), ("one_of_1001", "crowded", mapping(45010))]
+            ("one", "empty", mapping(45010)), ("one_of_1001", "crowded", mapping(45010)),
+            ("one_udp", "empty", mapping(45020, protocol="udp"))]
     t = {key: [] for key, _, _ in runs}
     for i in range(n + 1):
         for key, host, caps in runs[i % len(runs):] + runs[:i % len(runs)]:
@@ -217,6 +220,13 @@ def run(academy: str, reference_dir: str, lab: Lab, n: int, parallel: int) -> di
     out["fw_ratio"] = {c: median_ratio(times["academy-fw"][c], times["reference"][c])
                        for c in ("ADD", "DEL")}
 
+    # A UDP port costs both more: each flushes the port's stale conntrack entries.
+    print(f"chains: {n} interleaved cycles with a UDP port ...", file=sys.stderr)
+    udp = cycles({k: chains[k] for k in ("reference", "academy")}, netns, n,
+                 mapping(44002, protocol="udp"))
+    out["udp_chain_ratio"] = {c: median_ratio(udp["academy"][c], udp["reference"][c])
+                              for c in ("ADD", "DEL")}
+
     print(f"chains: {parallel} parallel ADDs of each chain ...", file=sys.stderr)
     names = [f"{PREFIX}-cb{j:02d}" for j in range(parallel)]
     paths = lab.add_netns_many(names)
@@ -233,6 +243,7 @@ def run(academy: str, reference_dir: str, lab: Lab, n: int, parallel: int) -> di
     out["alone_ms"] = {k: round(statistics.median(v), 2) for k, v in t.items()}
     out["three_vs_none"] = median_ratio(t["three"], t["none"])
     out["crowded_vs_empty"] = median_ratio(t["one_of_1001"], t["one"])
+    out["udp_vs_tcp"] = median_ratio(t["one_udp"], t["one"])
     return out
 
 
@@ -241,6 +252,8 @@ def markdown(r: dict) -> str:
     rows = [
         ("converted network ADD / podman's reference chain ADD", r["chain_ratio"]["ADD"], 0.10),
         ("converted network DEL / podman's reference chain DEL", r["chain_ratio"]["DEL"], 0.20),
+        ("the same with a UDP port, ADD", r["udp_chain_ratio"]["ADD"], None),
+        ("the same with a UDP port, DEL", r["udp_chain_ratio"]["DEL"], None),
         ("the same with the reference firewall kept after it, ADD", r["fw_ratio"]["ADD"], None),
         ("the same with the reference firewall kept after it, DEL", r["fw_ratio"]["DEL"], None),
         (f"{r['parallel']} parallel ADDs, converted / reference (wall)",
@@ -249,6 +262,8 @@ def markdown(r: dict) -> str:
          r["burst_ratio"]["DEL"], None),
         ("academy ADD with 3 port mappings / without", r["three_vs_none"], 1.2),
         ("academy ADD with 1,000 other ports published / with none", r["crowded_vs_empty"], 1.2),
+        ("academy ADD with a UDP port / with a TCP port (conntrack flush)",
+         r["udp_vs_tcp"], None),
     ]
     lines = ["| whole chains and port mapping (medians, one run) | ratio | target |",
              "| --- | --- | --- |"]

@@ -12,9 +12,10 @@
 //!
 //! Per family and port, one dump the kernel filters (CTA_FILTER, Linux 5.8: UDP to the
 //! port; one dump of every UDP entry instead for more than PORT_DUMPS_MAX ports), then
-//! one sendmsg deleting every entry found by its original tuple. A kernel that refuses the filter gets one
-//! unfiltered dump of the family instead; every entry is checked here anyway (a kernel
-//! before 5.8 ignores the attribute it does not know and dumps all).
+//! one sendmsg deleting every entry found by its original tuple. A kernel that refuses
+//! the filter gets one unfiltered dump of the family instead; every entry is checked
+//! here anyway (a kernel before 5.8 ignores the attribute it does not know and dumps
+//! all).
 
 use std::net::IpAddr;
 

@@ -251,5 +251,37 @@ same "and its gateway port has VLAN 50 alone" "50:Egress Untagged,PVID" \
 expect "and it reaches its gateway" pings f1 10.18.0.1
 cni "$A" DEL f1 f1 "$F"
 
+# --- 8. macspoofchk on this kernel: academy's bridge-family table -------------------
+# Its expressions (bridge family, iifname and ether saddr lookups) are what 6.1 must
+# accept as 6.18 does.
+echo "part 8 at ${SECONDS}s"
+ns m1 m2
+M='{"cniVersion":"1.0.0","name":"spoof","type":"academy","bridge":"brm","subnet":"10.20.0.0/24","gateway":"10.20.0.1","dataDir":"'$D'/data","macspoofchk":true}'
+RM1=$(add "$A" m1 m1 "$M")
+RM2=$(add "$A" m2 m2 "$M")
+expect "macspoofchk: the table bridge academy exists" bash -c "nft list table bridge academy >/dev/null"
+expect "macspoofchk: m1 reaches the gateway with its own MAC" pings m1 10.20.0.1
+expect "macspoofchk: CHECK passes" cni "$A" CHECK m1 m1 "$(with_prev "$M" "$RM1")"
+OWN=$(jq -r '.interfaces[2].mac' <<<"$RM1")
+ip -n m1 link set eth0 address 02:5a:00:00:00:01
+ip -n m1 neigh flush all
+ip neigh flush dev brm
+refuse "macspoofchk: m1 with another MAC cannot reach the gateway" pings m1 10.20.0.1
+expect "macspoofchk: m2, unchanged, still reaches it" pings m2 10.20.0.1
+ip -n m1 link set eth0 address "$OWN"
+ip -n m1 neigh flush all
+expect "macspoofchk: m1 with its MAC back reaches it again" pings m1 10.20.0.1
+expect "macspoofchk: DEL m1" cni "$A" DEL m1 m1 "$M"
+guarded() { # the ports in network spoof's guarded set
+  nft -j list table bridge academy |
+    jq -r '[.nftables[] | .set? | select(.name == "spoof-guarded") | .elem[]? | .elem.val] | sort | join(" ")'
+}
+elements() { # elements left in network spoof's sets and map
+  nft -j list table bridge academy | jq '[.nftables[] | (.set // .map)? | select(.name != null and (.name | startswith("spoof-"))) | .elem[]?] | length'
+}
+same "macspoofchk: DEL left only m2's port guarded" "$(hostveth "$RM2")" "$(guarded)"
+expect "macspoofchk: DEL m2" cni "$A" DEL m2 m2 "$M"
+same "macspoofchk: DEL left no element" 0 "$(elements)"
+
 echo "failed checks: $fails (${SECONDS}s)"
 exit $((fails > 0))
