@@ -283,49 +283,41 @@ impl Nftables {
             format!("create chain bridge {TABLE} {BRIDGE_CHAIN}"),
         );
 
-        let mut ports = Attrs::default();
-        ports.str(NFTA_SET_TABLE, TABLE);
-        ports.str(NFTA_SET_NAME, &map);
-        ports.be32(NFTA_SET_FLAGS, NFT_SET_MAP);
-        ports.be32(NFTA_SET_KEY_TYPE, TYPE_IFNAME);
-        ports.be32(NFTA_SET_KEY_LEN, IFNAMSIZ as u32);
-        ports.be32(NFTA_SET_DATA_TYPE, TYPE_ETHERADDR);
-        ports.be32(NFTA_SET_DATA_LEN, 6);
-        ports.be32(NFTA_SET_ID, 1);
-        ports.put(NFTA_SET_USERDATA, &name_byteorder());
-        batch.add(
-            NFT_MSG_NEWSET,
-            NLM_F_CREATE | NLM_F_EXCL,
-            ports,
-            format!("create map {map}"),
-        );
-
-        let mut names = Attrs::default();
-        names.str(NFTA_SET_TABLE, TABLE);
-        names.str(NFTA_SET_NAME, &guarded);
-        names.be32(NFTA_SET_KEY_TYPE, TYPE_IFNAME);
-        names.be32(NFTA_SET_KEY_LEN, IFNAMSIZ as u32);
-        names.be32(NFTA_SET_ID, 3);
-        names.put(NFTA_SET_USERDATA, &name_byteorder());
-        batch.add(
-            NFT_MSG_NEWSET,
-            NLM_F_CREATE | NLM_F_EXCL,
-            names,
-            format!("create set {guarded}"),
-        );
-
-        let mut allowed = Attrs::default();
-        allowed.str(NFTA_SET_TABLE, TABLE);
-        allowed.str(NFTA_SET_NAME, &set);
-        allowed.be32(NFTA_SET_KEY_TYPE, TYPE_IFNAME << 6 | TYPE_ETHERADDR);
-        allowed.be32(NFTA_SET_KEY_LEN, PAIR_LEN as u32);
-        allowed.be32(NFTA_SET_ID, 2);
-        batch.add(
-            NFT_MSG_NEWSET,
-            NLM_F_CREATE | NLM_F_EXCL,
-            allowed,
-            format!("create set {set}"),
-        );
+        // Keyed by interface name, the map and the guarded set say so in their userdata
+        // as nft does (so `nft list` prints names, not bytes); the pair set's
+        // concatenated key needs no such hint.
+        let sets = [
+            NewSet {
+                id: PORTS_ID,
+                name: &map,
+                key: (TYPE_IFNAME, IFNAMSIZ),
+                data: Some((TYPE_ETHERADDR, 6)),
+                names_in_userdata: true,
+            },
+            NewSet {
+                id: GUARDED_ID,
+                name: &guarded,
+                key: (TYPE_IFNAME, IFNAMSIZ),
+                data: None,
+                names_in_userdata: true,
+            },
+            NewSet {
+                id: ALLOWED_ID,
+                name: &set,
+                key: (TYPE_IFNAME << 6 | TYPE_ETHERADDR, PAIR_LEN),
+                data: None,
+                names_in_userdata: false,
+            },
+        ];
+        for new in sets {
+            let kind = if new.data.is_some() { "map" } else { "set" };
+            batch.add(
+                NFT_MSG_NEWSET,
+                NLM_F_CREATE | NLM_F_EXCL,
+                new.attrs(),
+                format!("create {kind} {}", new.name),
+            );
+        }
 
         let mut rule = Attrs::default();
         rule.str(NFTA_RULE_TABLE, TABLE);
@@ -386,6 +378,45 @@ impl Nftables {
     }
 }
 
+/// The ids that name the map and sets within their creating batch (the rule's lookups
+/// refer to them so, before they exist).
+const PORTS_ID: u32 = 1;
+const ALLOWED_ID: u32 = 2;
+const GUARDED_ID: u32 = 3;
+
+/// One of a network's map and sets, as its first ADD creates it.
+struct NewSet<'a> {
+    id: u32,
+    name: &'a str,
+    /// (type, length) of the key.
+    key: (u32, usize),
+    /// (type, length) of a map's values.
+    data: Option<(u32, usize)>,
+    names_in_userdata: bool,
+}
+
+impl NewSet<'_> {
+    fn attrs(&self) -> Attrs {
+        let mut attrs = Attrs::default();
+        attrs.str(NFTA_SET_TABLE, TABLE);
+        attrs.str(NFTA_SET_NAME, self.name);
+        if self.data.is_some() {
+            attrs.be32(NFTA_SET_FLAGS, NFT_SET_MAP);
+        }
+        attrs.be32(NFTA_SET_KEY_TYPE, self.key.0);
+        attrs.be32(NFTA_SET_KEY_LEN, self.key.1 as u32);
+        if let Some((data_type, data_len)) = self.data {
+            attrs.be32(NFTA_SET_DATA_TYPE, data_type);
+            attrs.be32(NFTA_SET_DATA_LEN, data_len as u32);
+        }
+        attrs.be32(NFTA_SET_ID, self.id);
+        if self.names_in_userdata {
+            attrs.put(NFTA_SET_USERDATA, &name_byteorder());
+        }
+        attrs
+    }
+}
+
 /// A port's three elements, in the order of change_ports: (set, key, map data).
 fn elements_of(network: &str, port: &GuardedPort) -> Vec<(String, Vec<u8>, Option<Vec<u8>>)> {
     vec![
@@ -442,7 +473,7 @@ fn drop_rule(list: &mut Attrs, guarded: &str, set: &str) {
     expr(list, "lookup", |e| {
         e.str(1, guarded); // NFTA_LOOKUP_SET
         e.be32(2, NFT_REG_1); // NFTA_LOOKUP_SREG
-        e.be32(4, 3); // NFTA_LOOKUP_SET_ID: new in this batch
+        e.be32(4, GUARDED_ID); // NFTA_LOOKUP_SET_ID: new in this batch
     });
     // The name fills register 1 (16 bytes); the MAC follows it in register 2, and the
     // lookup reads both as one 24-byte key.
@@ -456,7 +487,7 @@ fn drop_rule(list: &mut Attrs, guarded: &str, set: &str) {
     expr(list, "lookup", |e| {
         e.str(1, set);
         e.be32(2, NFT_REG_1);
-        e.be32(4, 2);
+        e.be32(4, ALLOWED_ID);
         e.be32(5, NFT_LOOKUP_F_INV); // NFTA_LOOKUP_FLAGS: not in the set
     });
     expr(list, "immediate", |e| {
