@@ -19,6 +19,10 @@ pub const RESULTS_DIR: &str = "/var/lib/cni/results";
 /// host-local's default store, academy's too in the ipam form without dataDir.
 pub const HOST_LOCAL_STORE: &str = "/var/lib/cni/networks";
 
+/// Labs alive in this test run. Only when the last goes are academy's shared tables
+/// deleted: every test's ADDs happen while it holds a lab.
+static LIVE_LABS: Mutex<usize> = Mutex::new(0);
+
 /// The container id cnitool gives a netns path: "cnitool-" + hex of the first 10 bytes
 /// of sha512(path), path as given (no symlink resolution).
 pub fn cnitool_container_id(netns_path: &str) -> String {
@@ -75,6 +79,7 @@ impl Lab {
     /// a cnitool conflist for cniVersion 1.0.0 written. `tag` (short) only makes its
     /// names readable in `ip` output and logs.
     pub fn new(tag: &str) -> Lab {
+        *LIVE_LABS.lock().unwrap_or_else(|p| p.into_inner()) += 1;
         let slot = Slot::take();
         let root = std::env::temp_dir().join(slot.name("academy-it", tag));
         let lab = Lab {
@@ -338,7 +343,7 @@ impl Lab {
         // The host-local form's default store, and the network's nf_tables objects.
         let _ = std::fs::remove_dir_all(Path::new(HOST_LOCAL_STORE).join(&self.network));
         super::nft::remove_network(&self.network, &self.bridge);
-        super::nft_bridge::remove_mac_filter(&self.network);
+        super::nft_bridge::remove_mac_filter_objects(&self.network);
         let prefix = format!("{}-", self.network);
         for entry in std::fs::read_dir(RESULTS_DIR)
             .into_iter()
@@ -355,6 +360,14 @@ impl Lab {
 impl Drop for Lab {
     fn drop(&mut self) {
         self.cleanup();
+        // The tables are shared: the last lab of the run removes them, while no other
+        // lab (whose test may be in the middle of an ADD) can start.
+        let mut live = LIVE_LABS.lock().unwrap_or_else(|p| p.into_inner());
+        *live = live.saturating_sub(1);
+        if *live == 0 {
+            super::nft::remove_table_if_unused();
+            super::nft_bridge::remove_table_if_unused();
+        }
     }
 }
 

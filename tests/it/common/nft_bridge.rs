@@ -122,10 +122,9 @@ pub fn mac_filter_objects(netns: Option<&str>, network: &str) -> BTreeSet<String
     found
 }
 
-/// Removes the network's rule, map and sets from the host's table, and the table once
-/// nothing is left in it. Never panics: it runs from Drop guards.
-pub fn remove_mac_filter(network: &str) {
-    remove_mac_filter_objects(network);
+/// Deletes the host's `bridge academy` table once nothing is left in it. Only for the
+/// last lab of the run to go, as nft::remove_table_if_unused. Never panics.
+pub fn remove_table_if_unused() {
     let left = listed(None, &["-j", "list", "table", "bridge", "academy"]);
     let busy = left
         .iter()
