@@ -2,7 +2,8 @@
 //! with it where its datagrams went before the port was published (the host itself) or
 //! to whom (the container that held it before). academy's ADD deletes those entries
 //! after publishing a UDP port (on its hostIP only, when given), so the same client
-//! reaches the new container; a refused flush does not fail the ADD.
+//! reaches the new container; a kernel that refuses the dump's filter gets a plain dump
+//! instead; a refused flush does not fail the ADD.
 
 use std::process::{Child, Command, Stdio};
 
@@ -288,6 +289,86 @@ fn portmap_refused_conntrack_flush_is_logged_and_the_add_keeps_its_udp_port() {
         (got.as_str(), peer.as_str()),
         ("hello", out.far_v4.as_str()),
         "the port the ADD published answers"
+    );
+    call("DEL").run().expect_silent_success("DEL");
+}
+
+#[test]
+fn portmap_kernel_that_refuses_the_conntrack_filter_gets_one_plain_dump_and_the_flush() {
+    let lab = Lab::new("pmctplain");
+    let out = Outside::new(&lab);
+    let port = host_ports(&lab);
+    let config = direct_config(&lab, "1.1.0", &[udp_mapping(port)]);
+    let call = |command: &str| lab.call(command).config(&config);
+    let file = lab.root.join("conntrack.trace");
+
+    // Where the first filtered dump is in an ADD on a bridge that exists.
+    call("ADD")
+        .run()
+        .expect_result("the ADD that makes the bridge");
+    call("DEL").run().expect_silent_success("its DEL");
+    let (clean, text) = run_strace(&call("ADD"), &file, "sendto", None);
+    clean.expect_result("clean ADD publishing a udp port, under strace");
+    call("DEL")
+        .run()
+        .expect_silent_success("DEL of the clean ADD");
+    let calls = parse_trace(&text);
+    let i = calls
+        .iter()
+        .position(|c| c.line.contains("IPCTNL_MSG_CT_GET"))
+        .unwrap_or_else(|| panic!("no conntrack dump in the ADD's trace:\n{text}"));
+    assert!(
+        strace_reaches(&calls, i),
+        "strace cannot reach the conntrack dump alone:\n{text}"
+    );
+
+    // A flow to the unpublished port: an entry to the host itself.
+    let before = send_from_source_port(&out.netns, SOURCE_PORT, &out.host_v4, port, 3);
+    assert_eq!(before, "", "something on the host answers udp port {port}");
+    // The kernel's answer to a filter it does not know (before Linux 5.8 it is ignored
+    // instead, which the matching of every entry covers).
+    let inject = Inject {
+        syscall: "sendto".into(),
+        when: rank_in_thread(&calls, i),
+        action: Action::Fail("EINVAL"),
+    };
+    let (added, text) = run_strace(&call("ADD"), &file, "sendto", Some(&inject));
+    let traced = parse_trace(&text);
+    let refused = traced
+        .iter()
+        .position(Syscall::injected)
+        .unwrap_or_else(|| panic!("nothing was refused:\n{text}"));
+    assert!(
+        traced[refused].line.contains("IPCTNL_MSG_CT_GET"),
+        "the refusal must hit the filtered dump:\n{text}"
+    );
+    let after: Vec<&Syscall> = traced[refused + 1..].iter().collect();
+    // A dump with no attribute at all: the nfnetlink header alone.
+    assert!(
+        after.iter().any(|c| c.line.contains("IPCTNL_MSG_CT_GET")
+            && c.line.contains("nlmsg_len=20,")
+            && !c.injected()),
+        "no plain dump followed the refused filter:\n{text}"
+    );
+    assert!(
+        after
+            .iter()
+            .any(|c| c.line.contains("IPCTNL_MSG_CT_DELETE")),
+        "no delete followed the plain dump:\n{text}"
+    );
+    added.expect_result("ADD whose conntrack filter is refused");
+    assert!(
+        added
+            .stderr
+            .contains("academy: deleted 1 stale conntrack entries of the published udp ports"),
+        "the plain dump's match did not delete the client's entry:\n{added}"
+    );
+    let (got, peer) =
+        exchange_from_source_port(&lab.netns, &out.netns, SOURCE_PORT, &out.host_v4, port);
+    assert_eq!(
+        (got.as_str(), peer.as_str()),
+        ("hello", format!("{}:{SOURCE_PORT}", out.far_v4).as_str()),
+        "the client that sent before the port was published reaches the container"
     );
     call("DEL").run().expect_silent_success("DEL");
 }
