@@ -5,6 +5,7 @@
 //! reaches the new container; a kernel that refuses the dump's filter gets a plain dump
 //! instead; a refused flush does not fail the ADD.
 
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use serde_json::{json, Value};
@@ -234,21 +235,15 @@ fn portmap_udp_flush_of_a_mapping_with_host_ip_keeps_other_addresses_entries() {
         .expect_silent_success("DEL");
 }
 
-#[test]
-fn portmap_refused_conntrack_flush_is_logged_and_the_add_keeps_its_udp_port() {
-    let lab = Lab::new("pmctfail");
-    let out = Outside::new(&lab);
-    let port = host_ports(&lab);
-    let config = direct_config(&lab, "1.1.0", &[udp_mapping(port)]);
-    let call = |command: &str| lab.call(command).config(&config);
-    let file = lab.root.join("conntrack.trace");
-
-    // The first ADD also makes the bridge: the requests are counted on the second.
+/// `action` at an ADD's first conntrack dump (the first filtered one), found in a clean
+/// ADD under strace. The first ADD also makes the bridge: the requests are counted on the
+/// second, as every later ADD makes them.
+fn at_first_conntrack_dump(call: &dyn Fn(&str) -> Call, file: &Path, action: Action) -> Inject {
     call("ADD")
         .run()
         .expect_result("the ADD that makes the bridge");
     call("DEL").run().expect_silent_success("its DEL");
-    let (clean, text) = run_strace(&call("ADD"), &file, "sendto", None);
+    let (clean, text) = run_strace(&call("ADD"), file, "sendto", None);
     clean.expect_result("clean ADD publishing a udp port, under strace");
     call("DEL")
         .run()
@@ -262,11 +257,22 @@ fn portmap_refused_conntrack_flush_is_logged_and_the_add_keeps_its_udp_port() {
         strace_reaches(&calls, i),
         "strace cannot reach the conntrack dump alone:\n{text}"
     );
-    let inject = Inject {
+    Inject {
         syscall: "sendto".into(),
         when: rank_in_thread(&calls, i),
-        action: Action::Fail("EPERM"),
-    };
+        action,
+    }
+}
+
+#[test]
+fn portmap_refused_conntrack_flush_is_logged_and_the_add_keeps_its_udp_port() {
+    let lab = Lab::new("pmctfail");
+    let out = Outside::new(&lab);
+    let port = host_ports(&lab);
+    let config = direct_config(&lab, "1.1.0", &[udp_mapping(port)]);
+    let call = |command: &str| lab.call(command).config(&config);
+    let file = lab.root.join("conntrack.trace");
+    let inject = at_first_conntrack_dump(&call, &file, Action::Fail("EPERM"));
 
     let (added, text) = run_strace(&call("ADD"), &file, "sendto", Some(&inject));
     let injected: Vec<Syscall> = parse_trace(&text)
@@ -301,37 +307,13 @@ fn portmap_kernel_that_refuses_the_conntrack_filter_gets_one_plain_dump_and_the_
     let config = direct_config(&lab, "1.1.0", &[udp_mapping(port)]);
     let call = |command: &str| lab.call(command).config(&config);
     let file = lab.root.join("conntrack.trace");
-
-    // Where the first filtered dump is in an ADD on a bridge that exists.
-    call("ADD")
-        .run()
-        .expect_result("the ADD that makes the bridge");
-    call("DEL").run().expect_silent_success("its DEL");
-    let (clean, text) = run_strace(&call("ADD"), &file, "sendto", None);
-    clean.expect_result("clean ADD publishing a udp port, under strace");
-    call("DEL")
-        .run()
-        .expect_silent_success("DEL of the clean ADD");
-    let calls = parse_trace(&text);
-    let i = calls
-        .iter()
-        .position(|c| c.line.contains("IPCTNL_MSG_CT_GET"))
-        .unwrap_or_else(|| panic!("no conntrack dump in the ADD's trace:\n{text}"));
-    assert!(
-        strace_reaches(&calls, i),
-        "strace cannot reach the conntrack dump alone:\n{text}"
-    );
+    // The kernel's answer to a filter it does not know (before Linux 5.8 it is ignored
+    // instead, which the matching of every entry covers).
+    let inject = at_first_conntrack_dump(&call, &file, Action::Fail("EINVAL"));
 
     // A flow to the unpublished port: an entry to the host itself.
     let before = send_from_source_port(&out.netns, SOURCE_PORT, &out.host_v4, port, 3);
     assert_eq!(before, "", "something on the host answers udp port {port}");
-    // The kernel's answer to a filter it does not know (before Linux 5.8 it is ignored
-    // instead, which the matching of every entry covers).
-    let inject = Inject {
-        syscall: "sendto".into(),
-        when: rank_in_thread(&calls, i),
-        action: Action::Fail("EINVAL"),
-    };
     let (added, text) = run_strace(&call("ADD"), &file, "sendto", Some(&inject));
     let traced = parse_trace(&text);
     let refused = traced
