@@ -234,6 +234,22 @@ fn installer_image_from_scratch_installs_binary_and_template_then_is_idempotent(
     );
 }
 
+/// Spawns `cmd`, again while exec answers ETXTBSY: another test thread's fork in the
+/// instant the copy's write descriptor was open gives its child a copy of that
+/// descriptor until the child execs (close-on-exec), and exec of a file open for writing
+/// fails. A known race of every threaded program that writes then runs a file.
+fn spawn_retrying_etxtbsy(cmd: &mut Command) -> Child {
+    for _ in 0..50 {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            other => return other.expect("spawn the stand-in binary"),
+        }
+    }
+    panic!("exec kept failing with ETXTBSY for a second");
+}
+
 #[test]
 fn installer_replaces_a_binary_being_executed_and_a_conflist_in_place() {
     let binary = fresh_release_binary();
@@ -245,7 +261,7 @@ fn installer_replaces_a_binary_being_executed_and_a_conflist_in_place() {
     let installed = p.host_bin.join("academy");
     fs::copy("/bin/sleep", &installed).unwrap();
     let old_inode = fs::metadata(&installed).unwrap().ino();
-    let running = Command::new(&installed).arg("120").spawn().unwrap();
+    let running = spawn_retrying_etxtbsy(Command::new(&installed).arg("120"));
     let pid = running.id();
     p.children.push(running);
 
