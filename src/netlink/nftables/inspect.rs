@@ -4,8 +4,6 @@
 
 use std::net::IpAddr;
 
-use netlink_packet_core::NLM_F_DUMP;
-
 use super::attrs::{address_bytes, attributes, comment_of, Attrs, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
 use super::{
     decode_elements, set_name, Family, MasqElement, Nftables, CHAIN, NFTA_RULE_CHAIN,
@@ -14,7 +12,7 @@ use super::{
     NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE, NFTA_SET_NAME, NFTA_SET_TABLE,
     NFT_MSG_GETRULE, NFT_MSG_GETSET, NFT_MSG_GETSETELEM, TABLE, TYPE_IPV4_ADDR, TYPE_IPV6_ADDR,
 };
-use super::{NFTA_SET_DATA_TYPE, NFTA_SET_FLAGS};
+use super::{NFPROTO_INET, NFTA_SET_DATA_TYPE, NFTA_SET_FLAGS};
 use crate::netlink::socket::{Await, NlResult};
 
 /// Every masquerade rule academy writes has a comment starting so.
@@ -72,42 +70,29 @@ impl Nftables {
             attrs.str(NFTA_RULE_CHAIN, chain);
         }
         let what = format!("list the rules of nf_tables table {table}");
-        let mut found = Vec::new();
-        let result = self.request_in(
-            nfproto,
-            NFT_MSG_GETRULE,
-            NLM_F_DUMP,
-            attrs,
-            Await::Dump,
-            &what,
-            |p| {
-                let (mut chain, mut comment, mut handle) = (None, None, None);
-                for (kind, data) in attributes(p) {
-                    match kind {
-                        NFTA_RULE_CHAIN => {
-                            let name = data.split(|b| *b == 0).next().unwrap_or(data);
-                            chain = Some(String::from_utf8_lossy(name).into_owned());
-                        }
-                        NFTA_RULE_USERDATA => comment = comment_of(data),
-                        NFTA_RULE_HANDLE => {
-                            handle = <[u8; 8]>::try_from(data).ok().map(u64::from_be_bytes)
-                        }
-                        _ => {}
+        self.dump_in(nfproto, NFT_MSG_GETRULE, attrs, &what, |p, found| {
+            let (mut chain, mut comment, mut handle) = (None, None, None);
+            for (kind, data) in attributes(p) {
+                match kind {
+                    NFTA_RULE_CHAIN => {
+                        let name = data.split(|b| *b == 0).next().unwrap_or(data);
+                        chain = Some(String::from_utf8_lossy(name).into_owned());
                     }
+                    NFTA_RULE_USERDATA => comment = comment_of(data),
+                    NFTA_RULE_HANDLE => {
+                        handle = <[u8; 8]>::try_from(data).ok().map(u64::from_be_bytes)
+                    }
+                    _ => {}
                 }
-                if let (Some(chain), Some(comment), Some(handle)) = (chain, comment, handle) {
-                    found.push(CommentedRule {
-                        chain,
-                        handle,
-                        comment,
-                    });
-                }
-            },
-        );
-        match result {
-            Err(e) if e.is(libc::ENOENT) => Ok(Vec::new()),
-            other => other.map(|()| found),
-        }
+            }
+            if let (Some(chain), Some(comment), Some(handle)) = (chain, comment, handle) {
+                found.push(CommentedRule {
+                    chain,
+                    handle,
+                    comment,
+                });
+            }
+        })
     }
 
     /// academy's rules in its chain (one small dump); none when the table or chain is gone.
@@ -116,23 +101,9 @@ impl Nftables {
         attrs.str(NFTA_RULE_TABLE, TABLE);
         attrs.str(NFTA_RULE_CHAIN, CHAIN);
         let what = format!("list the rules of nf_tables chain inet {TABLE} {CHAIN}");
-        let mut found = Vec::new();
-        let result = self.request(
-            NFT_MSG_GETRULE,
-            NLM_F_DUMP,
-            attrs,
-            Await::Dump,
-            &what,
-            |p| {
-                if let Some(rule) = decode_rule(p) {
-                    found.push(rule);
-                }
-            },
-        );
-        match result {
-            Err(e) if e.is(libc::ENOENT) => Ok(Vec::new()),
-            other => other.map(|()| found),
-        }
+        self.dump_in(NFPROTO_INET, NFT_MSG_GETRULE, attrs, &what, |p, found| {
+            found.extend(decode_rule(p))
+        })
     }
 
     /// Whether the network's set is missing, academy's, or something else of that name.

@@ -176,20 +176,13 @@ impl Nftables {
         attrs.str(NFTA_SET_ELEM_LIST_TABLE, TABLE);
         attrs.str(NFTA_SET_ELEM_LIST_SET, &map);
         let what = format!("list the elements of nf_tables map bridge {TABLE} {map}");
-        let mut found = Vec::new();
-        let result = self.request_in(
+        self.dump_in(
             NFPROTO_BRIDGE,
             NFT_MSG_GETSETELEM,
-            NLM_F_DUMP,
             attrs,
-            Await::Dump,
             &what,
-            |p| found.extend(decode_ports(p)),
-        );
-        match result {
-            Err(e) if e.is(libc::ENOENT) => Ok(Vec::new()),
-            other => other.map(|()| found),
-        }
+            |p, found| found.extend(decode_ports(p)),
+        )
     }
 
     /// Whether the guarded set holds `port`.

@@ -235,21 +235,13 @@ impl Nftables {
         attrs.str(NFTA_SET_ELEM_LIST_TABLE, TABLE);
         attrs.str(NFTA_SET_ELEM_LIST_SET, &set);
         let what = format!("list the elements of nf_tables set {TABLE} {set}");
-        let mut found = Vec::new();
-        let result = self.request(
+        self.dump_in(
+            NFPROTO_INET,
             NFT_MSG_GETSETELEM,
-            NLM_F_DUMP,
             attrs,
-            Await::Dump,
             &what,
-            |p| {
-                found.extend(decode_elements(p, family));
-            },
-        );
-        match result {
-            Err(e) if e.is(libc::ENOENT) => Ok(Vec::new()),
-            other => other.map(|()| found),
-        }
+            |p, found| found.extend(decode_elements(p, family)),
+        )
     }
 
     /// One batch removing `addresses` from the network's sets (all or nothing).
@@ -282,6 +274,26 @@ impl Nftables {
         on_reply: impl FnMut(&[u8]),
     ) -> NlResult<()> {
         self.request_in(NFPROTO_INET, kind, flags, attrs, awaiting, what, on_reply)
+    }
+
+    /// A dump in `family` whose replies `collect` decodes into a list; the list is empty
+    /// when the table, chain or set dumped is gone (ENOENT), as after an admin's flush.
+    fn dump_in<T>(
+        &mut self,
+        family: u8,
+        kind: u8,
+        attrs: Attrs,
+        what: &str,
+        mut collect: impl FnMut(&[u8], &mut Vec<T>),
+    ) -> NlResult<Vec<T>> {
+        let mut found = Vec::new();
+        let result = self.request_in(family, kind, NLM_F_DUMP, attrs, Await::Dump, what, |p| {
+            collect(p, &mut found)
+        });
+        match result {
+            Err(e) if e.is(libc::ENOENT) => Ok(Vec::new()),
+            other => other.map(|()| found),
+        }
     }
 
     /// [`Nftables::request`] to the tables of another family (macspoofchk's bridge).

@@ -24,7 +24,7 @@
 //! A host port is held once: adding a key the map has with other data is refused by the
 //! kernel (EEXIST) and, the batch being atomic, nothing of the ADD is applied.
 
-use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP};
+use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE};
 
 use super::attrs::{comment_udata, Attrs, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
 use super::batch::{Batch, Change};
@@ -43,7 +43,7 @@ use super::{
     NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE, NFT_MSG_NEWSET, NFT_MSG_NEWSETELEM, NFT_MSG_NEWTABLE,
     NF_INET_POST_ROUTING, NF_IP_PRI_NAT_SRC, TABLE,
 };
-use super::{NFTA_SET_DATA_LEN, NFTA_SET_DATA_TYPE, NFTA_SET_FLAGS, NFT_SET_MAP};
+use super::{NFPROTO_INET, NFTA_SET_DATA_LEN, NFTA_SET_DATA_TYPE, NFTA_SET_FLAGS, NFT_SET_MAP};
 use crate::netlink::socket::{Await, NlResult};
 
 pub const HAIRPIN_SET: &str = "_hairpin";
@@ -93,20 +93,13 @@ impl Nftables {
                 "list the elements of nf_tables map inet {TABLE} {}",
                 map.name()
             );
-            let result = self.request(
+            found.extend(self.dump_in(
+                NFPROTO_INET,
                 NFT_MSG_GETSETELEM,
-                NLM_F_DUMP,
                 attrs,
-                Await::Dump,
                 &what,
-                |p| {
-                    found.extend(decode_ports(p, map));
-                },
-            );
-            match result {
-                Err(e) if e.is(libc::ENOENT) => {}
-                other => other?,
-            }
+                |p, found| found.extend(decode_ports(p, map)),
+            )?);
         }
         Ok(found)
     }
