@@ -22,9 +22,9 @@ use std::collections::HashSet;
 use std::net::IpAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::attachment;
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
-use crate::hostveth;
 use crate::ipam::store::{Reservation, StoreDir};
 use crate::netlink::{LinkKind, Netlink};
 use crate::netns::{Netns, OpenError};
@@ -123,7 +123,7 @@ impl HostLinks {
         let mut owners = HashSet::new();
         let mut owned = Vec::new();
         for link in &links {
-            let owner = link.alias.as_deref().and_then(hostveth::owner);
+            let owner = link.alias.as_deref().and_then(attachment::owner);
             if let Some((net, cid, ifname)) = owner {
                 if net == conf.name && link.kind == LinkKind::Veth {
                     owners.insert((cid.to_string(), ifname.to_string()));
@@ -141,7 +141,8 @@ impl HostLinks {
     pub(crate) fn wired(&self, container_id: &str, ifname: &str) -> bool {
         // Any link under the derived name counts: an unlabelled pair is an ADD that was
         // killed while wiring, and a foreign link there is not academy's to judge.
-        self.names.contains(&hostveth::name(container_id, ifname))
+        self.names
+            .contains(&attachment::host_name(container_id, ifname))
             || self
                 .owners
                 .contains(&(container_id.to_string(), ifname.to_string()))
@@ -192,7 +193,7 @@ pub fn survey(
             host_veth: r
                 .ifname
                 .as_ref()
-                .map(|i| hostveth::name(&r.container_id, i)),
+                .map(|i| attachment::host_name(&r.container_id, i)),
             state,
             why,
             reservation: r,

@@ -2,6 +2,8 @@
 //! form or `ipam.type` host-local) or a delegated IPAM plugin. The verbs call these and
 //! never look at which one it is.
 
+mod delegate;
+
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
@@ -12,7 +14,6 @@ use crate::cni::env::{Command, Env};
 use crate::cni::result::{CniResult, IpConfig, RouteEntry};
 use crate::cni::{code, Error, Result};
 use crate::config::{unspecified, Builtin, Config, Ipam};
-use crate::delegate;
 use crate::ipam::{Holder, Pool, Store};
 
 /// What the container is given.

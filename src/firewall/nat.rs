@@ -11,8 +11,8 @@ use ipnetwork::IpNetwork;
 
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
+use crate::firewall::masquerade::{add_repair, repair_lock, repair_of};
 use crate::leaks::{self, Caller, HostLinks};
-use crate::masquerade::{add_repair, repair_lock, repair_of};
 use crate::netlink::{
     nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork, MasqRule, NatChange,
     Netlink, Nftables, SetElement,
