@@ -1,7 +1,8 @@
 //! One attachment: a container's interface on a network, (network, container id,
 //! ifname). Everything academy keeps about it is named from this one value: the holder
 //! of its reservations (the store's index), its host veth's name and owner alias, and
-//! its masquerade elements' comment; GC's valid list is matched against the same parts.
+//! the owner comment of every nf_tables element academy keeps for it (`owner`); GC's
+//! valid list is matched against the same parts.
 //!
 //! The host end of a container's veth: its name is derived from the attachment, and its
 //! alias records the owner, so DEL and GC find it without the netns and academy never
@@ -13,10 +14,12 @@
 //! Alias: "academy:<network>:<container id>:<ifname>" (':' is allowed in none of the parts).
 
 use crate::cni::env::Env;
-use crate::cni::{Error, Result};
+use std::collections::HashSet;
+
+use crate::cni::{code, Error, Result};
 use crate::config::Config;
 use crate::ipam::Holder;
-use crate::netlink::{Link, LinkKind};
+use crate::netlink::{stored_comment, Link, LinkKind, Netlink};
 
 #[derive(Debug, Clone, Copy)]
 pub struct Attachment<'a> {
@@ -45,6 +48,30 @@ impl<'a> Attachment<'a> {
 
     pub fn alias(&self) -> String {
         owner_alias(self.network, self.container_id, self.ifname)
+    }
+
+    /// The comment every nf_tables element of this attachment carries (masquerade,
+    /// published ports, MAC filter): `<network>:<container id>:<ifname>`, as the kernel
+    /// stores it (capped, so compared whole and never parsed back). The network is part
+    /// of it because the port maps are shared by every network.
+    pub fn owner(&self) -> String {
+        stored_comment(&format!(
+            "{}:{}:{}",
+            self.network, self.container_id, self.ifname
+        ))
+    }
+
+    /// The comment academy wrote before one format served every kind, in the
+    /// per-network masquerade sets and MAC filter maps: `<container id>:<ifname>`. Still
+    /// recognised, so elements made by an older academy are removed, checked and kept
+    /// by GC after an upgrade.
+    pub fn legacy_owner(&self) -> String {
+        stored_comment(&self.holder().key())
+    }
+
+    /// Whether an element's comment names this attachment, in either form.
+    pub fn owns(&self, comment: &str) -> bool {
+        comment == self.owner() || comment == self.legacy_owner()
     }
 
     /// Who holds its addresses in the network's store.
@@ -130,6 +157,72 @@ pub fn ownership(link: &Link, expected_alias: &str) -> Ownership {
         (None, LinkKind::Veth) => Ownership::OursUnlabelled,
         (Some(a), _) => Ownership::Foreign(format!("its alias is {a:?}")),
         (None, kind) => Ownership::Foreign(format!("it is a {kind:?} link, not academy's")),
+    }
+}
+
+/// Who judges. ADD runs in the netns the runtime keeps the network in, and may judge
+/// before it has (re)created the bridge (after a reboot); an operator's command may run
+/// anywhere, and refuses to judge from a netns without the network's bridge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    Add,
+    Operator,
+}
+
+/// The host's links as far as this network is concerned.
+pub struct HostLinks {
+    names: HashSet<String>,
+    /// (container id, ifname) of every link whose alias names this network.
+    owners: HashSet<(String, String)>,
+    /// Those links with their names, for the veths that have no reservation.
+    pub owned: Vec<(String, String, String)>,
+}
+
+impl HostLinks {
+    /// The links of the calling netns, refused when the network's bridge is not among
+    /// them: from another netns every attachment would look leaked.
+    pub fn read(nl: &mut Netlink, conf: &Config, caller: Caller) -> Result<HostLinks> {
+        let links = nl.links()?;
+        if caller == Caller::Operator
+            && !links
+                .iter()
+                .any(|l| l.name == conf.bridge && l.kind == LinkKind::Bridge)
+        {
+            return Err(Error::new(
+                code::NOT_AVAILABLE,
+                format!(
+                    "bridge {} of network {} is not in this network namespace, so academy cannot see its attachments' veths and will not judge its reservations",
+                    conf.bridge, conf.name
+                ),
+            )
+            .details("run this in the netns that holds the bridge (the node's), e.g. nsenter -t 1 -n academy ..."));
+        }
+        let mut owners = HashSet::new();
+        let mut owned = Vec::new();
+        for link in &links {
+            let owner = link.alias.as_deref().and_then(owner);
+            if let Some((net, cid, ifname)) = owner {
+                if net == conf.name && link.kind == LinkKind::Veth {
+                    owners.insert((cid.to_string(), ifname.to_string()));
+                    owned.push((link.name.clone(), cid.to_string(), ifname.to_string()));
+                }
+            }
+        }
+        Ok(HostLinks {
+            names: links.into_iter().map(|l| l.name).collect(),
+            owners,
+            owned,
+        })
+    }
+
+    pub fn wired(&self, container_id: &str, ifname: &str) -> bool {
+        // Any link under the derived name counts: an unlabelled pair is an ADD that was
+        // killed while wiring, and a foreign link there is not academy's to judge.
+        self.names
+            .contains(&host_name(container_id, ifname))
+            || self
+                .owners
+                .contains(&(container_id.to_string(), ifname.to_string()))
     }
 }
 

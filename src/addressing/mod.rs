@@ -10,6 +10,7 @@ use ipnetwork::IpNetwork;
 use serde_json::Value;
 
 use crate::attachment::Attachment;
+use crate::ipam::store::StoreDir;
 use crate::cni::env::{Command, Env};
 use crate::cni::result::{CniResult, IpConfig, RouteEntry};
 use crate::cni::{code, Error, Result};
@@ -378,3 +379,15 @@ pub fn into_result(base: CniResult, assigned: Assigned, container_index: usize) 
     }
     result
 }
+/// The network's store, if anything was ever reserved in it (built-in IPAM only).
+pub fn open_store(conf: &Config) -> Result<Option<StoreDir>> {
+    let Some(b) = conf.builtin() else {
+        return Err(Error::config(format!(
+            "network {} delegates its addresses to another IPAM plugin; academy keeps no reservations for it",
+            conf.name
+        ))
+        .details("leaks of a delegated IPAM are that plugin's to find"));
+    };
+    StoreDir::open(&b.data_dir.join(&conf.name))
+}
+

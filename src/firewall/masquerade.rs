@@ -266,7 +266,7 @@ fn reserved_to(conf: &Config, holder: &Holder, address: IpAddr) -> Result<bool> 
     if conf.builtin().is_none() {
         return Ok(false);
     }
-    let Some(store) = crate::leaks::open_store(conf)? else {
+    let Some(store) = crate::addressing::open_store(conf)? else {
         return Ok(false);
     };
     Ok(store

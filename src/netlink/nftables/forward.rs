@@ -13,7 +13,7 @@ use super::attrs::{attributes, comment_udata, Attrs};
 use super::batch::Batch;
 use super::rule::{cmp, expr};
 use super::{
-    Family, Nftables, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS,
+    Family, Nftables, Table, TableRule, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS,
     NFTA_RULE_TABLE, NFTA_RULE_USERDATA, NFT_MSG_NEWRULE,
 };
 use crate::netlink::socket::{Await, NlResult};
@@ -94,6 +94,16 @@ impl Nftables {
             );
         }
         batch.commit().map(|()| true)
+    }
+
+    /// academy's accept rules of `bridge` in iptables' FORWARD chain of `family`.
+    pub fn forward_rules(&mut self, family: Family, bridge: &str) -> NlResult<Vec<TableRule>> {
+        let ours = [comment(bridge, "from"), comment(bridge, "to")];
+        Ok(self
+            .rules_of(Table::IptablesFilter(family), Some(FORWARD))?
+            .into_iter()
+            .filter(|r| ours.contains(&r.comment))
+            .collect())
     }
 
     fn forward_comments(&mut self, nfproto: u8) -> NlResult<Vec<String>> {

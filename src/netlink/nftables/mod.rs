@@ -34,6 +34,7 @@ mod digest;
 mod forward;
 mod inspect;
 mod macspoof;
+mod objects;
 mod port_elements;
 mod portmap;
 mod portmap_rules;
@@ -48,7 +49,8 @@ use batch::nftables_type;
 pub(super) use batch::{encode, HEADERS_LEN};
 pub use change::{NatChange, SetElement};
 pub use inspect::{MasqRule, SetShape, RULE_PREFIX};
-pub use macspoof::GuardedPort;
+pub use macspoof::{guard_sets, GuardedPort};
+pub use objects::{Object, Table, TableRule};
 pub use port_elements::{key_text, PortElement, PortKey};
 
 pub const TABLE: &str = "academy";
