@@ -12,7 +12,7 @@ HEADING = "## Layout of the code"
 def listed(doc: str) -> list:
     """The paths of the layout block, in order. A line starts with its paths, then two or
     more spaces and what they are; a bare name after a path is in that path's folder
-    (`src/add.rs del.rs` is src/add.rs and src/del.rs); indented lines continue the one
+    (`src/verbs/add.rs del.rs` is src/verbs/add.rs and src/verbs/del.rs); indented lines continue the one
     before."""
     if HEADING not in doc:
         return []
