@@ -129,7 +129,8 @@ def embed_bench(_args: list) -> int:
     doc = ROOT / BENCH_DOC
     latest = (ROOT / "bench" / "results" / "latest.md").read_text()
     try:
-        doc.write_text(blocks.embed_bench(doc.read_text(), latest))
+        up = "../" * BENCH_DOC.count("/")
+        doc.write_text(blocks.embed_bench(doc.read_text(), latest, up))
     except (blocks.MarkerError, FileNotFoundError) as e:
         print(f"embed-bench: {BENCH_DOC}: {e}", file=sys.stderr)
         return 1

@@ -59,6 +59,18 @@ class EmbedBench(unittest.TestCase):
         with self.assertRaises(blocks.MarkerError):
             blocks.embed_bench("# t\n<!-- bench:latest -->\n", "x")
 
+    def test_links_relative_to_the_root_are_rebased_for_a_doc_in_a_folder(self):
+        latest = ("## B\n![chart](bench/results/scaling.svg) [m](bench/README.md)\n"
+                  "[web](https://example.org/x) [here](#targets) [abs](/etc/x)\n")
+        out = blocks.embed_bench(self.DOC, latest, "../")
+        self.assertIn("![chart](../bench/results/scaling.svg) [m](../bench/README.md)\n"
+                      "[web](https://example.org/x) [here](#targets) [abs](/etc/x)\n", out)
+
+    def test_rebasing_twice_changes_nothing(self):
+        latest = "## B\n![chart](bench/results/scaling.svg)\n"
+        once = blocks.embed_bench(self.DOC, latest, "../")
+        self.assertEqual(blocks.embed_bench(once, latest, "../"), once)
+
 
 class TheBenchDoc(unittest.TestCase):
     """`make bench` fills docs/performance.md's block; the README has none any more."""
