@@ -218,8 +218,7 @@ impl HostLinks {
     pub fn wired(&self, container_id: &str, ifname: &str) -> bool {
         // Any link under the derived name counts: an unlabelled pair is an ADD that was
         // killed while wiring, and a foreign link there is not academy's to judge.
-        self.names
-            .contains(&host_name(container_id, ifname))
+        self.names.contains(&host_name(container_id, ifname))
             || self
                 .owners
                 .contains(&(container_id.to_string(), ifname.to_string()))

@@ -1,7 +1,8 @@
 //! The one removal of an attachment: everything academy made for one (network, container
 //! id, ifname), taken away in one order defined here. DEL, the undo of a failed ADD, leak
-//! healing, `academy reclaim` and GC's per-attachment part all come here, so a new kind
-//! of per-attachment state (a port mapping, a MAC filter) is added to this one list.
+//! healing, `academy reclaim` and GC's per-attachment part all come here; its nf_tables
+//! step walks the table of kinds (firewall/mod.rs), so a new kind is removed here
+//! without this file naming it.
 //!
 //! The order keeps two invariants: an address is not freed while a veth that used it
 //! lives (another container could get it while the old pair still answers for it), and
@@ -9,10 +10,11 @@
 //! would carry the old holder's element, which a later GC would remove from under the
 //! new one). So:
 //!
-//! 1. per-attachment nf_tables state (masquerade elements, published ports, the MAC
-//!    filter of macspoofchk), removed by identity;
+//! 1. per-attachment nf_tables state (every kind of firewall::KINDS), removed by owner;
 //! 2. the veth pair, through its host end;
-//! 3. the reservations.
+//! 3. the reservations;
+//! 4. for DEL, GC and reclaim, the network's own nf_tables objects once it has no
+//!    attachment left (`network_if_unused`).
 //!
 //! The nf_tables step goes before the veth rather than after because closing its socket
 //! waits out an RCU grace period that the veth deletion (itself slow) then overlaps: DEL
@@ -39,9 +41,7 @@ use crate::cni::env::Env;
 use crate::cni::result::CniResult;
 use crate::cni::{Error, Result};
 use crate::config::{Config, Ipam};
-use crate::firewall::macspoof;
-use crate::firewall::masquerade;
-use crate::firewall::ports;
+use crate::firewall::{network, Kind, Removing, KINDS};
 use crate::ipam::store::Locked;
 use crate::ipam::Store;
 use crate::netlink::{Netlink, NftablesOnDemand};
@@ -85,16 +85,7 @@ pub struct Report {
 /// Removes one attachment (DEL, a failed ADD). Every step is tried; the first error is
 /// returned with the others in its details.
 pub fn attachment(conf: &Config, target: Target) -> Result<()> {
-    let mut report = attachments(conf, vec![target]);
-    match report.errors.len() {
-        0 => Ok(()),
-        1 => Err(report.errors.remove(0)),
-        _ => {
-            let first = report.errors.remove(0);
-            let rest: Vec<String> = report.errors.iter().map(|e| e.to_string()).collect();
-            Err(first.details(format!("also: {}", rest.join("; "))))
-        }
-    }
+    crate::firewall::first_of(attachments(conf, vec![target]).errors)
 }
 
 /// Removes each target in the one order, sharing the sockets among them (GC and reclaim
@@ -103,7 +94,7 @@ pub fn attachments(conf: &Config, targets: Vec<Target>) -> Report {
     let mut report = Report::default();
     let mut failed = vec![false; targets.len()];
 
-    // 1. nf_tables, on one socket kept open until the end (see masquerade::remove_owned:
+    // 1. nf_tables, on one socket kept open until the end (see firewall::masquerade::remove:
     // closing it waits out the removal's RCU grace period, which the veth step overlaps).
     let mut nft = NftablesOnDemand::default();
     for (t, failed) in targets.iter().zip(failed.iter_mut()) {
@@ -161,8 +152,21 @@ pub fn attachments(conf: &Config, targets: Vec<Target>) -> Report {
     report
 }
 
-/// Step 1 for one attachment: its masquerade elements, published ports and MAC filter,
-/// each tried even when another failed. False when one failed.
+/// Step 4, for the removals that are not part of an ADD (DEL, GC, reclaim): the
+/// network's own nf_tables objects once it has no attachment left (firewall/network.rs).
+/// An ADD's undo and its healing leave them: the ADD itself is an attachment.
+pub fn network_if_unused(conf: &Config) -> Result<()> {
+    for what in network::release_if_unused(conf)? {
+        eprintln!(
+            "academy: network {} has no attachment left: deleted {what}",
+            conf.name
+        );
+    }
+    Ok(())
+}
+
+/// Step 1 for one attachment: every kind of nf_tables state it may have, each tried
+/// even when another failed. False when one failed.
 fn remove_nftables(
     nft: &mut NftablesOnDemand,
     conf: &Config,
@@ -170,31 +174,33 @@ fn remove_nftables(
     errors: &mut Vec<Error>,
 ) -> bool {
     let before = errors.len();
-    if conf.ip_masq {
-        let removed = addresses(conf, t)
-            .and_then(|addrs| masquerade::remove_owned(nft.get()?, conf, &t.who.holder(), &addrs));
-        errors.extend(removed.err());
-    }
-    // DEL and a failed ADD look for published ports when the network publishes them;
-    // GC, reclaim and healing always do (the capability may have been on when they were
-    // published, and the config they read has no mappings: the maps are searched by
-    // holder).
-    let found_by_traces = matches!(
+    // GC, reclaim and healing found the attachment by its traces: the config they carry
+    // may not be the one it was added with, so every kind looks by owner.
+    let traced = matches!(
         t.reservations,
         Reservations::Indexed | Reservations::Locked(_)
     );
-    if conf.publishes_ports || found_by_traces {
-        let removed = nft
-            .get()
-            .map_err(Error::from)
-            .and_then(|n| ports::remove(n, conf, &t.who));
-        errors.extend(removed.err());
+    let kinds: Vec<Kind> = KINDS.into_iter().filter(|k| k.on(conf, traced)).collect();
+    if kinds.is_empty() {
+        return true;
     }
-    if conf.mac_spoof_check {
+    let addresses = match addresses(conf, t) {
+        Ok(a) => a,
+        Err(e) => {
+            errors.push(e);
+            return false;
+        }
+    };
+    let removing = Removing {
+        who: t.who,
+        addresses: &addresses,
+        traced,
+    };
+    for kind in kinds {
         let removed = nft
             .get()
             .map_err(Error::from)
-            .and_then(|n| macspoof::remove_owned(n, conf, &t.who));
+            .and_then(|n| kind.remove(n, conf, &removing));
         errors.extend(removed.err());
     }
     errors.len() == before
@@ -202,6 +208,7 @@ fn remove_nftables(
 
 /// The attachment's addresses, for the nf_tables step (which removes only elements that
 /// name the attachment, so an address is a place to look, never a licence to delete).
+/// Empty when unknown: the masquerade then looks for its owner in the sets.
 fn addresses(conf: &Config, t: &Target) -> Result<Vec<IpAddr>> {
     match &t.reservations {
         Reservations::Assigned(_, assigned) => Ok(assigned.addresses()),
@@ -212,16 +219,15 @@ fn addresses(conf: &Config, t: &Target) -> Result<Vec<IpAddr>> {
 
 /// The attachment's addresses as DEL can learn them, cheapest source first.
 fn held(who: &Attachment, conf: &Config) -> Result<Vec<IpAddr>> {
-    let holder = who.holder();
     if let Ipam::Builtin(b) = &conf.ipam {
-        return Store::open(&b.data_dir, &conf.name)?.held_by(&holder);
+        return Store::open(&b.data_dir, &conf.name)?.held_by(&who.holder());
     }
     if let Some(prev) = &conf.prev_result {
         if let Ok(result) = CniResult::from_json(prev) {
             return Ok(result.ips.iter().map(|ip| ip.address.ip()).collect());
         }
     }
-    masquerade::owned_by(conf, &holder)
+    Ok(Vec::new())
 }
 
 fn release(conf: &Config, t: Target) -> Result<Vec<IpAddr>> {

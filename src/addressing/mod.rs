@@ -10,11 +10,11 @@ use ipnetwork::IpNetwork;
 use serde_json::Value;
 
 use crate::attachment::Attachment;
-use crate::ipam::store::StoreDir;
 use crate::cni::env::{Command, Env};
 use crate::cni::result::{CniResult, IpConfig, RouteEntry};
 use crate::cni::{code, Error, Result};
 use crate::config::{unspecified, Builtin, Config, Ipam};
+use crate::ipam::store::StoreDir;
 use crate::ipam::{Holder, Pool, Store};
 
 /// What the container is given.
@@ -390,4 +390,3 @@ pub fn open_store(conf: &Config) -> Result<Option<StoreDir>> {
     };
     StoreDir::open(&b.data_dir.join(&conf.name))
 }
-

@@ -8,11 +8,11 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{load_network, CliError, Parsed};
+use crate::addressing::open_store;
+use crate::attachment::Caller;
 use crate::cni::Error;
 use crate::config::{Config, DEFAULT_RECLAIM_LEAKED_AFTER};
 use crate::ipam::store::StoreDir;
-use crate::addressing::open_store;
-use crate::attachment::Caller;
 use crate::leaks::{self, format_age, Entry, Freed, Selection, State};
 use crate::netlink::Netlink;
 
@@ -225,6 +225,11 @@ pub fn reclaim(args: &[String]) -> Result<(), CliError> {
         summary(&report.freed),
         conf.name
     );
+    let mut report = report;
+    // A network whose last leaks were freed loses its own nf_tables objects too.
+    report
+        .errors
+        .extend(crate::removal::network_if_unused(&conf).err());
     if report.errors.is_empty() {
         return Ok(());
     }

@@ -1,16 +1,16 @@
-//! `academy restore-nat`: puts back the outbound NAT (ipMasq) of every academy network of
-//! a conf dir from the address store, in one batch: after `nft flush ruleset`, a
-//! firewalld reload, `nft -f` of a ruleset or `nft delete table inet academy`, running
-//! containers get their masquerade back without a restart (deploy/systemd/academy-restore-nat.service
+//! `academy restore-nat`: puts back the nf_tables state of every academy network of a
+//! conf dir (every kind of firewall::KINDS: masquerade, port mapping's rules, the MAC
+//! filter, FORWARD accepts) from the address store and the host's links: after `nft
+//! flush ruleset`, a firewalld reload, an iptables reload, `nft -f` of a ruleset or `nft
+//! delete table inet academy`, running containers get it back without a restart (deploy/systemd/academy-restore-nat.service
 //! runs it after such reloads). Idempotent: with nothing missing it changes nothing.
 
 use std::collections::HashSet;
 use std::path::Path;
 
 use super::{load_network, CliError, Parsed};
-use crate::cni::code;
 use crate::config::Config;
-use crate::firewall::nat;
+use crate::firewall;
 
 const DEFAULT_CONF_DIR: &str = "/etc/cni/net.d";
 
@@ -31,36 +31,26 @@ pub fn restore(args: &[String]) -> Result<(), CliError> {
         }
         confs
     };
-    match nat::restore_ports() {
-        Ok(None) => {}
-        Ok(Some(true)) => eprintln!("published ports: restored port mapping's rules"),
-        Ok(Some(false)) => eprintln!("published ports: complete, nothing to do"),
-        Err(e) => {
-            return Err(CliError::Failed(format!(
-                "published ports not restored: {e}"
-            )))
-        }
-    }
-    let confs: Vec<Config> = confs.into_iter().filter(|c| c.ip_masq).collect();
     if confs.is_empty() {
-        eprintln!("academy restore-nat: no academy network with ipMasq found; nothing to do");
+        eprintln!("academy restore-nat: no academy network found; nothing to do");
         return Ok(());
     }
-    let report = nat::restore(&confs).map_err(|e| CliError::Failed(e.to_string()))?;
     let mut failed = Vec::new();
-    for (network, outcome) in report {
-        match outcome {
-            Ok(missing) if missing.is_empty() => {
-                eprintln!("network {network}: outbound NAT complete, nothing to do")
+    for conf in &confs {
+        match firewall::restore(conf) {
+            Ok(restored) if restored.is_empty() => {
+                eprintln!("network {}: complete, nothing to do", conf.name)
             }
-            Ok(missing) => eprintln!("network {network}: restored {}", missing.join("; ")),
-            // A delegated IPAM: nothing to restore from, not a failure.
-            Err(e) if e.code == code::INVALID_CONFIG => {
-                eprintln!("network {network}: skipped: {e}")
+            Ok(restored) => {
+                let what: Vec<String> = restored
+                    .iter()
+                    .map(|(kind, what)| format!("{kind}: {}", what.join(", ")))
+                    .collect();
+                eprintln!("network {}: restored {}", conf.name, what.join("; "))
             }
             Err(e) => {
-                eprintln!("network {network}: not restored: {e}");
-                failed.push(network);
+                eprintln!("network {}: not restored: {e}", conf.name);
+                failed.push(conf.name.clone());
             }
         }
     }
@@ -68,7 +58,7 @@ pub fn restore(args: &[String]) -> Result<(), CliError> {
         Ok(())
     } else {
         Err(CliError::Failed(format!(
-            "the NAT of {} network(s) could not be restored: {}",
+            "the nf_tables state of {} network(s) could not be restored: {}",
             failed.len(),
             failed.join(", ")
         )))

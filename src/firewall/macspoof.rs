@@ -3,25 +3,25 @@
 //! creates in nf_tables (table `bridge academy`) is described in
 //! netlink/nftables/macspoof.rs; this module decides what goes in and names the owners.
 //!
-//! A guarded port's elements carry its attachment's holder key (`<container id>:<ifname>`)
-//! as comment, the identity GC's valid list is matched against. ADD adds them right after
-//! the veth pair exists, before the container's interface has an address; the one
-//! removal (removal.rs) takes them by that identity before the veth goes.
+//! A guarded port's elements carry its attachment's owner comment, the identity GC's
+//! valid list is matched against. ADD adds them right after the veth pair exists,
+//! before the container's interface has an address; the one removal (removal.rs) takes
+//! them by that identity before the veth goes. The network's rule, map and sets go with
+//! its last attachment (network.rs).
 
-use std::collections::HashSet;
-
+use super::{Diff, Live, Removing, Wired};
 use crate::attachment::Attachment;
 use crate::cni::result::format_mac;
 use crate::cni::{Error, Result};
 use crate::config::Config;
-use crate::netlink::{stored_comment, GuardedPort, Nftables};
+use crate::netlink::{guard_sets, GuardedPort, Netlink, Nftables, Object, Table};
 
 /// Guards the attachment's host veth: only `mac` may be a source on it.
 pub fn add(nft: &mut Nftables, conf: &Config, who: &Attachment, mac: [u8; 6]) -> Result<()> {
     let port = GuardedPort {
         port: who.host_name(),
         mac,
-        comment: who.holder().key(),
+        comment: who.owner(),
     };
     match nft.guard_port(&conf.name, &port) {
         // The port is guarded with another MAC: elements of an earlier pair under this
@@ -46,16 +46,16 @@ pub fn add(nft: &mut Nftables, conf: &Config, who: &Attachment, mac: [u8; 6]) ->
 
 /// Removes the attachment's elements if they name it, and only then: a port name whose
 /// elements name another attachment is not this removal's to take.
-pub fn remove_owned(nft: &mut Nftables, conf: &Config, who: &Attachment) -> Result<()> {
-    let key = who.holder().key();
-    match nft.guarded_port(&conf.name, &who.host_name())? {
-        Some(port) if port.comment == stored_comment(&key) => {
-            Ok(nft.unguard_ports(&conf.name, &[port])?)
-        }
+pub fn remove(nft: &mut Nftables, conf: &Config, r: &Removing) -> Result<()> {
+    match nft.guarded_port(&conf.name, &r.who.host_name())? {
+        Some(port) if r.who.owns(&port.comment) => Ok(nft.unguard_ports(&conf.name, &[port])?),
         Some(port) => {
             eprintln!(
-                "academy: the MAC filter of {} on network {} belongs to {:?}, not {key}; left alone",
-                port.port, conf.name, port.comment
+                "academy: the MAC filter of {} on network {} belongs to {:?}, not {}; left alone",
+                port.port,
+                conf.name,
+                port.comment,
+                r.who.owner()
             );
             Ok(())
         }
@@ -65,68 +65,181 @@ pub fn remove_owned(nft: &mut Nftables, conf: &Config, who: &Attachment) -> Resu
 
 /// CHECK: the network's rule is in the chain, and the host veth is guarded for this
 /// attachment with the container's MAC (`mac`, as ADD reported it) in the map and both
-/// sets.
-pub fn check(conf: &Config, who: &Attachment, mac: &str, diffs: &mut Vec<String>) -> Result<()> {
-    let mut nft = Nftables::open()?;
+/// sets. What a flush took (the rule, the elements) the restore command puts back.
+pub fn check(nft: &mut Nftables, conf: &Config, who: &Attachment, mac: &str) -> Result<Vec<Diff>> {
+    let mut diffs = Vec::new();
+    let mut diff = |text: String, restorable: bool| diffs.push(Diff { text, restorable });
     if !nft.has_guard_rule(&conf.name)? {
-        diffs.push(format!(
+        diff(format!(
             "the macspoofchk rule of network {} is missing from nf_tables chain bridge academy prerouting",
             conf.name
-        ));
+        ), true);
     }
     let name = who.host_name();
     let Some(port) = nft.guarded_port(&conf.name, &name)? else {
-        diffs.push(format!(
+        diff(format!(
             "host veth {name} is not in nf_tables map bridge academy {}-ports: its source MACs are not checked",
             conf.name
-        ));
-        return Ok(());
+        ), true);
+        return Ok(diffs);
     };
-    let key = who.holder().key();
-    if port.comment != stored_comment(&key) {
-        diffs.push(format!(
-            "the MAC filter of host veth {name} names {:?}, not {key}",
-            port.comment
-        ));
+    if !who.owns(&port.comment) {
+        diff(
+            format!(
+                "the MAC filter of host veth {name} names {:?}, not {}",
+                port.comment,
+                who.owner()
+            ),
+            false,
+        );
     }
     let allowed = format_mac(port.mac);
     if !mac.is_empty() && !allowed.eq_ignore_ascii_case(mac) {
-        diffs.push(format!(
-            "host veth {name} lets MAC {allowed} through, but ADD gave {} MAC {mac}",
-            who.ifname
-        ));
+        diff(
+            format!(
+                "host veth {name} lets MAC {allowed} through, but ADD gave {} MAC {mac}",
+                who.ifname
+            ),
+            false,
+        );
     }
     if !nft.port_guarded(&conf.name, &name)? {
-        diffs.push(format!(
+        diff(format!(
             "host veth {name} is missing from nf_tables set bridge academy {}-guarded: its source MACs are not checked",
             conf.name
-        ));
+        ), true);
     }
     if !nft.port_allows(&conf.name, &name, port.mac)? {
-        diffs.push(format!(
+        diff(format!(
             "{name} . {allowed} is missing from nf_tables set bridge academy {}-allowed: every frame from it is dropped",
             conf.name
-        ));
+        ), true);
     }
-    Ok(())
+    Ok(diffs)
 }
 
-/// GC: removes the guarded ports of this network whose comment is no valid attachment's
-/// holder key.
-pub fn gc(nft: &mut Nftables, conf: &Config, live: &HashSet<String>, errors: &mut Vec<Error>) {
-    crate::verbs::gc::sweep(
-        nft.guarded_ports(&conf.name),
-        live,
-        |p: &GuardedPort| &p.comment,
-        |stale| nft.unguard_ports(&conf.name, stale),
-        |p| {
-            format!(
-                "removed the MAC filter of {} ({}, held by {})",
+/// GC: removes the guarded ports of this network whose owner is not live.
+pub fn sweep(nft: &mut Nftables, conf: &Config, live: &Live, errors: &mut Vec<Error>) {
+    let stale: Vec<GuardedPort> = match nft.guarded_ports(&conf.name) {
+        Ok(all) => all.into_iter().filter(|p| !live.owns(&p.comment)).collect(),
+        Err(e) => return errors.push(e.into()),
+    };
+    if stale.is_empty() {
+        return;
+    }
+    match nft.unguard_ports(&conf.name, &stale) {
+        Ok(()) => stale.iter().for_each(|p| {
+            eprintln!(
+                "academy: GC removed the MAC filter of {} ({}, held by {})",
                 p.port,
                 format_mac(p.mac),
                 p.comment
             )
-        },
-        errors,
+        }),
+        Err(e) => errors.push(e.into()),
+    }
+}
+
+/// What an admin's flush took of the filter of the network's wired attachments: the
+/// rule (without it no frame is checked), and each attachment's guard.
+pub fn missing(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<String>> {
+    if !conf.mac_spoof_check || wired.attachments.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut missing = Vec::new();
+    if !nft.has_guard_rule(&conf.name)? {
+        missing.push(format!(
+            "the macspoofchk rule of network {} (every guarded port accepts any source MAC)",
+            conf.name
+        ));
+    }
+    let unguarded = unguarded(nft, conf, wired)?;
+    if !unguarded.is_empty() {
+        missing.push(format!(
+            "the MAC filter of {} wired container(s)",
+            unguarded.len()
+        ));
+    }
+    Ok(missing)
+}
+
+/// The host veths of wired attachments whose guard is not complete.
+fn unguarded(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<String>> {
+    let mut found = Vec::new();
+    for a in &wired.attachments {
+        let veth = a.who(conf).host_name();
+        let complete = match nft.guarded_port(&conf.name, &veth)? {
+            Some(p) => {
+                nft.port_guarded(&conf.name, &veth)? && nft.port_allows(&conf.name, &veth, p.mac)?
+            }
+            None => false,
+        };
+        if !complete {
+            found.push(veth);
+        }
+    }
+    Ok(found)
+}
+
+/// Puts the rule and the wired attachments' guards back. The MAC a port may send is the
+/// container interface's, read over netlink through the veth's peer (no netns is
+/// entered). With the rule gone, the network's sets are made anew, so the guards of
+/// every wired attachment are added again.
+pub fn restore(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<String>> {
+    let missing = missing(nft, conf, wired)?;
+    if missing.is_empty() {
+        return Ok(missing);
+    }
+    let rule_gone = !nft.has_guard_rule(&conf.name)?;
+    if rule_gone {
+        // Sets without their rule (an admin deleted the rule alone) would make the
+        // guard's creation, which makes the sets and the rule together, refuse.
+        let objects = objects(nft, conf)?;
+        nft.delete_objects(&objects)?;
+    }
+    let veths = match rule_gone {
+        true => wired
+            .attachments
+            .iter()
+            .map(|a| a.who(conf).host_name())
+            .collect(),
+        false => unguarded(nft, conf, wired)?,
+    };
+    let mut nl = Netlink::open()?;
+    for a in &wired.attachments {
+        let who = a.who(conf);
+        if !veths.contains(&who.host_name()) {
+            continue;
+        }
+        let Some(mac) = nl.peer_mac(&who.host_name())? else {
+            eprintln!(
+                "academy: cannot read the MAC of {}'s interface {}: its MAC filter is not restored",
+                a.container_id, a.ifname
+            );
+            continue;
+        };
+        if let Some(old) = nft.guarded_port(&conf.name, &who.host_name())? {
+            nft.unguard_ports(&conf.name, &[old])?;
+        }
+        add(nft, conf, &who, mac)?;
+    }
+    Ok(missing)
+}
+
+/// The network's rule, map and sets in `bridge academy`.
+pub fn objects(nft: &mut Nftables, conf: &Config) -> Result<Vec<Object>> {
+    if !conf.mac_spoof_check {
+        return Ok(Vec::new());
+    }
+    let mut objects: Vec<Object> = nft
+        .guard_rule(&conf.name)?
+        .into_iter()
+        .map(Object::Rule)
+        .collect();
+    objects.extend(
+        guard_sets(&conf.name)
+            .into_iter()
+            .map(|set| Object::Set(Table::AcademyBridge, set)),
     );
+    Ok(objects)
 }

@@ -1,30 +1,316 @@
-//! NAT state rebuilt from the address store: after an admin's `nft flush`, a firewalld
-//! reload or `nft -f` of a ruleset, the masquerade of running containers is gone while
-//! their reservations and veths stay. The store says who is wired (a reservation whose
-//! host veth exists), so academy can put their elements back without a restart:
-//! `academy restore-nat` for every network of a conf dir in one batch, ADD for its own
-//! network when it had to re-create the set, and STATUS reports what is missing.
+//! ADD's one batch in `inet academy` (the attachment's masquerade elements and published
+//! ports, with the repair of the network's rule when an admin's flush took it), the lock
+//! repairs take, and the masquerade's restore from the store (`academy restore-nat`,
+//! STATUS through the table of kinds).
 
+use std::fs::File;
 use std::net::IpAddr;
+use std::os::unix::fs::OpenOptionsExt;
+use std::time::Duration;
 
 use ipnetwork::IpNetwork;
+use nix::fcntl::Flock;
 
+use super::masquerade::{is_current, networks};
+use super::{ports, Wired};
+use crate::addressing::open_store;
+use crate::attachment::Attachment;
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
-use crate::firewall::masquerade::{add_repair, repair_lock, repair_of};
-use crate::addressing::open_store;
-use crate::attachment::{Caller, HostLinks};
+use crate::ipam::store::files;
+use crate::ipam::Holder;
 use crate::netlink::{
-    nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork, MasqRule, NatChange,
-    Netlink, Nftables, SetElement,
+    nftables_set_name, Family, MasqElement, MasqNetwork, MasqRule, NatChange, Nftables, NlError,
+    PortElement, SetElement, SetShape,
 };
+
+/// ADD: the attachment's masquerade elements (ipMasq) and published ports
+/// (portMappings) in one batch, so ADD's nf_tables state is one sendmsg and all or
+/// nothing. The batch also makes sure of the network's table, chain, set and rule when
+/// its rule is missing or outdated (made for other ranges): an admin's `nft flush` is
+/// repaired by the next ADD, and when the set itself had to be re-created, the elements
+/// of the network's other wired attachments are put back from the store in the same
+/// batch. Costs one small dump of academy's chain before the batch.
+pub fn add(
+    nft: &mut Nftables,
+    conf: &Config,
+    who: &Attachment,
+    addresses: &[IpNetwork],
+) -> Result<()> {
+    let published = ports::elements(conf, who, addresses);
+    if !conf.ip_masq && published.is_empty() {
+        return Ok(());
+    }
+    if published.iter().any(|p| p.key.family == Family::V4) {
+        ports::allow_localhost(&conf.bridge)?;
+    }
+    send(nft, conf, who, addresses, &published)?;
+    ports::flush_stale_udp(&published);
+    Ok(())
+}
+
+fn send(
+    nft: &mut Nftables,
+    conf: &Config,
+    who: &Attachment,
+    addresses: &[IpNetwork],
+    published: &[PortElement],
+) -> Result<()> {
+    let (networks, own): (Vec<MasqNetwork>, Vec<IpAddr>) = if conf.ip_masq {
+        let own = addresses.iter().map(|a| a.ip()).collect();
+        (networks(conf, addresses), own)
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    let key = who.owner();
+    if !published.is_empty() {
+        // Port mapping's rules as an admin's flush may have left them (one small dump);
+        // a concurrent repair's deletions make one attempt fail with ENOENT.
+        if let Err(e) = nft.ensure_portmap() {
+            if !e.is(libc::ENOENT) {
+                return Err(e.into());
+            }
+            nft.ensure_portmap()?;
+        }
+    }
+    // Elements found already there: this attachment's (a retried ADD), or a stale one of
+    // a holder whose reservation is gone (the address is this attachment's now).
+    let mut present: Vec<IpAddr> = Vec::new();
+    let mut retake: Vec<IpAddr> = Vec::new();
+    // Taken only to repair: concurrent first ADDs of a network would otherwise each
+    // add a rule. Held until the end of ADD's batch.
+    let mut lock = None;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let rules = match conf.ip_masq {
+            true => nft.masquerade_rules()?,
+            false => Vec::new(),
+        };
+        let mut change = NatChange {
+            ports: published.to_vec(),
+            hairpin_bridge: conf.bridge.clone(),
+            ..NatChange::default()
+        };
+        // A repair of what was there (an outdated rule, a set that lost its rule):
+        // worth a line on stderr; a network's first ADD making its rule is not.
+        let mut repaired = false;
+        for network in &networks {
+            let repair = repair_of(nft, conf, network, &rules)?;
+            if let Some(set_was_missing) = repair {
+                repaired |= !set_was_missing || rules.iter().any(|r| r.set == network.set_name());
+                add_repair(&mut change, network, &rules);
+                if set_was_missing {
+                    change
+                        .if_missing
+                        .extend(wired_elements(conf, network.family, &own));
+                }
+            }
+        }
+        if !change.rules.is_empty() && lock.is_none() {
+            lock = Some(repair_lock());
+            attempt -= 1;
+            continue; // look again under the lock: another ADD may have repaired it
+        }
+        for address in &own {
+            let element = SetElement {
+                set: nftables_set_name(&conf.name, Family::of(*address)),
+                element: MasqElement {
+                    address: *address,
+                    comment: key.clone(),
+                },
+            };
+            if retake.contains(address) {
+                change.retake.push(element.clone());
+            }
+            // A retaken element is removed and added back in the same batch.
+            if !present.contains(address) {
+                change.exclusive.push(element);
+            }
+        }
+        match nft.apply(&change) {
+            Ok(()) => {
+                if repaired || !change.if_missing.is_empty() {
+                    eprintln!(
+                        "academy: network {}: repaired its masquerade rule{} ({} element(s) of wired attachments restored)",
+                        conf.name,
+                        if change.rules.len() > 1 { "s" } else { "" },
+                        change.if_missing.len()
+                    );
+                }
+                return Ok(());
+            }
+            // A host port someone holds: the other's is a conflict (an error naming it),
+            // this attachment's own stale one is removed and the batch sent again.
+            Err(e) if attempt < 3 && e.is(libc::EEXIST) && e.request.starts_with("publish ") => {
+                resolve_published(nft, published, e)?;
+            }
+            Err(e) if attempt < 3 && e.is(libc::EEXIST) && e.request.starts_with("add ") => {
+                (present, retake) = existing(nft, conf, who, &own)?;
+            }
+            // A concurrent ADD repaired the rule first (the handle is gone) or a release
+            // removed a set, or port mapping's maps are not there yet: look again.
+            Err(e) if attempt < 3 && e.is(libc::ENOENT) => {
+                if !published.is_empty() {
+                    nft.ensure_portmap()?;
+                }
+            }
+            Err(e)
+                if e.request.starts_with("create")
+                    && (e.is(libc::EEXIST) || e.is(libc::EOPNOTSUPP) || e.is(libc::EBUSY)) =>
+            {
+                return Err(foreign(&e))
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// A key of `published` is already in a map with other data: Ok after removing this
+/// attachment's own stale element (an ADD whose DEL never came, its address since
+/// changed; the batch is sent again), or the error naming the other holder.
+fn resolve_published(
+    nft: &mut Nftables,
+    published: &[PortElement],
+    refused: NlError,
+) -> Result<()> {
+    if let Some(conflict) = ports::taken(nft, published)? {
+        return Err(conflict);
+    }
+    let stale = ports::own_stale(nft, published)?;
+    if stale.is_empty() {
+        return Err(refused.into());
+    }
+    Ok(nft.delete_port_elements(&stale)?)
+}
+
+/// The host's lock on repairs of academy's NAT (any network): a repair is rare and takes
+/// a millisecond. Best effort: without /run, or after 5 s, ADD goes on unlocked (at
+/// worst a network gets two identical rules, which the next repair makes one).
+pub fn repair_lock() -> Option<Flock<File>> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(REPAIR_LOCK)
+        .ok()?;
+    files::lock_exclusive(file, Duration::from_secs(5)).ok()
+}
+
+const REPAIR_LOCK: &str = "/run/academy-nat.lock";
+
+/// Whether the network's rule needs (re-)making: None when academy's one rule for the
+/// set is there and current; Some(whether the set is missing too) otherwise. A set of
+/// another shape under academy's name refuses ADD before anything is made.
+pub(super) fn repair_of(
+    nft: &mut Nftables,
+    conf: &Config,
+    network: &MasqNetwork,
+    rules: &[MasqRule],
+) -> Result<Option<bool>> {
+    let set = network.set_name();
+    let ours: Vec<&MasqRule> = rules.iter().filter(|r| r.set == set).collect();
+    if ours.len() == 1 && is_current(conf, ours[0], network) {
+        return Ok(None);
+    }
+    match nft.set_shape(&conf.name, network.family)? {
+        SetShape::Foreign(why) => Err(foreign_set(&set, &why)),
+        SetShape::Missing => Ok(Some(true)),
+        SetShape::Ours => Ok(Some(false)),
+    }
+}
+
+/// Adds to `change` what makes `network`'s table, chain, set and one current rule.
+pub(super) fn add_repair(change: &mut NatChange, network: &MasqNetwork, rules: &[MasqRule]) {
+    let set = network.set_name();
+    change.ensure.push(network.clone());
+    change
+        .drop_rules
+        .extend(rules.iter().filter(|r| r.set == set).map(|r| r.handle));
+    change.rules.push(network.clone());
+}
+
+/// Which of `own` already have an element: (this attachment's, a stale one to take
+/// over). An element named for another attachment is taken over only when the store
+/// gives its address to this one (the other's reservation is gone, so its element is a
+/// leftover). Otherwise the address has passed to that attachment while this ADD was
+/// stalled (a healing ADD, a reclaim): its element is left alone and ADD fails with 11,
+/// its undo removing nothing but its own.
+fn existing(
+    nft: &mut Nftables,
+    conf: &Config,
+    who: &Attachment,
+    own: &[IpAddr],
+) -> Result<(Vec<IpAddr>, Vec<IpAddr>)> {
+    let (mut present, mut retake) = (Vec::new(), Vec::new());
+    for address in own {
+        match nft.element(&conf.name, *address)? {
+            Some(e) if who.owns(&e.comment) => present.push(*address),
+            Some(e) => {
+                if !reserved_to(conf, &who.holder(), *address)? {
+                    return Err(Error::new(
+                        code::TRY_AGAIN_LATER,
+                        format!(
+                            "address {address} is in the masquerade as {:?}'s, and the store does not give it to this attachment: it passed to another while this ADD ran",
+                            e.comment
+                        ),
+                    )
+                    .details("the runtime may retry the ADD; the other attachment's masquerade is left as it is"));
+                }
+                eprintln!(
+                    "academy: masquerade element {address} still named {:?}, whose reservation is gone: it is this attachment's now",
+                    e.comment
+                );
+                retake.push(*address);
+            }
+            None => {}
+        }
+    }
+    Ok((present, retake))
+}
+
+/// Whether academy's store holds `address` for `holder` (never, for a delegated IPAM:
+/// academy cannot tell who its addresses are given to).
+fn reserved_to(conf: &Config, holder: &Holder, address: IpAddr) -> Result<bool> {
+    if conf.builtin().is_none() {
+        return Ok(false);
+    }
+    let Some(store) = open_store(conf)? else {
+        return Ok(false);
+    };
+    Ok(store
+        .reservations()?
+        .iter()
+        .any(|r| r.address == address && r.holder().as_ref() == Some(holder)))
+}
+
+pub(super) fn foreign_set(set: &str, why: &str) -> Error {
+    Error::new(
+        code::HOST_NAME_TAKEN,
+        format!("nf_tables set inet academy {set} is not academy's: it has {why}"),
+    )
+    .details(format!(
+        "academy makes that set for this network's ipMasq; remove the other one (nft delete set inet academy {set}) or rename the network"
+    ))
+}
+
+/// The kernel refused to make academy's table, chain or set: something else has its name.
+fn foreign(e: &NlError) -> Error {
+    Error::new(
+        code::HOST_NAME_TAKEN,
+        format!("kernel refused to {e}: an object of that name in table inet academy is not academy's"),
+    )
+    .details("academy owns table inet academy; remove the conflicting chain or set (nft list table inet academy shows it)")
+}
 
 /// The elements the network's wired attachments of `family` should have, except those of
 /// `except` (the caller's own). Best effort: a store or survey that cannot be read gives
 /// none (said on stderr), since ADD calls this only to help other containers.
-pub fn wired_elements(conf: &Config, family: Family, except: &[IpAddr]) -> Vec<SetElement> {
-    match wired(conf) {
-        Ok(all) => all
+fn wired_elements(conf: &Config, family: Family, except: &[IpAddr]) -> Vec<SetElement> {
+    match Wired::read(conf) {
+        Ok(wired) => elements_of(conf, &wired)
             .into_iter()
             .filter(|e| Family::of(e.element.address) == family)
             .filter(|e| !except.contains(&e.element.address))
@@ -39,33 +325,22 @@ pub fn wired_elements(conf: &Config, family: Family, except: &[IpAddr]) -> Vec<S
     }
 }
 
-/// Every wired attachment's element: a reservation of the store whose host veth is in
-/// the calling netns. Only the links are read (no netns is entered). A network whose
-/// bridge is not here (not made yet after a reboot, or another netns) has none, and
-/// nothing is restored for it but its rule.
-fn wired(conf: &Config) -> Result<Vec<SetElement>> {
-    let Some(store) = open_store(conf)? else {
-        return Ok(Vec::new());
-    };
-    let mut nl = Netlink::open()?;
-    let links = HostLinks::read(&mut nl, conf, Caller::Add)?;
-    Ok(store
-        .reservations()?
-        .into_iter()
-        .filter_map(|r| {
-            let holder = r.holder()?;
-            if !links.wired(&holder.container_id, &holder.ifname) {
-                return None;
-            }
-            Some(SetElement {
-                set: nftables_set_name(&conf.name, Family::of(r.address)),
+/// Every wired attachment's elements.
+fn elements_of(conf: &Config, wired: &Wired) -> Vec<SetElement> {
+    let mut elements = Vec::new();
+    for a in &wired.attachments {
+        let comment = a.who(conf).owner();
+        for address in &a.addresses {
+            elements.push(SetElement {
+                set: nftables_set_name(&conf.name, Family::of(*address)),
                 element: MasqElement {
-                    address: r.address,
-                    comment: stored_comment(&holder.key()),
+                    address: *address,
+                    comment: comment.clone(),
                 },
-            })
-        })
-        .collect())
+            });
+        }
+    }
+    elements
 }
 
 /// The network's masquerade per family of its ranges (academy's own IPAM only).
@@ -74,22 +349,7 @@ fn range_networks(conf: &Config) -> Vec<MasqNetwork> {
         return Vec::new();
     };
     let subnets: Vec<IpNetwork> = b.range_sets.iter().flatten().map(|p| p.subnet()).collect();
-    let mut networks: Vec<MasqNetwork> = Vec::new();
-    for family in [Family::V4, Family::V6] {
-        let mine: Vec<IpNetwork> = subnets
-            .iter()
-            .filter(|s| Family::of(s.ip()) == family)
-            .copied()
-            .collect();
-        if !mine.is_empty() {
-            networks.push(MasqNetwork {
-                network: conf.name.clone(),
-                family,
-                subnets: mine,
-            });
-        }
-    }
-    networks
+    networks(conf, &subnets)
 }
 
 /// What one network's NAT lacks, as a change, and what that is in words.
@@ -99,7 +359,8 @@ pub struct Repair {
 }
 
 /// Compares the network's NAT with what its store says should be there.
-pub fn plan(conf: &Config, nft: &mut Nftables, rules: &[MasqRule]) -> Result<Repair> {
+pub fn plan(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Repair> {
+    let rules = &nft.masquerade_rules()?;
     let mut repair = Repair {
         change: NatChange::default(),
         missing: Vec::new(),
@@ -108,13 +369,11 @@ pub fn plan(conf: &Config, nft: &mut Nftables, rules: &[MasqRule]) -> Result<Rep
         return Ok(repair);
     }
     if conf.builtin().is_none() {
-        return Err(Error::config(format!(
-            "network {} delegates its addresses to another IPAM plugin: academy has no store to restore its masquerade from",
-            conf.name
-        ))
-        .details("its containers get their masquerade back at their next ADD"));
+        // A delegated IPAM's addresses are known only to that plugin: its containers
+        // get their masquerade back at their next ADD.
+        return Ok(repair);
     }
-    let wired = wired(conf)?;
+    let wired = elements_of(conf, wired);
     for network in range_networks(conf) {
         let set = network.set_name();
         let want: Vec<&SetElement> = wired.iter().filter(|e| e.set == set).collect();
@@ -156,73 +415,13 @@ pub fn plan(conf: &Config, nft: &mut Nftables, rules: &[MasqRule]) -> Result<Rep
     Ok(repair)
 }
 
-/// STATUS: a network whose masquerade lacks its rule or its wired containers' elements
-/// is not as ADD would leave it (code 50, naming the command that repairs it).
-pub fn status(conf: &Config) -> Result<()> {
-    if !conf.ip_masq || conf.builtin().is_none() {
-        return Ok(());
-    }
-    let unavailable = |e: Error| Error::new(code::NOT_AVAILABLE, e.msg).details(e.details);
-    let mut nft = Nftables::open().map_err(|e| unavailable(e.into()))?;
-    let rules = nft.masquerade_rules().map_err(|e| unavailable(e.into()))?;
-    let repair = plan(conf, &mut nft, &rules).map_err(unavailable)?;
-    if repair.missing.is_empty() {
-        return Ok(());
-    }
-    Err(Error::new(
-        code::NOT_AVAILABLE,
-        format!(
-            "network {}'s outbound NAT is incomplete: missing {}",
-            conf.name,
-            repair.missing.join("; ")
-        ),
-    )
-    .details(RESTORE_HINT))
-}
-
-pub const RESTORE_HINT: &str = "run `academy restore-nat` (or `academy restore-nat --conf-dir DIR`) to rebuild it from the store; the next ADD on the network also repairs its rule";
-
-/// Rebuilds the NAT of every network in `confs`, in one batch (split only past a
-/// sendmsg's size). Returns, per network, what was missing, or why it was left alone.
-pub type Restored = Vec<(String, Result<Vec<String>>)>;
-
-/// Port mapping's rules put back after a flush, which keeps the maps and their elements
-/// (after a deletion of the table, each container's ports come back with its next ADD:
-/// the store does not know them). None when no port is published on the host; else
-/// whether anything had to be written.
-pub fn restore_ports() -> Result<Option<bool>> {
-    let _lock = repair_lock();
-    let mut nft = Nftables::open()?;
-    if nft.port_elements()?.is_empty() {
-        return Ok(None);
-    }
-    Ok(Some(nft.ensure_portmap()?))
-}
-
-pub fn restore(confs: &[Config]) -> Result<Restored> {
+/// Puts back what `plan` finds missing, in one batch; returns it in words.
+pub fn restore(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<String>> {
     // As ADD's repairs: one repairer at a time, or each would add the rules it found missing.
     let _lock = repair_lock();
-    let mut nft = Nftables::open()?;
-    let rules = nft.masquerade_rules()?;
-    let mut all = NatChange::default();
-    let mut report = Vec::new();
-    for conf in confs {
-        let repair = match plan(conf, &mut nft, &rules) {
-            Ok(r) => r,
-            Err(e) => {
-                report.push((conf.name.clone(), Err(e)));
-                continue;
-            }
-        };
-        let c = repair.change;
-        all.ensure.extend(c.ensure);
-        all.drop_rules.extend(c.drop_rules);
-        all.rules.extend(c.rules);
-        all.if_missing.extend(c.if_missing);
-        report.push((conf.name.clone(), Ok(repair.missing)));
+    let repair = plan(nft, conf, wired)?;
+    if !repair.change.is_empty() {
+        nft.apply(&repair.change)?;
     }
-    if !all.is_empty() {
-        nft.apply(&all)?;
-    }
-    Ok(report)
+    Ok(repair.missing)
 }

@@ -9,63 +9,18 @@
 //! removes only elements whose comment names its attachment: the kernel deletes by key
 //! alone, and the key may by then be another container's.
 
-use std::collections::HashSet;
-
 use ipnetwork::IpNetwork;
 
+use super::{Diff, Live, Removing, Wired};
 use crate::attachment::Attachment;
 use crate::cni::{code, Error, Result};
 use crate::config::{Config, PortMapping};
-use crate::firewall::masquerade;
 use crate::netlink::{
-    flush_udp_conntrack, key_text, stored_comment, Family, Flushed, Nftables, NlError, PortElement,
-    PortKey, UdpDestination,
+    flush_udp_conntrack, key_text, Family, Flushed, Nftables, Object, PortElement, PortKey,
+    UdpDestination,
 };
 
 const IPPROTO_UDP: u8 = 17;
-
-/// The holder named in a map element's comment. The maps are shared by every network,
-/// so unlike the masquerade's per-network sets the network is part of it.
-pub fn holder(who: &Attachment) -> String {
-    format!("{}:{}:{}", who.network, who.container_id, who.ifname)
-}
-
-/// ADD: the attachment's masquerade elements (ipMasq) and published ports, in one batch
-/// (masquerade::add sends it, with the NAT's repair when one is needed).
-pub fn add(
-    nft: &mut Nftables,
-    conf: &Config,
-    who: &Attachment,
-    addresses: &[IpNetwork],
-) -> Result<()> {
-    let ports = elements(mappings(conf), who, addresses);
-    if !conf.ip_masq && ports.is_empty() {
-        return Ok(());
-    }
-    if ports.iter().any(|p| p.key.family == Family::V4) {
-        allow_localhost(&conf.bridge)?;
-    }
-    // The attachment's own element from an earlier life (an ADD whose DEL never came,
-    // its address since changed) is replaced; another's is a conflict.
-    let resolve = |nft: &mut Nftables, refused: NlError| -> Result<()> {
-        if let Some(conflict) = taken(nft, &ports)? {
-            return Err(conflict);
-        }
-        let stale = own_stale(nft, &ports)?;
-        if stale.is_empty() {
-            return Err(refused.into());
-        }
-        Ok(nft.delete_port_elements(&stale)?)
-    };
-    let publish = masquerade::Publish {
-        ports: &ports,
-        bridge: &conf.bridge,
-        resolve: &resolve,
-    };
-    masquerade::add(nft, conf, &who.holder(), addresses, &publish)?;
-    flush_stale_udp(&ports);
-    Ok(())
-}
 
 /// Deletes the conntrack entries of datagrams sent to the UDP ports just published
 /// before they were (to the host itself, or to a container that held the port before):
@@ -77,7 +32,7 @@ pub fn add(
 /// published and every new flow reaches the container; failing would undo a working
 /// container for the sake of the clients that were already sending, and a retried ADD
 /// would most likely meet the same refusal.
-fn flush_stale_udp(ports: &[PortElement]) {
+pub(super) fn flush_stale_udp(ports: &[PortElement]) {
     let udp: Vec<UdpDestination> = ports
         .iter()
         .filter(|p| p.key.protocol == IPPROTO_UDP)
@@ -103,12 +58,12 @@ fn flush_stale_udp(ports: &[PortElement]) {
 }
 
 /// The keys of `ports` whose element names this holder but points elsewhere.
-fn own_stale(nft: &mut Nftables, ports: &[PortElement]) -> Result<Vec<PortKey>> {
+pub(super) fn own_stale(nft: &mut Nftables, ports: &[PortElement]) -> Result<Vec<PortKey>> {
     let mut stale = Vec::new();
     for port in ports {
         if let Some(held) = nft.port_element(&port.key)? {
             let elsewhere = (held.address, held.port) != (port.address, port.port);
-            if elsewhere && held.comment == stored_comment(&port.comment) {
+            if elsewhere && held.comment == port.comment {
                 stale.push(port.key.clone());
             }
         }
@@ -116,14 +71,23 @@ fn own_stale(nft: &mut Nftables, ports: &[PortElement]) -> Result<Vec<PortKey>> 
     Ok(stale)
 }
 
+/// The elements ADD publishes for the runtime's mappings.
+pub(super) fn elements(
+    conf: &Config,
+    who: &Attachment,
+    addresses: &[IpNetwork],
+) -> Vec<PortElement> {
+    elements_of(mappings(conf), who, addresses)
+}
+
 /// The elements of `mappings` for the container's addresses: a mapping without hostIP
 /// answers in every family the container has, one with a hostIP in that one's family.
-pub fn elements(
+fn elements_of(
     mappings: &[PortMapping],
     who: &Attachment,
     addresses: &[IpNetwork],
 ) -> Vec<PortElement> {
-    let comment = holder(who);
+    let comment = who.owner();
     let mut found = Vec::new();
     for m in mappings {
         for address in addresses.iter().map(IpNetwork::ip) {
@@ -163,7 +127,7 @@ fn key(m: &PortMapping, family: Family) -> PortKey {
 /// Traffic to 127.0.0.1:hostPort is sent on to the container with its source kept; the
 /// kernel drops a packet from 127.0.0.0/8 leaving by an interface without
 /// route_localnet (the reference portmap sets it on the same interface).
-fn allow_localhost(bridge: &str) -> Result<()> {
+pub(super) fn allow_localhost(bridge: &str) -> Result<()> {
     let path = format!("/proc/sys/net/ipv4/conf/{bridge}/route_localnet");
     if std::fs::read(&path).is_ok_and(|v| v.starts_with(b"1")) {
         return Ok(());
@@ -172,13 +136,13 @@ fn allow_localhost(bridge: &str) -> Result<()> {
 }
 
 /// Why the batch was refused: the first requested key another attachment holds.
-fn taken(nft: &mut Nftables, ports: &[PortElement]) -> Result<Option<Error>> {
+pub(super) fn taken(nft: &mut Nftables, ports: &[PortElement]) -> Result<Option<Error>> {
     for port in ports {
         let Some(held) = nft.port_element(&port.key)? else {
             continue;
         };
         let elsewhere = (held.address, held.port) != (port.address, port.port);
-        if !elsewhere || held.comment == stored_comment(&port.comment) {
+        if !elsewhere || held.comment == port.comment {
             continue;
         }
         return Ok(Some(
@@ -210,23 +174,20 @@ fn describe_holder(comment: &str) -> String {
     }
 }
 
-/// Removes the attachment's published ports. With the runtime's mappings at hand, each
-/// key is looked up (both families: the addresses may be gone) and removed only if the
-/// attachment holds it; without them, the maps are searched for its name (a runtime that
-/// sent an empty list is believed: GC sweeps what it forgot).
-pub fn remove(nft: &mut Nftables, conf: &Config, who: &Attachment) -> Result<()> {
-    let mine = holder(who);
-    let mine = stored_comment(&mine);
+/// The one removal's step for published ports: only elements whose comment names the
+/// attachment. With the runtime's mappings at hand (DEL, a failed ADD), each key is
+/// looked up (both families: the addresses may be gone); an attachment found by its
+/// traces (GC, reclaim, healing) or a DEL without mappings is searched for by its owner
+/// in every map, whatever mappings the caller's config carries (a healer's are its own).
+/// A runtime that sent an empty list is believed: GC sweeps what it forgot.
+pub fn remove(nft: &mut Nftables, conf: &Config, r: &Removing) -> Result<()> {
+    let mine = r.who.owner();
     let mut keys = Vec::new();
     match &conf.port_mappings {
         // The runtime says there were none (containerd sends an empty list for a
         // pod without hostPort): nothing to look for.
-        Some(known) if known.is_empty() => return Ok(()),
-        None => {
-            let all = nft.port_elements()?;
-            keys.extend(all.into_iter().filter(|e| e.comment == mine).map(|e| e.key));
-        }
-        Some(known) => {
+        Some(known) if known.is_empty() && !r.traced => return Ok(()),
+        Some(known) if !r.traced => {
             for m in known {
                 for family in [Family::V4, Family::V6] {
                     if m.host_ip.is_some_and(|h| Family::of(h) != family) {
@@ -241,6 +202,10 @@ pub fn remove(nft: &mut Nftables, conf: &Config, who: &Attachment) -> Result<()>
                 }
             }
         }
+        _ => {
+            let all = nft.port_elements()?;
+            keys.extend(all.into_iter().filter(|e| e.comment == mine).map(|e| e.key));
+        }
     }
     if keys.is_empty() {
         return Ok(());
@@ -248,64 +213,131 @@ pub fn remove(nft: &mut Nftables, conf: &Config, who: &Attachment) -> Result<()>
     Ok(nft.delete_port_elements(&keys)?)
 }
 
-/// GC: removes the network's published ports whose comment is no valid attachment's.
-/// The maps are shared by every network: only elements naming this one are looked at.
-pub fn gc(nft: &mut Nftables, conf: &Config, live: &HashSet<String>, errors: &mut Vec<Error>) {
+/// GC: removes the network's published ports whose owner is not live. The maps are
+/// shared by every network: only elements naming this one are looked at.
+pub fn sweep(nft: &mut Nftables, conf: &Config, live: &Live, errors: &mut Vec<Error>) {
     let prefix = format!("{}:", conf.name);
-    let found = nft.port_elements().map(|all| {
-        all.into_iter()
-            .filter(|e| e.comment.starts_with(&prefix))
-            .collect()
-    });
-    crate::verbs::gc::sweep(
-        found,
-        live,
-        |e: &PortElement| &e.comment,
-        |stale| {
-            let keys: Vec<PortKey> = stale.iter().map(|e| e.key.clone()).collect();
-            nft.delete_port_elements(&keys)
-        },
-        |e| {
-            format!(
-                "unpublished host port {} (held by {})",
+    let stale: Vec<PortElement> = match nft.port_elements() {
+        Ok(all) => all
+            .into_iter()
+            .filter(|e| e.comment.starts_with(&prefix) && !live.owns(&e.comment))
+            .collect(),
+        Err(e) => return errors.push(e.into()),
+    };
+    if stale.is_empty() {
+        return;
+    }
+    let keys: Vec<PortKey> = stale.iter().map(|e| e.key.clone()).collect();
+    match nft.delete_port_elements(&keys) {
+        Ok(()) => stale.iter().for_each(|e| {
+            eprintln!(
+                "academy: GC unpublished host port {} (held by {})",
                 key_text(&e.key),
                 e.comment
             )
-        },
-        errors,
-    );
+        }),
+        Err(e) => errors.push(e.into()),
+    }
 }
 
-/// CHECK: each mapping is in its map, held by this attachment, going to its address.
+/// CHECK: each mapping is in its map, held by this attachment, going to its address,
+/// and port mapping's rules are all there (an admin's flush of the chains keeps the
+/// maps, and the restore command puts the rules back).
 pub fn check(
+    nft: &mut Nftables,
     conf: &Config,
     who: &Attachment,
     addresses: &[IpNetwork],
-    diffs: &mut Vec<String>,
-) -> Result<()> {
-    let wanted = elements(mappings(conf), who, addresses);
+) -> Result<Vec<Diff>> {
+    let wanted = elements(conf, who, addresses);
+    let mut diffs = Vec::new();
     if wanted.is_empty() {
-        return Ok(());
+        return Ok(diffs);
     }
-    let mut nft = Nftables::open()?;
-    for want in wanted {
+    let mut diff = |text: String| {
+        diffs.push(Diff {
+            text,
+            restorable: false,
+        })
+    };
+    for want in &wanted {
         let text = key_text(&want.key);
         match nft.port_element(&want.key)? {
-            None => diffs.push(format!("host port {text} is not published")),
-            Some(held) if held.comment != stored_comment(&want.comment) => diffs.push(format!(
+            None => diff(format!("host port {text} is not published")),
+            Some(held) if held.comment != want.comment => diff(format!(
                 "host port {text} is published by {}",
                 describe_holder(&held.comment)
             )),
-            Some(held) if (held.address, held.port) != (want.address, want.port) => {
-                diffs.push(format!(
-                    "host port {text} goes to {} port {} instead of {} port {}",
-                    held.address, held.port, want.address, want.port
-                ))
-            }
+            Some(held) if (held.address, held.port) != (want.address, want.port) => diff(format!(
+                "host port {text} goes to {} port {} instead of {} port {}",
+                held.address, held.port, want.address, want.port
+            )),
             Some(_) => {}
         }
     }
-    Ok(())
+    for rule in nft.missing_portmap_rules()? {
+        diffs.push(Diff {
+            text: format!(
+                "port mapping's rule {rule:?} is missing from nf_tables table inet academy"
+            ),
+            restorable: true,
+        });
+    }
+    if !nft.has_hairpin(&conf.bridge)? {
+        diffs.push(Diff {
+            text: format!(
+                "bridge {} is missing from nf_tables set inet academy _hairpin: its containers cannot reach each other's published ports",
+                conf.bridge
+            ),
+            restorable: true,
+        });
+    }
+    Ok(diffs)
+}
+
+/// STATUS: port mapping's rules, when this network publishes ports that are still in
+/// the maps (after a deletion of the table the maps are gone too, and each container's
+/// ports come back with its next ADD: academy keeps no other record of them).
+pub fn missing(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<String>> {
+    let prefix = format!("{}:", conf.name);
+    if wired.attachments.is_empty()
+        || !nft
+            .port_elements()?
+            .iter()
+            .any(|e| e.comment.starts_with(&prefix))
+    {
+        return Ok(Vec::new());
+    }
+    let mut missing = Vec::new();
+    let rules = nft.missing_portmap_rules()?;
+    if !rules.is_empty() {
+        missing.push(format!("port mapping's rules ({} of them)", rules.len()));
+    }
+    if !nft.has_hairpin(&conf.bridge)? {
+        missing.push(format!("the hairpin mark of bridge {}", conf.bridge));
+    }
+    Ok(missing)
+}
+
+/// Puts port mapping's rules back (and the bridge's hairpin mark) when `missing` names them.
+pub fn restore(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<String>> {
+    let missing = missing(nft, conf, wired)?;
+    if missing.is_empty() {
+        return Ok(missing);
+    }
+    let _lock = super::nat::repair_lock();
+    nft.ensure_portmap()?;
+    nft.mark_hairpin(&conf.bridge)?;
+    Ok(missing)
+}
+
+/// The network's own object in the shared maps: its bridge's hairpin mark.
+pub fn objects(conf: &Config) -> Vec<Object> {
+    if conf.publishes_ports {
+        vec![Object::Hairpin(conf.bridge.clone())]
+    } else {
+        Vec::new()
+    }
 }
 
 #[cfg(test)]
@@ -330,7 +362,7 @@ mod tests {
             "10.1.0.5/24".parse().unwrap(),
             "fd00::5/64".parse().unwrap(),
         ];
-        let got = elements(
+        let got = elements_of(
             &[
                 mapping(8080, None),
                 mapping(8081, Some("10.0.0.1")),

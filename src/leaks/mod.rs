@@ -18,16 +18,15 @@
 //! survey made from a netns that does not hold the network's bridge (it would see none
 //! of the veths).
 
-use std::collections::HashSet;
 use std::net::IpAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::addressing::open_store;
 use crate::attachment::{self, Caller, HostLinks};
-use crate::cni::{code, Error, Result};
+use crate::cni::Result;
 use crate::config::Config;
 use crate::ipam::store::{Reservation, StoreDir};
-use crate::netlink::{LinkKind, Netlink};
+use crate::netlink::Netlink;
 use crate::netns::{Netns, OpenError};
 
 mod heal;

@@ -25,7 +25,7 @@ mod socket;
 
 pub use bridge::VlanEntry;
 pub use conntrack::{flush_udp as flush_udp_conntrack, Flushed, UdpDestination};
-pub use nftables::{guard_sets, GuardedPort, Object, Table, TableRule};
+pub use nftables::{guard_sets, GuardedPort, Object, Table, TableRule, CHAIN as MASQUERADE_CHAIN};
 pub use nftables::{
     key_text, set_name as nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork,
     MasqRule, NatChange, Nftables, NftablesOnDemand, PortElement, PortKey, SetElement, SetShape,

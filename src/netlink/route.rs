@@ -11,8 +11,8 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 
 use ipnetwork::IpNetwork;
 use netlink_packet_core::{
-    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL,
-    NLM_F_REQUEST,
+    DefaultNla, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP,
+    NLM_F_EXCL, NLM_F_REQUEST,
 };
 use netlink_packet_route::address::{AddressAttribute, AddressHeaderFlags, AddressMessage};
 use netlink_packet_route::link::{
@@ -26,6 +26,9 @@ use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::protocols::NETLINK_ROUTE;
 
 use super::decode::{to_address, to_routes};
+
+/// if_link.h: a request's link lives in the netns of this id (kernel 4.20+).
+const IFLA_TARGET_NETNSID: u16 = 46;
 use super::socket::{Await, NlError, NlResult, NlSocket};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,6 +156,42 @@ impl Netlink {
             }),
             _ => None,
         }))
+    }
+
+    /// The MAC of veth `name`'s peer, read in the peer's netns through the netns id the
+    /// kernel gave it (IFLA_LINK_NETNSID, then IFLA_TARGET_NETNSID), so no namespace is
+    /// entered. None when `name` is not a veth with a peer elsewhere.
+    pub fn peer_mac(&mut self, name: &str) -> NlResult<Option<[u8; 6]>> {
+        let mut msg = LinkMessage::default();
+        msg.attributes.push(LinkAttribute::IfName(name.to_string()));
+        let what = format!("look up link {name}");
+        let replies = match self.request(RouteNetlinkMessage::GetLink(msg), Await::One, &what) {
+            Err(e) if e.is(libc::ENODEV) => return Ok(None),
+            other => other?,
+        };
+        let (mut peer, mut nsid) = (None, None);
+        for m in &replies {
+            if let RouteNetlinkMessage::NewLink(link) = m {
+                for a in &link.attributes {
+                    match a {
+                        LinkAttribute::Link(p) => peer = Some(*p),
+                        LinkAttribute::LinkNetNsId(id) => nsid = Some(*id),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let (Some(peer), Some(nsid)) = (peer, nsid) else {
+            return Ok(None);
+        };
+        let mut msg = LinkMessage::default();
+        msg.header.index = peer;
+        msg.attributes.push(LinkAttribute::Other(DefaultNla::new(
+            IFLA_TARGET_NETNSID,
+            nsid.to_ne_bytes().to_vec(),
+        )));
+        let what = format!("look up the peer of {name} (link #{peer} of netns id {nsid})");
+        Ok(self.get_link(msg, &what)?.and_then(|l| l.mac))
     }
 
     pub fn links(&mut self) -> NlResult<Vec<Link>> {

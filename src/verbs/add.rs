@@ -2,7 +2,7 @@
 //!
 //! Order: reserve, wire (with the MAC filter of macspoofchk as soon as the pair exists),
 //! then the masquerade (ipMasq) and the published ports (portMappings) in one nf_tables
-//! batch, then check nothing was taken away. A failure at any step runs the attachment's
+//! batch (firewall/nat.rs), then check nothing was taken away. A failure at any step runs the attachment's
 //! removal (removal.rs, the same as DEL's) before the error is printed (the bridge stays:
 //! it is shared). A kill leaves at most a reservation whose holder index names it, a
 //! veth whose alias (or name and bridge) names it, and masquerade, port and MAC filter
@@ -19,9 +19,7 @@ use crate::cni::env::Env;
 use crate::cni::result::{format_mac, CniResult, Interface};
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
-use crate::firewall::forward;
-use crate::firewall::macspoof;
-use crate::firewall::ports;
+use crate::firewall::{forward, macspoof, nat, network};
 use crate::leaks;
 use crate::netlink::{Netlink, NftablesOnDemand};
 use crate::netns::{Netns, OpenError};
@@ -47,6 +45,9 @@ pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
     };
     let requests = conf.requests.clone().with_cni_args(&env.args)?;
 
+    // From before the reservation until the last nf_tables step: the network is in use,
+    // so a DEL of its last other attachment leaves its rules and sets alone.
+    let _in_use = network::in_use(conf);
     let assigned = acquire(env, conf, &requests.ips)?;
     let who = Attachment::of(env, conf);
     let interfaces = make(&netns, &who, conf, &assigned, requests.mac).inspect_err(|_| {
@@ -112,7 +113,7 @@ fn make(
     // The masquerade (ipMasq) and the published ports, in one nf_tables batch.
     if conf.ip_masq || conf.port_mappings.as_ref().is_some_and(|m| !m.is_empty()) {
         let addresses: Vec<IpNetwork> = assigned.ips.iter().map(|ip| ip.address).collect();
-        ports::add(nft.get()?, conf, who, &addresses)?;
+        nat::add(nft.get()?, conf, who, &addresses)?;
     }
     // Last, after everything is made: a concurrent GC that does not list this attachment
     // (another runtime sharing the network) may have removed part of it. Checking both

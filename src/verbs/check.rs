@@ -8,11 +8,8 @@ use crate::cni::env::Env;
 use crate::cni::result::{format_mac, CniResult, IpConfig, RouteEntry};
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
-use crate::firewall::macspoof;
-use crate::firewall::masquerade;
-use crate::firewall::nat;
-use crate::firewall::ports;
-use crate::netlink::{LinkKind, Netlink, Route, RouteAttrs, MAIN_TABLE};
+use crate::firewall::{self, Diff, KINDS};
+use crate::netlink::{LinkKind, Netlink, Nftables, Route, RouteAttrs, MAIN_TABLE};
 use crate::netns::{Netns, OpenError};
 use crate::wire::kind_name;
 use crate::wire::port;
@@ -51,9 +48,16 @@ pub fn check(env: &Env, conf: &Config) -> Result<()> {
 
     let mut diffs = Vec::new();
     check_host(conf, env, &ips, &mut diffs)?;
-    if conf.mac_spoof_check {
-        macspoof::check(conf, &Attachment::of(env, conf), &container.mac, &mut diffs)?;
+    // Every kind of nf_tables state, on one socket; remembered apart, since the remedy
+    // follows from which differences the restore command can repair.
+    let addresses: Vec<_> = ips.iter().map(|ip| ip.address).collect();
+    let who = Attachment::of(env, conf);
+    let mut nft = Nftables::open()?;
+    let mut firewall_diffs: Vec<Diff> = Vec::new();
+    for kind in KINDS {
+        firewall_diffs.extend(kind.check(&mut nft, conf, &who, &addresses, &container.mac)?);
     }
+    drop(nft);
     let inside = netns.run(|| look_inside(&env.ifname))?;
     match inside {
         None => diffs.push(format!("{} is missing from {}", env.ifname, env.netns)),
@@ -100,16 +104,18 @@ pub fn check(env: &Env, conf: &Config) -> Result<()> {
             }
         }
     }
+    // What an admin's flush or a reload takes while the container runs, academy rebuilds
+    // from its store and the links without touching the container; anything else needs
+    // the attachment made again.
+    let restorable = diffs.is_empty() && firewall_diffs.iter().all(|d| d.restorable);
+    diffs.extend(firewall_diffs.into_iter().map(|d| d.text));
     if diffs.is_empty() {
         return Ok(());
     }
-    // Only the masquerade is lost to an admin's flush while the container runs; academy
-    // can rebuild that from its store without touching the container.
-    let nat_only = diffs.iter().all(|d| d.contains("nf_tables"));
-    let details = if nat_only {
+    let details = if restorable {
         format!(
-            "the outbound NAT is not as ADD left it: {}",
-            nat::RESTORE_HINT
+            "the nf_tables state is not as ADD left it: {}",
+            firewall::RESTORE_HINT
         )
     } else {
         "the attachment is not as ADD left it; DEL and ADD it again to repair it".to_string()
@@ -167,11 +173,6 @@ fn check_host(conf: &Config, env: &Env, ips: &[&IpConfig], diffs: &mut Vec<Strin
             diffs.push(format!("bridge {} does not filter by VLAN", conf.bridge));
         }
     }
-    let addresses: Vec<_> = ips.iter().map(|ip| ip.address).collect();
-    if conf.ip_masq {
-        masquerade::check(conf, &who.holder(), &addresses, diffs)?;
-    }
-    ports::check(conf, &who, &addresses, diffs)?;
     addressing::check(env, conf, ips, diffs)
 }
 

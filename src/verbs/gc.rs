@@ -8,13 +8,13 @@
 //!
 //! - a veth with academy's derived name but no alias (an ADD killed between creating
 //!   the pair and labelling it), on this network's bridge;
-//! - masquerade elements, published ports and the MAC filter elements of macspoofchk,
-//!   whose comment is no valid attachment's, on one socket and in one shape (`sweep`);
-//!   comments are capped by the kernel, so they are compared, never parsed back into an
-//!   attachment;
+//! - every kind's nf_tables elements (firewall::KINDS) whose owner comment is no valid
+//!   attachment's, on one socket; comments are capped by the kernel, so they are
+//!   compared, never parsed back into an attachment;
 //! - reservations no index names (host-local's on a shared store, legacy id-only files,
 //!   an ADD killed before its index was written) and abandoned temp files;
-//! - for a delegated IPAM, that plugin's own GC.
+//! - for a delegated IPAM, that plugin's own GC;
+//! - the network's own nf_tables objects, when it is left with no attachment.
 //!
 //! GC trusts only the list. It never guesses liveness from other sources (a netns that
 //! still exists, a recent file): Antrea freed in-use addresses by doing so. An empty list
@@ -28,11 +28,9 @@ use crate::attachment::Attachment;
 use crate::cni::env::Env;
 use crate::cni::{Error, Result};
 use crate::config::Config;
-use crate::firewall::macspoof;
-use crate::firewall::masquerade;
-use crate::firewall::ports;
+use crate::firewall::{Live, KINDS};
 use crate::ipam::Store;
-use crate::netlink::{stored_comment, Link, LinkKind, Netlink, Nftables, NlError};
+use crate::netlink::{Link, LinkKind, Netlink, Nftables};
 use crate::removal::{self, Reservations, Target};
 use crate::wire;
 
@@ -67,6 +65,8 @@ pub fn gc(env: &Env, conf: &Config) -> Result<()> {
     }
     sweep_nftables(conf, valid, &mut errors);
     addressing::gc(env, conf, &mut errors);
+    // Last: a network GC left with no attachment loses its own objects too.
+    errors.extend(removal::network_if_unused(conf).err());
 
     match errors.len() {
         0 => Ok(()),
@@ -143,68 +143,16 @@ fn sweep_unlabelled(
     }
 }
 
-/// The by-kind sweeps of nf_tables, on one socket: masquerade elements, MAC filters and
-/// published ports whose comment names no valid attachment.
+/// The by-kind sweeps of nf_tables, on one socket: every kind's elements whose owner is
+/// no valid attachment.
 fn sweep_nftables(conf: &Config, valid: &HashSet<(String, String)>, errors: &mut Vec<Error>) {
     let mut nft = match Nftables::open() {
         Ok(nft) => nft,
         Err(e) => return errors.push(e.into()),
     };
     let live = Live::of(conf, valid);
-    masquerade::gc(&mut nft, conf, &live, errors);
-    macspoof::gc(&mut nft, conf, &live.holders, errors);
-    ports::gc(&mut nft, conf, &live.ports, errors);
-}
-
-/// The comments the valid attachments' elements carry, as the kernel stores them (capped,
-/// so compared whole and never parsed back into an attachment).
-pub struct Live {
-    /// `<container id>:<ifname>`: masquerade and MAC filter elements, in per-network sets.
-    pub holders: HashSet<String>,
-    /// `<network>:<container id>:<ifname>`: published ports, in maps every network shares.
-    pub ports: HashSet<String>,
-}
-
-impl Live {
-    fn of(conf: &Config, valid: &HashSet<(String, String)>) -> Live {
-        let who = || {
-            valid
-                .iter()
-                .map(|(cid, ifname)| Attachment::new(&conf.name, cid, ifname))
-        };
-        Live {
-            holders: who().map(|w| stored_comment(&w.holder().key())).collect(),
-            ports: who().map(|w| stored_comment(&ports::holder(&w))).collect(),
-        }
-    }
-}
-
-/// One by-kind sweep: of the `found` elements, those whose comment is not `live` are
-/// handed to `remove` in one call, then each is logged as `removed` words it. Errors are
-/// collected; GC goes on.
-pub fn sweep<E>(
-    found: std::result::Result<Vec<E>, NlError>,
-    live: &HashSet<String>,
-    comment: impl Fn(&E) -> &str,
-    remove: impl FnOnce(&[E]) -> std::result::Result<(), NlError>,
-    removed: impl Fn(&E) -> String,
-    errors: &mut Vec<Error>,
-) {
-    let stale: Vec<E> = match found {
-        Ok(found) => found
-            .into_iter()
-            .filter(|e| !live.contains(comment(e)))
-            .collect(),
-        Err(e) => return errors.push(e.into()),
-    };
-    if stale.is_empty() {
-        return;
-    }
-    match remove(&stale) {
-        Ok(()) => stale
-            .iter()
-            .for_each(|e| eprintln!("academy: GC {}", removed(e))),
-        Err(e) => errors.push(e.into()),
+    for kind in KINDS {
+        kind.sweep(&mut nft, conf, &live, errors);
     }
 }
 

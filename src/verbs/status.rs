@@ -1,11 +1,13 @@
 //! STATUS (CNI 1.1): can ADD be served? The IPAM must be able to give an address (for
-//! academy's store: writable, with a free address in every range set), and the bridge name must not be taken by something that is not a bridge.
+//! academy's store: writable, with a free address in every range set), the bridge name
+//! must not be taken by something that is not a bridge, and the nf_tables state of the
+//! network's wired attachments must be complete (firewall::missing).
 
 use crate::addressing;
 use crate::cni::env::Env;
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
-use crate::firewall::nat;
+use crate::firewall;
 use crate::leaks;
 use crate::netlink::{LinkKind, Netlink};
 use crate::wire::kind_name;
@@ -34,8 +36,32 @@ pub fn status(env: &Env, conf: &Config) -> Result<()> {
     // A full pool holding old leaks is served: the next ADD reclaims them.
     addressing::status(env, conf)
         .or_else(|e| leaks::status_despite_leaks(conf, e))
-        .and_then(|()| nat::status(conf))
+        .and_then(|()| firewall_complete(conf))
         .map_err(as_status_error)
+}
+
+/// Every kind of nf_tables state the network's wired attachments should have is there:
+/// what an admin's flush or an iptables reload took is reported with the command that
+/// puts it back.
+fn firewall_complete(conf: &Config) -> Result<()> {
+    let missing = firewall::missing(conf)
+        .map_err(|e| Error::new(code::NOT_AVAILABLE, e.msg).details(e.details))?;
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let what: Vec<String> = missing
+        .iter()
+        .map(|(kind, what)| format!("{kind}: {}", what.join(", ")))
+        .collect();
+    Err(Error::new(
+        code::NOT_AVAILABLE,
+        format!(
+            "network {}'s nf_tables state is incomplete: missing {}",
+            conf.name,
+            what.join("; ")
+        ),
+    )
+    .details(firewall::RESTORE_HINT))
 }
 
 /// STATUS's one code: any reason ADD cannot be served (an unwritable store, a full pool,

@@ -100,7 +100,7 @@ impl Nftables {
             NLM_F_CREATE,
             &change.if_missing,
         );
-        changes.extend(port_changes(&change.ports, &change.hairpin_bridge));
+        changes.extend(port_changes(&change.ports, &change.hairpin_bridge, false));
         commit_all(&mut self.socket, changes)
     }
 }

@@ -13,8 +13,8 @@ use super::attrs::{attributes, comment_udata, Attrs};
 use super::batch::Batch;
 use super::rule::{cmp, expr};
 use super::{
-    Family, Nftables, Table, TableRule, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS,
-    NFTA_RULE_TABLE, NFTA_RULE_USERDATA, NFT_MSG_NEWRULE,
+    Family, Nftables, Table, TableRule, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_RULE_CHAIN,
+    NFTA_RULE_EXPRESSIONS, NFTA_RULE_TABLE, NFTA_RULE_USERDATA, NFT_MSG_NEWRULE,
 };
 use crate::netlink::socket::{Await, NlResult};
 

@@ -66,7 +66,11 @@ pub struct GuardedPort {
 
 /// The map and sets of a network's MAC filter, by name.
 pub fn guard_sets(network: &str) -> [String; 3] {
-    [ports_map(network), guarded_set(network), allowed_set(network)]
+    [
+        ports_map(network),
+        guarded_set(network),
+        allowed_set(network),
+    ]
 }
 
 pub fn ports_map(network: &str) -> String {

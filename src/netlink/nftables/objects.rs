@@ -95,28 +95,6 @@ impl Nftables {
             .collect())
     }
 
-    /// Whether `table` holds a set or map of that name.
-    pub fn has_set(&mut self, table: Table, name: &str) -> NlResult<bool> {
-        let mut attrs = Attrs::default();
-        attrs.str(NFTA_SET_TABLE, table.name());
-        attrs.str(NFTA_SET_NAME, name);
-        let what = format!("look up nf_tables set {table} {name}");
-        let result = self.request_in(
-            table.nfproto(),
-            NFT_MSG_GETSET,
-            0,
-            attrs,
-            Await::One,
-            &what,
-            |_| {},
-        );
-        match result {
-            Ok(()) => Ok(true),
-            Err(e) if e.is(libc::ENOENT) => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-
     /// Deletes `objects`: per table one batch, rules before the sets they look up.
     /// Objects already gone are success (a concurrent removal, an admin's flush): the
     /// batch is all or nothing, so on ENOENT each object is deleted alone.
@@ -204,7 +182,8 @@ impl Nftables {
                 });
             });
         });
-        let what = format!("look up {bridge} . {bridge} in nf_tables set inet {TABLE} {HAIRPIN_SET}");
+        let what =
+            format!("look up {bridge} . {bridge} in nf_tables set inet {TABLE} {HAIRPIN_SET}");
         match self.request(NFT_MSG_GETSETELEM, 0, attrs, Await::One, &what, |_| {}) {
             Ok(()) => Ok(true),
             Err(e) if e.is(libc::ENOENT) => Ok(false),

@@ -158,6 +158,31 @@ impl Nftables {
     /// academy's port mapping rules replaced, so an admin's `nft flush table` or `flush
     /// chain` (which keep the maps and their elements) is repaired. True when it wrote.
     pub fn ensure_portmap(&mut self) -> NlResult<bool> {
+        self.ensure_portmap_rules().map(|wrote| wrote.is_some())
+    }
+
+    /// The comments of port mapping's rules that are not in the table (none missing
+    /// when the table holds no port mapping at all: nothing was ever published).
+    pub fn missing_portmap_rules(&mut self) -> NlResult<Vec<String>> {
+        let present: Vec<(String, String)> = self
+            .commented_rules(super::NFPROTO_INET, TABLE, None)?
+            .into_iter()
+            .filter(|r| r.comment.starts_with(RULE_PREFIX))
+            .map(|r| (r.chain, r.comment))
+            .collect();
+        Ok(wanted_rules()
+            .into_iter()
+            .filter(|(chain, comment)| !present.iter().any(|p| p.0 == *chain && p.1 == *comment))
+            .map(|(_, comment)| comment)
+            .collect())
+    }
+
+    /// Marks `bridge`'s hairpin traffic (its element in `_hairpin`), as ADD's batch does.
+    pub fn mark_hairpin(&mut self, bridge: &str) -> NlResult<()> {
+        super::batch::commit_all(&mut self.socket, port_changes(&[], bridge, true))
+    }
+
+    fn ensure_portmap_rules(&mut self) -> NlResult<Option<()>> {
         let present: Vec<(String, String, u64)> = self
             .commented_rules(super::NFPROTO_INET, TABLE, None)?
             .into_iter()
@@ -170,7 +195,7 @@ impl Nftables {
                 .iter()
                 .all(|(chain, comment)| present.iter().any(|p| p.0 == *chain && p.1 == *comment));
         if complete {
-            return Ok(false);
+            return Ok(None);
         }
         let mut batch = Batch::new(&mut self.socket);
         let mut table = Attrs::default();
@@ -277,7 +302,7 @@ impl Nftables {
             &format!("{RULE_PREFIX} localhost"),
             localhost_rule,
         );
-        batch.commit().map(|()| true)
+        batch.commit().map(Some)
     }
 }
 
@@ -315,7 +340,7 @@ fn add_rule(batch: &mut Batch, chain: &str, comment: &str, expressions: impl FnO
 /// The changes of ADD's batch that publish `ports` and mark `bridge` for hairpin (see
 /// change.rs: they go in the batch with the masquerade's). A key another attachment holds
 /// with other data makes the kernel refuse the batch (EEXIST, "publish ...").
-pub(super) fn port_changes(ports: &[PortElement], bridge: &str) -> Vec<Change> {
+pub(super) fn port_changes(ports: &[PortElement], bridge: &str, hairpin: bool) -> Vec<Change> {
     let mut changes = Vec::new();
     for map in PortMap::ALL {
         let mine: Vec<&PortElement> = ports.iter().filter(|p| p.key.map() == map).collect();
@@ -347,7 +372,7 @@ pub(super) fn port_changes(ports: &[PortElement], bridge: &str) -> Vec<Change> {
             ),
         });
     }
-    if !ports.is_empty() {
+    if hairpin || !ports.is_empty() {
         let attrs = element_list(HAIRPIN_SET, |list| {
             list.nested(NFTA_LIST_ELEM, |elem| {
                 elem.nested(NFTA_SET_ELEM_KEY, |k| {
