@@ -57,7 +57,7 @@ fn del_leaves_an_element_that_is_now_another_attachment_s() {
     assert_eq!(result_address(&again), address);
     assert_eq!(
         node.elements(),
-        BTreeSet::from([format!("{address} {}:eth0", b.cid)])
+        BTreeSet::from([format!("{address} {}:{}:eth0", lab.network, b.cid)])
     );
     node.call("DEL", &b, &config).expect_silent_success("DEL");
     assert!(node.elements().is_empty());
@@ -309,7 +309,12 @@ fn gc_removes_five_thousand_stale_elements_in_one_run() {
     );
     assert_eq!(
         node.elements(),
-        BTreeSet::from([format!("{} {}:eth0", result_address(&kept), a.cid)])
+        BTreeSet::from([format!(
+            "{} {}:{}:eth0",
+            result_address(&kept),
+            lab.network,
+            a.cid
+        )])
     );
     node.call("DEL", &a, &config).expect_silent_success("DEL");
 }
