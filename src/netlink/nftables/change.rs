@@ -223,3 +223,70 @@ fn element_changes(out: &mut Vec<Change>, kind: u8, flags: u16, elements: &[SetE
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netlink::nftables::digest::{hex, sha256};
+
+    /// The messages' bytes, pinned as their digest (kind, flags, attributes): a refactor
+    /// of the encoding that changes one byte on the wire fails here.
+    #[test]
+    fn the_masquerade_changes_encode_as_before() {
+        let network = MasqNetwork {
+            network: "n".into(),
+            family: Family::V4,
+            subnets: vec!["10.1.0.0/16".parse().unwrap()],
+        };
+        let element = SetElement {
+            set: network.set_name(),
+            element: MasqElement {
+                address: "10.1.0.2".parse().unwrap(),
+                comment: "n:c:eth0".into(),
+            },
+        };
+        let mut changes = vec![table(), chain(), set(&network, 1), rule(&network, 1)];
+        element_changes(
+            &mut changes,
+            NFT_MSG_NEWSETELEM,
+            NLM_F_CREATE,
+            std::slice::from_ref(&element),
+        );
+        element_changes(&mut changes, NFT_MSG_DELSETELEM, 0, &[element]);
+        let port = PortElement {
+            key: crate::netlink::nftables::PortKey {
+                family: Family::V6,
+                protocol: 6,
+                host_ip: Some("fd00::1".parse().unwrap()),
+                host_port: 8080,
+            },
+            address: "fd00::9".parse().unwrap(),
+            port: 80,
+            comment: "n:c:eth0".into(),
+        };
+        changes.extend(port_changes(&[port], "br0"));
+        let digests: Vec<String> = changes
+            .iter()
+            .map(|c| {
+                let mut bytes = vec![c.kind];
+                bytes.extend_from_slice(&c.flags.to_ne_bytes());
+                bytes.extend_from_slice(&c.attrs.0);
+                bytes.extend_from_slice(c.description.as_bytes());
+                hex(&sha256(&bytes))
+            })
+            .collect();
+        assert_eq!(
+            digests,
+            [
+                "dd0665e26f615c86d88da05207196f7a3f3983e98b041e688ff0aee3155678df",
+                "a49fa3932e6d5b8c9047b5304a1e97db11273cc3f23b3be07b1edcf73a9d6f53",
+                "bda6dd144172d2d113abb3c1314683ec4d144b767109d2300ca7a8a7cb9b4555",
+                "622ca5562d2b5d8fb8404933f143f755542ede6f085b065d52aa7eab39b092a2",
+                "b1a9621fa326e8cd4908ec39c3ef39a803abd2990344addb665667ff2ac5e9b3",
+                "64c144aef263dbc956e36b7f212f40ae1fd8959d336c0ab373d7925ed5f47f7c",
+                "49526609427a9eb5f90434b272d9ed5759e861b3c2962a5b773cf0b5d4ec7397",
+                "e6d8154efb44dc02a158d7a6e45f7df1158737592099d36e32d559627cfa93fd"
+            ]
+        );
+    }
+}
