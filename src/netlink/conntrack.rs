@@ -22,7 +22,7 @@ use std::net::IpAddr;
 use netlink_packet_core::{NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
 use netlink_sys::protocols::NETLINK_NETFILTER;
 
-use super::nftables::{attributes, encode, Attrs, Family, HEADERS_LEN};
+use super::nfnetlink::{attributes, encode, Attrs, Family, HEADERS_LEN};
 use super::socket::{Await, NlError, NlResult, NlSocket};
 
 const NFNL_SUBSYS_CTNETLINK: u16 = 1;

@@ -12,6 +12,8 @@
 //!   messages are encoded here by hand (no crate covers nf_tables).
 //! - `conntrack`: ctnetlink on the same socket protocol, encoded the same way: the UDP
 //!   entries a newly published port must not keep (port mapping's ADD).
+//! - `nfnetlink`: what those two share, the attributes and messages of NETLINK_NETFILTER
+//!   and the address family they address.
 //!
 //! Everything outside this folder speaks in the plain types re-exported here; the layer
 //! knows nothing of CNI (src/cni/kernel.rs turns a refused request into a CNI error).
@@ -19,16 +21,18 @@
 mod bridge;
 mod conntrack;
 mod decode;
+mod nfnetlink;
 mod nftables;
 mod route;
 mod socket;
 
 pub use bridge::VlanEntry;
 pub use conntrack::{flush_udp as flush_udp_conntrack, Flushed, UdpDestination};
+pub use nfnetlink::Family;
 pub use nftables::GuardedPort;
 pub use nftables::{
-    key_text, set_name as nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork,
-    MasqRule, NatChange, Nftables, NftablesOnDemand, PortElement, PortKey, SetElement, SetShape,
+    key_text, set_name as nftables_set_name, stored_comment, MasqElement, MasqNetwork, MasqRule,
+    NatChange, Nftables, NftablesOnDemand, PortElement, PortKey, SetElement, SetShape,
 };
 pub use route::{Link, LinkKind, Netlink, Route, RouteAttrs, VethPair, MAIN_TABLE};
 pub use socket::NlError;

@@ -1,20 +1,15 @@
 //! nfnetlink messages and batches: changes sent together between BATCH_BEGIN and
 //! BATCH_END in one sendmsg, acknowledged one by one, applied all or nothing.
 
-use netlink_packet_core::{
-    NetlinkHeader, NetlinkMessage, NetlinkPayload, NetlinkSerializable, NLM_F_ACK, NLM_F_REQUEST,
-};
+use netlink_packet_core::{NLM_F_ACK, NLM_F_REQUEST};
 
-use super::attrs::Attrs;
 use super::NFPROTO_INET;
+use crate::netlink::nfnetlink::{encode, Attrs};
 use crate::netlink::socket::{NlError, NlResult, NlSocket};
 
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
 const NFNL_MSG_BATCH_END: u16 = 0x11;
-
-/// nlmsghdr and nfgenmsg.
-pub(in crate::netlink) const HEADERS_LEN: usize = 16 + 4;
 
 pub(super) fn nftables_type(kind: u8) -> u16 {
     NFNL_SUBSYS_NFTABLES << 8 | u16::from(kind)
@@ -147,54 +142,4 @@ impl<'a> Batch<'a> {
         })?;
         Ok(self.socket)
     }
-}
-
-/// An nfnetlink message as netlink-packet-core serializes it: nfgenmsg, then attributes.
-struct NfMessage {
-    kind: u16,
-    family: u8,
-    res_id: u16,
-    attrs: Vec<u8>,
-}
-
-impl NetlinkSerializable for NfMessage {
-    fn message_type(&self) -> u16 {
-        self.kind
-    }
-
-    fn buffer_len(&self) -> usize {
-        4 + self.attrs.len()
-    }
-
-    fn serialize(&self, buffer: &mut [u8]) {
-        buffer[0] = self.family;
-        buffer[1] = 0; // NFNETLINK_V0
-        buffer[2..4].copy_from_slice(&self.res_id.to_be_bytes());
-        buffer[4..].copy_from_slice(&self.attrs);
-    }
-}
-
-pub(in crate::netlink) fn encode(
-    out: &mut Vec<u8>,
-    kind: u16,
-    flags: u16,
-    sequence: u32,
-    family: u8,
-    res_id: u16,
-    attrs: Vec<u8>,
-) {
-    let mut header = NetlinkHeader::default();
-    header.flags = flags;
-    header.sequence_number = sequence;
-    let inner = NfMessage {
-        kind,
-        family,
-        res_id,
-        attrs,
-    };
-    let mut message = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(inner));
-    message.finalize();
-    let start = out.len();
-    out.resize(start + message.buffer_len(), 0);
-    message.serialize(&mut out[start..]);
 }

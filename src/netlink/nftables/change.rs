@@ -5,7 +5,7 @@
 
 use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_EXCL};
 
-use super::attrs::{address_bytes, comment_udata, Attrs, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
+use super::attrs::{address_bytes, comment_udata, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
 use super::batch::{commit_all, Change};
 use super::port_elements::PortElement;
 use super::portmap::port_changes;

@@ -9,13 +9,14 @@
 
 use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE};
 
-use super::attrs::{attributes, comment_udata, Attrs};
+use super::attrs::comment_udata;
 use super::batch::Batch;
 use super::rule::{cmp, expr};
 use super::{
     Family, Nftables, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS,
     NFTA_RULE_TABLE, NFTA_RULE_USERDATA, NFT_MSG_NEWRULE,
 };
+use crate::netlink::nfnetlink::{attributes, Attrs};
 use crate::netlink::socket::{Await, NlResult};
 
 const FILTER: &str = "filter";

@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 
-use super::attrs::{address_bytes, attributes, comment_of, Attrs, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
+use super::attrs::{address_bytes, comment_of, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
 use super::{
     decode_elements, set_name, Family, MasqElement, Nftables, CHAIN, NFTA_RULE_CHAIN,
     NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_RULE_USERDATA,
@@ -13,6 +13,7 @@ use super::{
     NFT_MSG_GETRULE, NFT_MSG_GETSET, NFT_MSG_GETSETELEM, TABLE, TYPE_IPV4_ADDR, TYPE_IPV6_ADDR,
 };
 use super::{NFPROTO_INET, NFTA_SET_DATA_TYPE, NFTA_SET_FLAGS};
+use crate::netlink::nfnetlink::{attributes, Attrs};
 use crate::netlink::socket::{Await, NlResult};
 
 /// Every masquerade rule academy writes has a comment starting so.

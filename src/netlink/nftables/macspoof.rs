@@ -22,7 +22,7 @@
 
 use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
 
-use super::attrs::{attributes, comment_of, comment_udata, Attrs, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
+use super::attrs::{comment_of, comment_udata, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
 use super::batch::Batch;
 use super::{
     Nftables, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_CHAIN_TYPE,
@@ -36,6 +36,7 @@ use super::{
 use super::{
     NFTA_SET_DATA_LEN, NFTA_SET_DATA_TYPE, NFTA_SET_ELEM_DATA, NFTA_SET_FLAGS, NFT_SET_MAP,
 };
+use crate::netlink::nfnetlink::{attributes, Attrs};
 use crate::netlink::socket::{Await, NlResult};
 
 pub const BRIDGE_CHAIN: &str = "prerouting";

@@ -25,6 +25,7 @@ use ipnetwork::IpNetwork;
 use netlink_packet_core::{NLM_F_DUMP, NLM_F_REQUEST};
 use netlink_sys::protocols::NETLINK_NETFILTER;
 
+use super::nfnetlink::{attributes, encode, Attrs, Family, HEADERS_LEN};
 use super::socket::{Await, NlResult, NlSocket};
 
 mod attrs;
@@ -41,11 +42,7 @@ mod rule;
 
 pub use attrs::stored_comment;
 use attrs::{address_from, comment_of, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
-// The nfnetlink encoding conntrack.rs shares (the same NETLINK_NETFILTER, another
-// subsystem).
-pub(super) use attrs::{attributes, Attrs};
 use batch::nftables_type;
-pub(super) use batch::{encode, HEADERS_LEN};
 pub use change::{NatChange, SetElement};
 pub use inspect::{MasqRule, SetShape, RULE_PREFIX};
 pub use macspoof::GuardedPort;
@@ -106,21 +103,8 @@ const NF_IP_PRI_NAT_SRC: u32 = 100;
 const TYPE_IPV4_ADDR: u32 = 7;
 const TYPE_IPV6_ADDR: u32 = 8;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Family {
-    V4,
-    V6,
-}
-
+/// What a family is to academy's tables (nfnetlink.rs defines it, for conntrack too).
 impl Family {
-    pub fn of(ip: IpAddr) -> Family {
-        if ip.is_ipv4() {
-            Family::V4
-        } else {
-            Family::V6
-        }
-    }
-
     fn suffix(self) -> &'static str {
         match self {
             Family::V4 => "v4",

@@ -26,7 +26,7 @@
 
 use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE};
 
-use super::attrs::{comment_udata, Attrs, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
+use super::attrs::{comment_udata, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
 use super::batch::{Batch, Change};
 use super::port_elements::{
     decode_ports, describe, key_text, PortElement, PortKey, PortMap, NFTA_SET_ELEM_DATA, TYPE_BITS,
@@ -44,6 +44,7 @@ use super::{
     NF_INET_POST_ROUTING, NF_IP_PRI_NAT_SRC, TABLE,
 };
 use super::{NFPROTO_INET, NFTA_SET_DATA_LEN, NFTA_SET_DATA_TYPE, NFTA_SET_FLAGS, NFT_SET_MAP};
+use crate::netlink::nfnetlink::Attrs;
 use crate::netlink::socket::{Await, NlResult};
 
 pub const HAIRPIN_SET: &str = "_hairpin";

@@ -1,11 +1,11 @@
 //! The rules of port mapping, as nf_tables expressions (what `nft --debug=netlink`
 //! shows for the rules quoted on each function).
 
-use super::attrs::{Attrs, NFTA_DATA_VALUE};
+use super::attrs::NFTA_DATA_VALUE;
 use super::port_elements::PortMap;
 use super::portmap::HAIRPIN_SET;
 use super::rule::{cmp, expr};
-use super::Family;
+use crate::netlink::nfnetlink::{Attrs, Family};
 
 const NFT_REG_1: u32 = 1;
 const NFT_REG_2: u32 = 2;

@@ -1,7 +1,8 @@
 //! The masquerade rule of one network and family, as nf_tables expressions.
 
-use super::attrs::{address_bytes, Attrs, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
+use super::attrs::{address_bytes, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
 use super::MasqNetwork;
+use crate::netlink::nfnetlink::Attrs;
 
 const NFT_REG_1: u32 = 1;
 const NFT_REG_2: u32 = 2;
