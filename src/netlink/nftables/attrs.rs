@@ -10,8 +10,6 @@ use crate::netlink::nfnetlink::Family;
 /// NUL-terminated, at most 128 bytes; nft shows it as `comment "..."`.
 pub(super) const UDATA_COMMENT: u8 = 0;
 pub(super) const COMMENT_MAX: usize = 127;
-pub(super) const NFTA_LIST_ELEM: u16 = 1;
-pub(super) const NFTA_DATA_VALUE: u16 = 1;
 
 pub(super) fn address_bytes(ip: IpAddr) -> Vec<u8> {
     match ip {

@@ -3,13 +3,9 @@
 
 use netlink_packet_core::{NLM_F_ACK, NLM_F_REQUEST};
 
-use super::NFPROTO_INET;
+use super::consts::{NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES, NFPROTO_INET};
 use crate::netlink::nfnetlink::{encode, Attrs};
 use crate::netlink::socket::{NlError, NlResult, NlSocket};
-
-const NFNL_SUBSYS_NFTABLES: u16 = 10;
-const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
-const NFNL_MSG_BATCH_END: u16 = 0x11;
 
 pub(super) fn nftables_type(kind: u8) -> u16 {
     NFNL_SUBSYS_NFTABLES << 8 | u16::from(kind)

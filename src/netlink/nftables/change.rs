@@ -5,8 +5,18 @@
 
 use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_EXCL};
 
-use super::attrs::{address_bytes, comment_udata, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
+use super::attrs::{address_bytes, comment_udata};
 use super::batch::{commit_all, Change};
+use super::consts::{
+    CHAIN, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_CHAIN_TYPE, NFTA_DATA_VALUE,
+    NFTA_HOOK_HOOKNUM, NFTA_HOOK_PRIORITY, NFTA_LIST_ELEM, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS,
+    NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_RULE_USERDATA, NFTA_SET_ELEM_KEY,
+    NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE,
+    NFTA_SET_ELEM_USERDATA, NFTA_SET_ID, NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE, NFTA_SET_NAME,
+    NFTA_SET_TABLE, NFTA_TABLE_NAME, NFT_MSG_DELRULE, NFT_MSG_DELSETELEM, NFT_MSG_NEWCHAIN,
+    NFT_MSG_NEWRULE, NFT_MSG_NEWSET, NFT_MSG_NEWSETELEM, NFT_MSG_NEWTABLE, NF_INET_POST_ROUTING,
+    NF_IP_PRI_NAT_SRC, TABLE, TYPE_IPV4_ADDR, TYPE_IPV6_ADDR,
+};
 use super::port_elements::PortElement;
 use super::portmap::port_changes;
 use super::rule::masquerade_rule;
@@ -122,7 +132,7 @@ fn chain() -> Change {
     attrs.str(NFTA_CHAIN_NAME, CHAIN);
     attrs.nested(NFTA_CHAIN_HOOK, |hook| {
         hook.be32(NFTA_HOOK_HOOKNUM, NF_INET_POST_ROUTING);
-        hook.be32(NFTA_HOOK_PRIORITY, NF_IP_PRI_NAT_SRC);
+        hook.be32(NFTA_HOOK_PRIORITY, NF_IP_PRI_NAT_SRC as u32);
     });
     attrs.str(NFTA_CHAIN_TYPE, "nat");
     Change {
