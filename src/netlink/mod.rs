@@ -3,7 +3,8 @@
 //! - `socket`: one blocking netlink socket of any protocol, with the request/ack loop
 //!   shared by every protocol: sequence numbers, acks, dumps, batches, and the kernel's
 //!   own error text.
-//! - `route`: rtnetlink (links, addresses, routes), with `decode` reading its replies.
+//! - `route`: rtnetlink (links, addresses, routes), with `decode` holding the address and
+//!   route types and reading its replies into them.
 //! - `bridge`: bridge VLAN filtering, a port's VLAN entries and its isolated flag
 //!   (rtnetlink's AF_BRIDGE family). With `route` and `decode`, the only users of
 //!   netlink-packet-route, whose API breaks in almost every minor release.
@@ -28,11 +29,12 @@ mod socket;
 
 pub use bridge::VlanEntry;
 pub use conntrack::{flush_udp as flush_udp_conntrack, Flushed, UdpDestination};
+pub use decode::Route;
 pub use nfnetlink::Family;
 pub use nftables::GuardedPort;
 pub use nftables::{
     key_text, set_name as nftables_set_name, stored_comment, MasqElement, MasqNetwork, MasqRule,
     NatChange, Nftables, NftablesOnDemand, PortElement, PortKey, SetElement, SetShape,
 };
-pub use route::{Link, LinkKind, Netlink, Route, RouteAttrs, VethPair, MAIN_TABLE};
+pub use route::{Link, LinkKind, Netlink, RouteAttrs, VethPair, MAIN_TABLE};
 pub use socket::NlError;
