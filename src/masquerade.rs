@@ -29,7 +29,7 @@ use crate::ipam::Holder;
 use crate::nat_repair;
 use crate::netlink::{
     nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork, MasqRule, NatChange,
-    Nftables, NlError, PortElement, SetElement, SetShape,
+    Nftables, NlError, PortElement, SetElement, SetShape, Step,
 };
 
 /// Adds the container's addresses to its network's sets, in the batch that also makes
@@ -132,10 +132,14 @@ pub fn add(
             }
             // A host port someone holds: the other's is a conflict (an error naming it),
             // this attachment's own stale one is removed and the batch sent again.
-            Err(e) if attempt < 3 && e.is(libc::EEXIST) && e.request.starts_with("publish ") => {
+            Err(e) if attempt < 3 && e.is(libc::EEXIST) && e.refused_in(&[Step::Publish]) => {
                 (publish.resolve)(nft, e)?;
             }
-            Err(e) if attempt < 3 && e.is(libc::EEXIST) && e.request.starts_with("add ") => {
+            Err(e)
+                if attempt < 3
+                    && e.is(libc::EEXIST)
+                    && e.refused_in(&[Step::AddElement, Step::AddRule]) =>
+            {
                 (present, retake) = existing(nft, conf, holder, &own, &key)?;
             }
             // A concurrent ADD repaired the rule first (the handle is gone) or removed
@@ -146,7 +150,7 @@ pub fn add(
                 }
             }
             Err(e)
-                if e.request.starts_with("create")
+                if e.refused.is_some_and(Step::creates)
                     && (e.is(libc::EEXIST) || e.is(libc::EOPNOTSUPP) || e.is(libc::EBUSY)) =>
             {
                 return Err(foreign(&e))

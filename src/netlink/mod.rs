@@ -34,7 +34,7 @@ pub use nfnetlink::Family;
 pub use nftables::GuardedPort;
 pub use nftables::{
     key_text, set_name as nftables_set_name, stored_comment, MasqElement, MasqNetwork, MasqRule,
-    NatChange, Nftables, NftablesOnDemand, PortElement, PortKey, SetElement, SetShape,
+    NatChange, Nftables, NftablesOnDemand, PortElement, PortKey, SetElement, SetShape, Step,
 };
 pub use route::{Link, LinkKind, Netlink, RouteAttrs, VethPair, MAIN_TABLE};
-pub use socket::NlError;
+pub use socket::{NlError, Subsystem};

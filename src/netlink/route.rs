@@ -24,10 +24,9 @@ use netlink_packet_route::route::{
     RouteScope, RouteType,
 };
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
-use netlink_sys::protocols::NETLINK_ROUTE;
 
 use super::decode::{to_address, to_routes, AddressState, Route};
-use super::socket::{Await, NlError, NlResult, NlSocket};
+use super::socket::{Await, NlError, NlResult, NlSocket, Subsystem};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LinkKind {
@@ -88,7 +87,7 @@ impl Netlink {
     /// Opens a socket in the calling thread's network namespace.
     pub fn open() -> NlResult<Netlink> {
         Ok(Netlink {
-            socket: NlSocket::open(NETLINK_ROUTE, "rtnetlink")?,
+            socket: NlSocket::open(Subsystem::Rtnetlink)?,
         })
     }
 

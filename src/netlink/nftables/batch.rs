@@ -4,8 +4,9 @@
 use netlink_packet_core::{NLM_F_ACK, NLM_F_REQUEST};
 
 use super::consts::{NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES, NFPROTO_INET};
+use super::step::Step;
 use crate::netlink::nfnetlink::{encode, Attrs};
-use crate::netlink::socket::{NlError, NlResult, NlSocket};
+use crate::netlink::socket::{NlError, NlResult, NlSocket, Subsystem};
 
 pub(super) fn nftables_type(kind: u8) -> u16 {
     NFNL_SUBSYS_NFTABLES << 8 | u16::from(kind)
@@ -17,9 +18,10 @@ pub(super) struct Batch<'a> {
     socket: &'a mut NlSocket,
     bytes: Vec<u8>,
     first: u32,
-    descriptions: Vec<String>,
+    /// Each message's description and step, in sequence order.
+    descriptions: Vec<(String, Step)>,
     /// A change whose attributes could not be encoded (an attribute over 64 KiB).
-    too_long: Option<String>,
+    too_long: Option<(String, Step)>,
     family: u8,
 }
 
@@ -30,6 +32,7 @@ pub(super) const BATCH_BYTES: usize = 128 * 1024;
 
 /// One change of a batch, not yet encoded.
 pub(super) struct Change {
+    pub(super) step: Step,
     pub(super) kind: u8,
     pub(super) flags: u16,
     pub(super) attrs: Attrs,
@@ -47,7 +50,13 @@ pub(super) fn commit_all(socket: &mut NlSocket, changes: Vec<Change>) -> NlResul
             let socket = batch.commit_keep()?;
             batch = Batch::new(socket);
         }
-        batch.add(change.kind, change.flags, change.attrs, change.description);
+        batch.add(
+            change.step,
+            change.kind,
+            change.flags,
+            change.attrs,
+            change.description,
+        );
     }
     batch.commit()
 }
@@ -81,9 +90,16 @@ impl<'a> Batch<'a> {
         }
     }
 
-    pub(super) fn add(&mut self, kind: u8, flags: u16, attrs: Attrs, description: String) {
+    pub(super) fn add(
+        &mut self,
+        step: Step,
+        kind: u8,
+        flags: u16,
+        attrs: Attrs,
+        description: String,
+    ) {
         if attrs.too_long() {
-            self.too_long.get_or_insert(description);
+            self.too_long.get_or_insert((description, step));
             return;
         }
         let sequence = self.socket.next_sequence();
@@ -97,7 +113,7 @@ impl<'a> Batch<'a> {
             0,
             attrs.0,
         );
-        self.descriptions.push(description);
+        self.descriptions.push((description, step));
     }
 
     pub(super) fn commit(self) -> NlResult<()> {
@@ -106,10 +122,11 @@ impl<'a> Batch<'a> {
 
     /// Commits, and gives the socket back for the next batch.
     fn commit_keep(mut self) -> NlResult<&'a mut NlSocket> {
-        if let Some(what) = self.too_long {
+        if let Some((what, step)) = self.too_long {
             return Err(NlError {
                 reason: Some("an attribute is longer than netlink's 65,535 bytes".into()),
-                ..NlError::new(what, libc::EMSGSIZE)
+                refused: Some(step),
+                ..NlError::new(what, libc::EMSGSIZE).within(Subsystem::NfTables)
             });
         }
         if self.descriptions.is_empty() {
@@ -126,16 +143,47 @@ impl<'a> Batch<'a> {
             res_id,
             Vec::new(),
         );
-        let what = self.descriptions.join("; ");
+        let what = self
+            .descriptions
+            .iter()
+            .map(|(description, _)| description.as_str())
+            .collect::<Vec<_>>()
+            .join("; ");
         self.socket.send(&self.bytes, &what)?;
         let first = self.first;
         let descriptions = &self.descriptions;
         self.socket.receive_acks(first..sequence, |seq| {
-            descriptions
-                .get((seq - first) as usize)
-                .cloned()
-                .unwrap_or_else(|| what.clone())
+            match descriptions.get((seq - first) as usize) {
+                Some((description, step)) => (description.clone(), Some(*step)),
+                None => (what.clone(), None),
+            }
         })?;
         Ok(self.socket)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A change refused before anything is sent (an attribute over 64 KiB) is named and
+    /// tagged like one the kernel refuses, so the caller's decision is the same.
+    #[test]
+    fn a_refused_change_carries_its_step_and_its_description() {
+        let mut socket = NlSocket::open(Subsystem::NfTables).expect("a netfilter socket");
+        let mut fits = Attrs::default();
+        fits.put(1, &[0; 8]);
+        let mut too_long = Attrs::default();
+        too_long.put(1, &vec![0; 70_000]);
+        let mut batch = Batch::new(&mut socket);
+        batch.add(Step::CreateTable, 0, 0, fits, "create table".into());
+        batch.add(Step::Publish, 12, 0, too_long, "publish tcp/80".into());
+        let e = batch.commit().unwrap_err();
+        assert_eq!(e.request, "publish tcp/80");
+        assert!(e.is(libc::EMSGSIZE));
+        assert_eq!(e.refused, Some(Step::Publish));
+        assert!(e.refused_in(&[Step::AddElement, Step::Publish]));
+        assert!(!e.refused_in(&[Step::AddElement]));
+        assert_eq!(e.subsystem, Some(Subsystem::NfTables));
     }
 }

@@ -20,6 +20,7 @@ use super::consts::{
 use super::port_elements::PortElement;
 use super::portmap::port_changes;
 use super::rule::masquerade_rule;
+use super::step::Step;
 use super::*;
 
 /// Elements per NEWSETELEM/DELSETELEM message: each is at most ~160 bytes (key and a
@@ -81,6 +82,7 @@ impl Nftables {
             attrs.str(NFTA_RULE_CHAIN, CHAIN);
             attrs.be64(NFTA_RULE_HANDLE, *handle);
             changes.push(Change {
+                step: Step::DeleteRule,
                 kind: NFT_MSG_DELRULE,
                 flags: 0,
                 attrs,
@@ -119,6 +121,7 @@ fn table() -> Change {
     let mut attrs = Attrs::default();
     attrs.str(NFTA_TABLE_NAME, TABLE);
     Change {
+        step: Step::CreateTable,
         kind: NFT_MSG_NEWTABLE,
         flags: NLM_F_CREATE,
         attrs,
@@ -136,6 +139,7 @@ fn chain() -> Change {
     });
     attrs.str(NFTA_CHAIN_TYPE, "nat");
     Change {
+        step: Step::CreateChain,
         kind: NFT_MSG_NEWCHAIN,
         flags: NLM_F_CREATE,
         attrs,
@@ -158,6 +162,7 @@ fn set(network: &MasqNetwork, id: u32) -> Change {
     attrs.be32(NFTA_SET_KEY_LEN, len);
     attrs.be32(NFTA_SET_ID, id);
     Change {
+        step: Step::CreateSet,
         kind: NFT_MSG_NEWSET,
         flags: NLM_F_CREATE,
         attrs,
@@ -174,6 +179,7 @@ fn rule(network: &MasqNetwork, set_id: u32) -> Change {
     });
     attrs.put(NFTA_RULE_USERDATA, &comment_udata(&network.rule_comment()));
     Change {
+        step: Step::AddRule,
         kind: NFT_MSG_NEWRULE,
         flags: NLM_F_CREATE | NLM_F_APPEND,
         attrs,
@@ -183,10 +189,10 @@ fn rule(network: &MasqNetwork, set_id: u32) -> Change {
 
 /// One message per set and ELEMENTS_PER_MESSAGE elements.
 fn element_changes(out: &mut Vec<Change>, kind: u8, flags: u16, elements: &[SetElement]) {
-    let verb = if kind == NFT_MSG_NEWSETELEM {
-        "add"
+    let (verb, step) = if kind == NFT_MSG_NEWSETELEM {
+        ("add", Step::AddElement)
     } else {
-        "remove"
+        ("remove", Step::RemoveElement)
     };
     let mut sets: Vec<&str> = elements.iter().map(|e| e.set.as_str()).collect();
     sets.sort_unstable();
@@ -222,6 +228,7 @@ fn element_changes(out: &mut Vec<Change>, kind: u8, flags: u16, elements: &[SetE
                 addresses.push(format!("and {} more", chunk.len() - 8));
             }
             out.push(Change {
+                step,
                 kind,
                 flags,
                 attrs,
@@ -285,6 +292,20 @@ mod tests {
                 hex(&sha256(&bytes))
             })
             .collect();
+        let steps: Vec<Step> = changes.iter().map(|c| c.step).collect();
+        assert_eq!(
+            steps,
+            [
+                Step::CreateTable,
+                Step::CreateChain,
+                Step::CreateSet,
+                Step::AddRule,
+                Step::AddElement,
+                Step::RemoveElement,
+                Step::Publish,
+                Step::AddElement,
+            ]
+        );
         assert_eq!(
             digests,
             [

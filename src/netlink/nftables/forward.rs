@@ -19,6 +19,7 @@ use super::consts::{
     NF_DROP,
 };
 use super::rule::{cmp, expr};
+use super::step::Step;
 use super::{Family, Nftables};
 use crate::netlink::nfnetlink::{attributes, Attrs};
 use crate::netlink::socket::{Await, NlResult};
@@ -83,6 +84,7 @@ impl Nftables {
             });
             rule.put(NFTA_RULE_USERDATA, &comment_udata(&text));
             batch.add(
+                Step::AddRule,
                 NFT_MSG_NEWRULE,
                 NLM_F_CREATE | NLM_F_APPEND,
                 rule,

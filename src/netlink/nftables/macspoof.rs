@@ -41,6 +41,7 @@ use super::consts::{
     TYPE_ETHERADDR, TYPE_IFNAME,
 };
 use super::rule::expr;
+use super::step::Step;
 use super::Nftables;
 
 use crate::netlink::nfnetlink::{attributes, Attrs};
@@ -129,7 +130,13 @@ impl Nftables {
                     for (set, key, _) in elements_of(network, port) {
                         let mut batch = Batch::in_family(&mut self.socket, NFPROTO_BRIDGE);
                         let what = format!("remove {} from {set}", port.port);
-                        batch.add(NFT_MSG_DELSETELEM, 0, element_list(&set, &key), what);
+                        batch.add(
+                            Step::RemoveElement,
+                            NFT_MSG_DELSETELEM,
+                            0,
+                            element_list(&set, &key),
+                            what,
+                        );
                         match batch.commit() {
                             Err(e) if !e.is(libc::ENOENT) => return Err(e),
                             _ => {}
@@ -251,6 +258,7 @@ impl Nftables {
         let mut table = Attrs::default();
         table.str(NFTA_TABLE_NAME, TABLE);
         batch.add(
+            Step::CreateTable,
             NFT_MSG_NEWTABLE,
             NLM_F_CREATE,
             table,
@@ -267,6 +275,7 @@ impl Nftables {
         });
         chain.str(NFTA_CHAIN_TYPE, "filter");
         batch.add(
+            Step::CreateChain,
             NFT_MSG_NEWCHAIN,
             NLM_F_CREATE,
             chain,
@@ -302,6 +311,7 @@ impl Nftables {
         for new in sets {
             let kind = if new.data.is_some() { "map" } else { "set" };
             batch.add(
+                Step::CreateSet,
                 NFT_MSG_NEWSET,
                 NLM_F_CREATE | NLM_F_EXCL,
                 new.attrs(),
@@ -317,6 +327,7 @@ impl Nftables {
         });
         rule.put(NFTA_RULE_USERDATA, &comment_udata(&rule_comment(network)));
         batch.add(
+            Step::AddRule,
             NFT_MSG_NEWRULE,
             NLM_F_CREATE | NLM_F_APPEND,
             rule,
@@ -331,10 +342,10 @@ impl Nftables {
 
     /// One batch: one message per map or set, each with the ports' elements in it.
     fn change_ports(&mut self, kind: u8, network: &str, ports: &[GuardedPort]) -> NlResult<()> {
-        let verb = if kind == NFT_MSG_NEWSETELEM {
-            "add"
+        let (verb, step) = if kind == NFT_MSG_NEWSETELEM {
+            ("add", Step::AddElement)
         } else {
-            "remove"
+            ("remove", Step::RemoveElement)
         };
         let names: Vec<&str> = ports.iter().map(|p| p.port.as_str()).collect();
         let mut batch = Batch::in_family(&mut self.socket, NFPROTO_BRIDGE);
@@ -362,7 +373,7 @@ impl Nftables {
                 names.join(", ")
             );
             // An element that exists already, same data (an ADD repeated), is fine.
-            batch.add(kind, NLM_F_CREATE, attrs, what);
+            batch.add(step, kind, NLM_F_CREATE, attrs, what);
         }
         batch.commit()
     }

@@ -23,10 +23,9 @@ use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 use netlink_packet_core::{NLM_F_DUMP, NLM_F_REQUEST};
-use netlink_sys::protocols::NETLINK_NETFILTER;
 
 use super::nfnetlink::{attributes, encode, Attrs, Family, HEADERS_LEN};
-use super::socket::{Await, NlResult, NlSocket};
+use super::socket::{Await, NlError, NlResult, NlSocket, Subsystem};
 
 mod attrs;
 mod batch;
@@ -40,6 +39,7 @@ mod port_elements;
 mod portmap;
 mod portmap_rules;
 mod rule;
+pub(super) mod step;
 
 pub use attrs::stored_comment;
 use attrs::{address_from, comment_of};
@@ -53,6 +53,7 @@ use consts::{
 pub use inspect::{MasqRule, SetShape, RULE_PREFIX};
 pub use macspoof::GuardedPort;
 pub use port_elements::{key_text, PortElement, PortKey};
+pub use step::Step;
 
 /// What a family is to academy's tables (nfnetlink.rs defines it, for conntrack too).
 impl Family {
@@ -141,7 +142,7 @@ impl Nftables {
     /// Opens a socket in the calling thread's network namespace.
     pub fn open() -> NlResult<Nftables> {
         Ok(Nftables {
-            socket: NlSocket::open(NETLINK_NETFILTER, "nf_tables")?,
+            socket: NlSocket::open(Subsystem::NfTables)?,
         })
     }
 
@@ -244,7 +245,7 @@ impl Nftables {
         mut on_reply: impl FnMut(&[u8]),
     ) -> NlResult<()> {
         if attrs.too_long() {
-            return Err(super::socket::NlError::new(what, libc::EMSGSIZE));
+            return Err(NlError::new(what, libc::EMSGSIZE).within(Subsystem::NfTables));
         }
         let sequence = self.socket.next_sequence();
         let mut bytes = Vec::new();

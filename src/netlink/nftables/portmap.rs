@@ -43,6 +43,7 @@ use super::consts::{
 };
 use super::port_elements::{decode_ports, describe, key_text, PortElement, PortKey, PortMap};
 use super::portmap_rules::{dnat_rule, hairpin_rule, localhost_rule, masquerade_marked};
+use super::step::Step;
 use super::Nftables;
 
 use crate::netlink::nfnetlink::Attrs;
@@ -133,6 +134,7 @@ impl Nftables {
             });
             let what: Vec<String> = mine.iter().map(|k| key_text(k)).collect();
             batch.add(
+                Step::Unpublish,
                 NFT_MSG_DELSETELEM,
                 0,
                 attrs,
@@ -170,6 +172,7 @@ impl Nftables {
         let mut table = Attrs::default();
         table.str(NFTA_TABLE_NAME, TABLE);
         batch.add(
+            Step::CreateTable,
             NFT_MSG_NEWTABLE,
             NLM_F_CREATE,
             table,
@@ -191,6 +194,7 @@ impl Nftables {
             });
             chain.str(NFTA_CHAIN_TYPE, kind);
             batch.add(
+                Step::CreateChain,
                 NFT_MSG_NEWCHAIN,
                 NLM_F_CREATE,
                 chain,
@@ -210,6 +214,7 @@ impl Nftables {
             set.be32(NFTA_SET_DATA_LEN, data_len);
             set.be32(NFTA_SET_ID, id);
             batch.add(
+                Step::CreateSet,
                 NFT_MSG_NEWSET,
                 NLM_F_CREATE,
                 set,
@@ -224,6 +229,7 @@ impl Nftables {
         set.be32(NFTA_SET_KEY_LEN, 2 * IFNAMSIZ as u32);
         set.be32(NFTA_SET_ID, hairpin_id);
         batch.add(
+            Step::CreateSet,
             NFT_MSG_NEWSET,
             NLM_F_CREATE,
             set,
@@ -236,6 +242,7 @@ impl Nftables {
             rule.str(NFTA_RULE_CHAIN, chain);
             rule.be64(NFTA_RULE_HANDLE, *handle);
             batch.add(
+                Step::DeleteRule,
                 NFT_MSG_DELRULE,
                 0,
                 rule,
@@ -294,6 +301,7 @@ fn add_rule(batch: &mut Batch, chain: &str, comment: &str, expressions: impl FnO
     rule.nested(NFTA_RULE_EXPRESSIONS, expressions);
     rule.put(NFTA_RULE_USERDATA, &comment_udata(comment));
     batch.add(
+        Step::AddRule,
         NFT_MSG_NEWRULE,
         NLM_F_CREATE | NLM_F_APPEND,
         rule,
@@ -326,6 +334,7 @@ pub(super) fn port_changes(ports: &[PortElement], bridge: &str) -> Vec<Change> {
         // No EXCL: the same element again (an ADD repeated) is fine; the same key with
         // other data (another container's port) is EEXIST all the same.
         changes.push(Change {
+            step: Step::Publish,
             kind: NFT_MSG_NEWSETELEM,
             flags: NLM_F_CREATE,
             attrs,
@@ -345,6 +354,7 @@ pub(super) fn port_changes(ports: &[PortElement], bridge: &str) -> Vec<Change> {
             });
         });
         changes.push(Change {
+            step: Step::AddElement,
             kind: NFT_MSG_NEWSETELEM,
             flags: NLM_F_CREATE,
             attrs,
