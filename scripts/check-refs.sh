@@ -15,11 +15,11 @@
 # On a mismatch it says where the snippet is now and exits 1. --fix moves the reference
 # (comment and visible text on that line) to the line where the snippet now is: the only
 # one, or the nearest to the old line when there are several; a snippet that is gone is
-# still an error. It also checks README's "Layout of the code" block: every path it lists
-# exists, and every module at the top of src/ is listed; and, when run without FILE
-# arguments, that every src/, tests/, bench/, docs/, scripts/, conflists/ or deploy/ path
-# written in prose (README.md, docs/, Cargo.toml's comments, comments in src/ and tests/)
-# exists in the tree. The work is done by scripts/doctools/refs.py, layout.py and
+# still an error. It also checks the "Layout of the code" block of docs/design.md: every
+# path it lists exists, and every module at the top of src/ is listed. Run without FILE
+# arguments, it also checks that every src/, tests/, bench/, docs/, scripts/, conflists/
+# or deploy/ path written in prose (README.md, docs/, Cargo.toml's comments, comments in
+# src/ and tests/) exists in the tree. The work is done by scripts/doctools/refs.py, layout.py and
 # paths.py (unit-tested).
 set -euo pipefail
 case ${1:-} in

@@ -1,39 +1,35 @@
 //! academy: a CNI plugin wiring containers to a Linux bridge, with a built-in file-backed IPAM.
 //!
-//! Follow one ADD: main.rs reads the environment and stdin, plugin.rs decodes and
-//! dispatches, add.rs lists the steps, wire.rs does each step through netlink/ (the only
-//! netlink user) and netns.rs (the only place that enters a namespace), masquerade.rs
-//! puts the addresses in nf_tables for ipMasq and portmap.rs the published ports (one
-//! batch for both), macspoof.rs the MAC filter of macspoofchk, and ipam/ holds the
-//! addresses. DEL, a failed ADD, healing, reclaim and GC undo it all through removal.rs;
-//! attachment.rs names what belongs to
-//! whom.
+//! The layers, top to bottom (a module imports only from its own layer's leaves or below):
+//!
+//! - `plugin`: decodes a CNI invocation and dispatches to a verb; `cli/`: academy's own
+//!   commands (install, convert, reclaim, restore-nat).
+//! - `verbs/`: ADD, DEL, CHECK, GC, STATUS, each a list of steps.
+//! - `removal`: the one removal of an attachment, in one order (DEL, a failed ADD,
+//!   healing, reclaim, GC). `leaks/`: what ADD and an operator do about leaked attachments.
+//! - `firewall/`: the nf_tables state academy keeps, as one table of kinds (masquerade,
+//!   published ports, MAC filter, a network's own objects) that removal, GC, CHECK,
+//!   STATUS and the restore command walk; ADD's one batch; FORWARD accepts.
+//! - `wire/`: the bridge, the veth pair and the container's interface, bridge port
+//!   VLANs, DAD. `addressing/`: academy's store or a delegated IPAM plugin.
+//! - `attachment`: one attachment's identity and every name derived from it.
+//! - `config/`, `ipam/` (the file store), `cni/` (the protocol's types and codes).
+//! - `netns`: the only place a namespace is entered; `netlink/`: the only place that
+//!   speaks to the kernel's network stack.
 
-mod add;
 mod addressing;
 mod attachment;
-mod check;
 pub mod cli;
 mod cni;
 mod config;
-mod dad;
-mod del;
-mod delegate;
-mod forward;
-mod gc;
-mod hostveth;
+mod firewall;
 mod ipam;
 mod leaks;
-mod macspoof;
-mod masquerade;
-mod nat_repair;
 mod netlink;
 mod netns;
 pub mod plugin;
-mod port;
-mod portmap;
 mod removal;
-mod status;
+mod verbs;
 mod wire;
 
 #[cfg(test)]

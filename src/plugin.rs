@@ -3,11 +3,12 @@
 
 use serde_json::json;
 
+use crate::attachment;
 use crate::cni::env::Command;
 pub use crate::cni::env::Env;
 use crate::cni::{code, version, Error, Result};
 use crate::config::{self, Config};
-use crate::{add, check, del, gc, hostveth, status};
+use crate::verbs::{add, check, del, gc, status};
 
 pub const NAME: &str = env!("CARGO_PKG_NAME");
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -75,7 +76,7 @@ fn dispatch(env: &Env, stdin: &[u8]) -> Result<Option<String>> {
     }
     match env.command {
         Command::Add => {
-            hostveth::check_alias_fits(&conf.name, &env.container_id, &env.ifname)?;
+            attachment::check_alias_fits(&conf.name, &env.container_id, &env.ifname)?;
             let result = add::add(env, &conf)?;
             Ok(Some(result.to_json(&conf.cni_version).to_string()))
         }

@@ -39,12 +39,12 @@ use crate::cni::env::Env;
 use crate::cni::result::CniResult;
 use crate::cni::{Error, Result};
 use crate::config::{Config, Ipam};
+use crate::firewall::macspoof;
+use crate::firewall::masquerade;
+use crate::firewall::ports;
 use crate::ipam::store::Locked;
 use crate::ipam::Store;
-use crate::macspoof;
-use crate::masquerade;
 use crate::netlink::{Netlink, NftablesOnDemand};
-use crate::portmap;
 use crate::wire::{self, PairRemoval};
 
 /// How an attachment's reservations are known, which is also how they are freed.
@@ -187,7 +187,7 @@ fn remove_nftables(
         let removed = nft
             .get()
             .map_err(Error::from)
-            .and_then(|n| portmap::remove(n, conf, &t.who));
+            .and_then(|n| ports::remove(n, conf, &t.who));
         errors.extend(removed.err());
     }
     if conf.mac_spoof_check {

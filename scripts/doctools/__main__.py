@@ -1,13 +1,13 @@
 """python3 -m doctools COMMAND (scripts/ on PYTHONPATH), run from anywhere:
 
     check-refs [--fix] [FILE.md ...]   the docs' file:line references (default: README.md
-                                       and every .md under docs/), README's layout block
-                                       against src/, and (without FILE arguments) every
+                                       and every .md under docs/), docs/design.md's layout
+                                       block against src/, and (without FILE arguments) every
                                        repository path the prose names (README, docs/,
                                        Cargo.toml and src/, tests/ comments, see
                                        paths.py); exit 1 on a problem
     embed-lab                          docs/lab/*.txt into the docs' lab blocks
-    embed-bench                        bench/results/latest.md into README.md
+    embed-bench                        bench/results/latest.md into docs/performance.md
     summarize-trace FILE [NETNS]       one line per step of an `strace -f -s 256` of academy
 """
 
@@ -85,11 +85,13 @@ def check_refs(args: list) -> int:
             checker.problems.append(f"{doc}: no such file")
             continue
         checker.doc(shown(doc), doc.read_text())
-        if doc == ROOT / "README.md":
+        if doc == ROOT / layout.DOC:
             src = sorted(e.name + ("/" if e.is_dir() else "") for e in (ROOT / "src").iterdir())
             checker.problems += layout.problems(doc.read_text(), lambda p: (ROOT / p).exists(), src)
     seen = []
     if not [a for a in args if a != "--fix"]:
+        if not (ROOT / layout.DOC).is_file():
+            checker.problems.append(f"{layout.DOC}: no such file (it holds the layout block)")
         checker.problems += prose_path_problems(seen)
     if checker.problems:
         for p in checker.problems:
@@ -120,15 +122,19 @@ def embed_lab(_args: list) -> int:
     return failed
 
 
+BENCH_DOC = "docs/performance.md"
+
+
 def embed_bench(_args: list) -> int:
-    readme = ROOT / "README.md"
+    doc = ROOT / BENCH_DOC
     latest = (ROOT / "bench" / "results" / "latest.md").read_text()
     try:
-        readme.write_text(blocks.embed_bench(readme.read_text(), latest))
-    except blocks.MarkerError as e:
-        print(f"embed-bench: README.md: {e}", file=sys.stderr)
+        up = "../" * BENCH_DOC.count("/")
+        doc.write_text(blocks.embed_bench(doc.read_text(), latest, up))
+    except (blocks.MarkerError, FileNotFoundError) as e:
+        print(f"embed-bench: {BENCH_DOC}: {e}", file=sys.stderr)
         return 1
-    print("embed-bench: README.md now shows bench/results/latest.md")
+    print(f"embed-bench: {BENCH_DOC} now shows bench/results/latest.md")
     return 0
 
 

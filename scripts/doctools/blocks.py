@@ -45,13 +45,17 @@ def embed_lab(text: str, read) -> str:
     return "\n".join(out)
 
 
-def embed_bench(readme: str, latest: str) -> str:
-    """README with the bench block holding `latest` (bench/results/latest.md) without its
-    own level-2 heading: the README's section has one already."""
-    if BENCH_START not in readme or BENCH_END not in readme:
+def embed_bench(doc: str, latest: str, up: str = "") -> str:
+    """The doc (docs/performance.md) with its bench block holding `latest`
+    (bench/results/latest.md) without its own level-2 heading: the doc has one already.
+    latest.md's links are relative to the repository's root (`bench/results/scaling.svg`);
+    `up` ("../" for a doc in docs/) is put before each, so they hold from the doc."""
+    if BENCH_START not in doc or BENCH_END not in doc:
         raise MarkerError(f"no {BENCH_START} ... {BENCH_END} block")
     body = re.sub(r"\A## [^\n]*\n+", "", latest).rstrip() + "\n"
-    head, rest = readme.split(BENCH_START, 1)
+    if up:
+        body = re.sub(r"\]\((?![a-z]+:|#|/)", "](" + up, body)
+    head, rest = doc.split(BENCH_START, 1)
     _, tail = rest.split(BENCH_END, 1)
     return f"{head}{BENCH_START}\n{body}{BENCH_END}{tail}"
 

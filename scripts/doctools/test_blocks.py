@@ -44,20 +44,46 @@ class EmbedLab(unittest.TestCase):
 
 
 class EmbedBench(unittest.TestCase):
-    README = "# t\n## Performance\ntext\n<!-- bench:latest -->\nold\n<!-- /bench:latest -->\nafter\n"
+    DOC = "# Performance\ntext\n<!-- bench:latest -->\nold\n<!-- /bench:latest -->\nafter\n"
 
     def test_latest_without_its_heading_replaces_the_block(self):
-        out = blocks.embed_bench(self.README, "## Benchmark: x\n\n| a |\n\n")
-        self.assertEqual(out, "# t\n## Performance\ntext\n<!-- bench:latest -->\n| a |\n"
+        out = blocks.embed_bench(self.DOC, "## Benchmark: x\n\n| a |\n\n")
+        self.assertEqual(out, "# Performance\ntext\n<!-- bench:latest -->\n| a |\n"
                               "<!-- /bench:latest -->\nafter\n")
 
     def test_embedding_twice_changes_nothing(self):
-        once = blocks.embed_bench(self.README, "## B\n| a |\n")
+        once = blocks.embed_bench(self.DOC, "## B\n| a |\n")
         self.assertEqual(blocks.embed_bench(once, "## B\n| a |\n"), once)
 
     def test_no_block_is_an_error(self):
         with self.assertRaises(blocks.MarkerError):
             blocks.embed_bench("# t\n<!-- bench:latest -->\n", "x")
+
+    def test_links_relative_to_the_root_are_rebased_for_a_doc_in_a_folder(self):
+        latest = ("## B\n![chart](bench/results/scaling.svg) [m](bench/README.md)\n"
+                  "[web](https://example.org/x) [here](#targets) [abs](/etc/x)\n")
+        out = blocks.embed_bench(self.DOC, latest, "../")
+        self.assertIn("![chart](../bench/results/scaling.svg) [m](../bench/README.md)\n"
+                      "[web](https://example.org/x) [here](#targets) [abs](/etc/x)\n", out)
+
+    def test_rebasing_twice_changes_nothing(self):
+        latest = "## B\n![chart](bench/results/scaling.svg)\n"
+        once = blocks.embed_bench(self.DOC, latest, "../")
+        self.assertEqual(blocks.embed_bench(once, latest, "../"), once)
+
+
+class TheBenchDoc(unittest.TestCase):
+    """`make bench` fills docs/performance.md's block; the README has none any more."""
+
+    def test_the_doc_embed_bench_writes_has_the_block(self):
+        from doctools import __main__ as cli
+        text = (cli.ROOT / cli.BENCH_DOC).read_text()
+        self.assertEqual(cli.BENCH_DOC, "docs/performance.md")
+        self.assertEqual(blocks.embed_bench(text, "## B\n| a |\n").count(blocks.BENCH_START), 1)
+
+    def test_the_readme_has_no_bench_block(self):
+        from doctools import __main__ as cli
+        self.assertFalse(blocks.BENCH_START in (cli.ROOT / "README.md").read_text())
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ use super::{load_network, CliError, Parsed};
 use crate::cni::Error;
 use crate::config::{Config, DEFAULT_RECLAIM_LEAKED_AFTER};
 use crate::ipam::store::StoreDir;
-use crate::leaks::{self, format_age, Caller, Entry, Freed, Selection, State};
+use crate::addressing::open_store;
+use crate::attachment::Caller;
+use crate::leaks::{self, format_age, Entry, Freed, Selection, State};
 use crate::netlink::Netlink;
 
 fn failed(e: impl std::fmt::Display) -> CliError {
@@ -20,7 +22,7 @@ fn failed(e: impl std::fmt::Display) -> CliError {
 
 /// The network's open store and a netlink socket; None when nothing was ever reserved.
 fn open(conf: &Config) -> Result<(Option<StoreDir>, Netlink), CliError> {
-    let store = leaks::open_store(conf).map_err(failed)?;
+    let store = open_store(conf).map_err(failed)?;
     let nl = Netlink::open()
         .map_err(Error::from)
         .map_err(|e| failed(format!("{e} (academy list and reclaim run as root)")))?;

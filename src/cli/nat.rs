@@ -10,7 +10,7 @@ use std::path::Path;
 use super::{load_network, CliError, Parsed};
 use crate::cni::code;
 use crate::config::Config;
-use crate::nat_repair;
+use crate::firewall::nat;
 
 const DEFAULT_CONF_DIR: &str = "/etc/cni/net.d";
 
@@ -31,7 +31,7 @@ pub fn restore(args: &[String]) -> Result<(), CliError> {
         }
         confs
     };
-    match nat_repair::restore_ports() {
+    match nat::restore_ports() {
         Ok(None) => {}
         Ok(Some(true)) => eprintln!("published ports: restored port mapping's rules"),
         Ok(Some(false)) => eprintln!("published ports: complete, nothing to do"),
@@ -46,7 +46,7 @@ pub fn restore(args: &[String]) -> Result<(), CliError> {
         eprintln!("academy restore-nat: no academy network with ipMasq found; nothing to do");
         return Ok(());
     }
-    let report = nat_repair::restore(&confs).map_err(|e| CliError::Failed(e.to_string()))?;
+    let report = nat::restore(&confs).map_err(|e| CliError::Failed(e.to_string()))?;
     let mut failed = Vec::new();
     for (network, outcome) in report {
         match outcome {

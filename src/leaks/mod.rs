@@ -22,9 +22,10 @@ use std::collections::HashSet;
 use std::net::IpAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::addressing::open_store;
+use crate::attachment::{self, Caller, HostLinks};
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
-use crate::hostveth;
 use crate::ipam::store::{Reservation, StoreDir};
 use crate::netlink::{LinkKind, Netlink};
 use crate::netns::{Netns, OpenError};
@@ -83,83 +84,6 @@ const WHY_ELSEWHERE: &str = "its container's netns still has the interface with 
 const WHY_NETNS_UNREADABLE: &str = "its container's netns exists but could not be looked into";
 const WHY_UNINDEXED: &str = "no academy holder index names it: written by another IPAM (host-local on a shared store) or by hand, so academy cannot see its attachment";
 
-/// Who judges. ADD runs in the netns the runtime keeps the network in, and may judge
-/// before it has (re)created the bridge (after a reboot); an operator's command may run
-/// anywhere, and refuses to judge from a netns without the network's bridge.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Caller {
-    Add,
-    Operator,
-}
-
-/// The host's links as far as this network is concerned.
-pub(crate) struct HostLinks {
-    names: HashSet<String>,
-    /// (container id, ifname) of every link whose alias names this network.
-    owners: HashSet<(String, String)>,
-    /// Those links with their names, for the veths that have no reservation.
-    pub(crate) owned: Vec<(String, String, String)>,
-}
-
-impl HostLinks {
-    /// The links of the calling netns, refused when the network's bridge is not among
-    /// them: from another netns every attachment would look leaked.
-    pub(crate) fn read(nl: &mut Netlink, conf: &Config, caller: Caller) -> Result<HostLinks> {
-        let links = nl.links()?;
-        if caller == Caller::Operator
-            && !links
-                .iter()
-                .any(|l| l.name == conf.bridge && l.kind == LinkKind::Bridge)
-        {
-            return Err(Error::new(
-                code::NOT_AVAILABLE,
-                format!(
-                    "bridge {} of network {} is not in this network namespace, so academy cannot see its attachments' veths and will not judge its reservations",
-                    conf.bridge, conf.name
-                ),
-            )
-            .details("run this in the netns that holds the bridge (the node's), e.g. nsenter -t 1 -n academy ..."));
-        }
-        let mut owners = HashSet::new();
-        let mut owned = Vec::new();
-        for link in &links {
-            let owner = link.alias.as_deref().and_then(hostveth::owner);
-            if let Some((net, cid, ifname)) = owner {
-                if net == conf.name && link.kind == LinkKind::Veth {
-                    owners.insert((cid.to_string(), ifname.to_string()));
-                    owned.push((link.name.clone(), cid.to_string(), ifname.to_string()));
-                }
-            }
-        }
-        Ok(HostLinks {
-            names: links.into_iter().map(|l| l.name).collect(),
-            owners,
-            owned,
-        })
-    }
-
-    pub(crate) fn wired(&self, container_id: &str, ifname: &str) -> bool {
-        // Any link under the derived name counts: an unlabelled pair is an ADD that was
-        // killed while wiring, and a foreign link there is not academy's to judge.
-        self.names.contains(&hostveth::name(container_id, ifname))
-            || self
-                .owners
-                .contains(&(container_id.to_string(), ifname.to_string()))
-    }
-}
-
-/// The network's store, if anything was ever reserved in it (built-in IPAM only).
-pub fn open_store(conf: &Config) -> Result<Option<StoreDir>> {
-    let Some(b) = conf.builtin() else {
-        return Err(Error::config(format!(
-            "network {} delegates its addresses to another IPAM plugin; academy keeps no reservations for it",
-            conf.name
-        ))
-        .details("leaks of a delegated IPAM are that plugin's to find"));
-    };
-    StoreDir::open(&b.data_dir.join(&conf.name))
-}
-
 /// Every reservation of the network with its state, by address.
 pub fn survey(
     conf: &Config,
@@ -192,7 +116,7 @@ pub fn survey(
             host_veth: r
                 .ifname
                 .as_ref()
-                .map(|i| hostveth::name(&r.container_id, i)),
+                .map(|i| attachment::host_name(&r.container_id, i)),
             state,
             why,
             reservation: r,

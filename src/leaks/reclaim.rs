@@ -6,13 +6,13 @@ use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
 
 use super::{format_age, survey, Caller, Entry, HostLinks, State};
+use crate::attachment;
 use crate::attachment::Attachment;
 use crate::cni::{Error, Result};
 use crate::config::Config;
-use crate::hostveth;
+use crate::firewall::masquerade;
 use crate::ipam::store::{Locked, StoreDir};
 use crate::ipam::Holder;
-use crate::masquerade;
 use crate::netlink::Netlink;
 use crate::removal::{self, Reservations, Target};
 
@@ -154,7 +154,7 @@ fn unkept_veths(
             let r = &e.reservation;
             let ifname = r.ifname.clone()?;
             Some((
-                hostveth::name(&r.container_id, &ifname),
+                attachment::host_name(&r.container_id, &ifname),
                 r.container_id.clone(),
                 ifname,
             ))
@@ -301,6 +301,6 @@ fn still_unwired(nl: &mut Netlink, e: &Entry) -> Result<bool> {
     let Some(ifname) = &e.reservation.ifname else {
         return Ok(false);
     };
-    let name = hostveth::name(&e.reservation.container_id, ifname);
+    let name = attachment::host_name(&e.reservation.container_id, ifname);
     Ok(nl.link(&name)?.is_none())
 }

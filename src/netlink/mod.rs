@@ -31,7 +31,7 @@ pub use bridge::VlanEntry;
 pub use conntrack::{flush_udp as flush_udp_conntrack, Flushed, UdpDestination};
 pub use decode::Route;
 pub use nfnetlink::Family;
-pub use nftables::GuardedPort;
+pub use nftables::{guard_sets, GuardedPort, Object, Table, TableRule};
 pub use nftables::{
     key_text, set_name as nftables_set_name, stored_comment, MasqElement, MasqNetwork, MasqRule,
     NatChange, Nftables, NftablesOnDemand, PortElement, PortKey, SetElement, SetShape, Step,

@@ -50,6 +50,7 @@ pub const NFT_MSG_GETRULE: u8 = 7;
 pub const NFT_MSG_DELRULE: u8 = 8;
 pub const NFT_MSG_NEWSET: u8 = 9;
 pub const NFT_MSG_GETSET: u8 = 10;
+pub const NFT_MSG_DELSET: u8 = 11;
 pub const NFT_MSG_NEWSETELEM: u8 = 12;
 pub const NFT_MSG_GETSETELEM: u8 = 13;
 pub const NFT_MSG_DELSETELEM: u8 = 14;

@@ -20,7 +20,7 @@ use super::consts::{
 };
 use super::rule::{cmp, expr};
 use super::step::Step;
-use super::{Family, Nftables};
+use super::{Family, Nftables, Table, TableRule};
 use crate::netlink::nfnetlink::{attributes, Attrs};
 use crate::netlink::socket::{Await, NlResult};
 
@@ -92,6 +92,16 @@ impl Nftables {
             );
         }
         batch.commit().map(|()| true)
+    }
+
+    /// academy's accept rules of `bridge` in iptables' FORWARD chain of `family`.
+    pub fn forward_rules(&mut self, family: Family, bridge: &str) -> NlResult<Vec<TableRule>> {
+        let ours = [comment(bridge, "from"), comment(bridge, "to")];
+        Ok(self
+            .rules_of(Table::IptablesFilter(family), Some(FORWARD))?
+            .into_iter()
+            .filter(|r| ours.contains(&r.comment))
+            .collect())
     }
 
     fn forward_comments(&mut self, nfproto: u8) -> NlResult<Vec<String>> {

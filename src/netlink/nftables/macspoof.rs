@@ -61,6 +61,15 @@ pub struct GuardedPort {
     pub comment: String,
 }
 
+/// The map and sets of a network's MAC filter, by name.
+pub fn guard_sets(network: &str) -> [String; 3] {
+    [
+        ports_map(network),
+        guarded_set(network),
+        allowed_set(network),
+    ]
+}
+
 pub fn ports_map(network: &str) -> String {
     format!("{network}-ports")
 }
@@ -217,6 +226,15 @@ impl Nftables {
     }
 
     /// Whether chain prerouting holds the network's drop rule.
+    /// The network's MAC filter rule, if it is there.
+    pub fn guard_rule(&mut self, network: &str) -> NlResult<Option<super::TableRule>> {
+        let wanted = rule_comment(network);
+        Ok(self
+            .rules_of(super::Table::AcademyBridge, Some(BRIDGE_CHAIN))?
+            .into_iter()
+            .find(|r| r.comment == wanted))
+    }
+
     pub fn has_guard_rule(&mut self, network: &str) -> NlResult<bool> {
         let mut attrs = Attrs::default();
         attrs.str(NFTA_RULE_TABLE, TABLE);

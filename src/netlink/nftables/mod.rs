@@ -35,6 +35,7 @@ mod digest;
 mod forward;
 mod inspect;
 mod macspoof;
+mod objects;
 mod port_elements;
 mod portmap;
 mod portmap_rules;
@@ -51,7 +52,8 @@ use consts::{
     NFTA_SET_ELEM_USERDATA, NFT_MSG_GETSETELEM, TABLE,
 };
 pub use inspect::{MasqRule, SetShape, RULE_PREFIX};
-pub use macspoof::GuardedPort;
+pub use macspoof::{guard_sets, GuardedPort};
+pub use objects::{Object, Table, TableRule};
 pub use port_elements::{key_text, PortElement, PortKey};
 pub use step::Step;
 

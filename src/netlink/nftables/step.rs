@@ -9,6 +9,7 @@ pub enum Step {
     CreateChain,
     /// A set or a map.
     CreateSet,
+    DeleteSet,
     AddRule,
     DeleteRule,
     /// Elements into a set (the masquerade's addresses, the hairpin bridges, the

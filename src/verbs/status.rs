@@ -5,8 +5,8 @@ use crate::addressing;
 use crate::cni::env::Env;
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
+use crate::firewall::nat;
 use crate::leaks;
-use crate::nat_repair;
 use crate::netlink::{LinkKind, Netlink};
 use crate::wire::kind_name;
 
@@ -34,7 +34,7 @@ pub fn status(env: &Env, conf: &Config) -> Result<()> {
     // A full pool holding old leaks is served: the next ADD reclaims them.
     addressing::status(env, conf)
         .or_else(|e| leaks::status_despite_leaks(conf, e))
-        .and_then(|()| nat_repair::status(conf))
+        .and_then(|()| nat::status(conf))
         .map_err(as_status_error)
 }
 

@@ -114,7 +114,7 @@ pub fn check(conf: &Config, who: &Attachment, mac: &str, diffs: &mut Vec<String>
 /// GC: removes the guarded ports of this network whose comment is no valid attachment's
 /// holder key.
 pub fn gc(nft: &mut Nftables, conf: &Config, live: &HashSet<String>, errors: &mut Vec<Error>) {
-    crate::gc::sweep(
+    crate::verbs::gc::sweep(
         nft.guarded_ports(&conf.name),
         live,
         |p: &GuardedPort| &p.comment,

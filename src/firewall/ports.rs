@@ -16,7 +16,7 @@ use ipnetwork::IpNetwork;
 use crate::attachment::Attachment;
 use crate::cni::{code, Error, Result};
 use crate::config::{Config, PortMapping};
-use crate::masquerade;
+use crate::firewall::masquerade;
 use crate::netlink::{
     flush_udp_conntrack, key_text, stored_comment, Family, Flushed, Nftables, NlError, PortElement,
     PortKey, UdpDestination,
@@ -257,7 +257,7 @@ pub fn gc(nft: &mut Nftables, conf: &Config, live: &HashSet<String>, errors: &mu
             .filter(|e| e.comment.starts_with(&prefix))
             .collect()
     });
-    crate::gc::sweep(
+    crate::verbs::gc::sweep(
         found,
         live,
         |e: &PortElement| &e.comment,

@@ -2,17 +2,19 @@
 //! form or `ipam.type` host-local) or a delegated IPAM plugin. The verbs call these and
 //! never look at which one it is.
 
+mod delegate;
+
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 use serde_json::Value;
 
 use crate::attachment::Attachment;
+use crate::ipam::store::StoreDir;
 use crate::cni::env::{Command, Env};
 use crate::cni::result::{CniResult, IpConfig, RouteEntry};
 use crate::cni::{code, Error, Result};
 use crate::config::{unspecified, Builtin, Config, Ipam};
-use crate::delegate;
 use crate::ipam::{Holder, Pool, Store};
 
 /// What the container is given.
@@ -377,3 +379,15 @@ pub fn into_result(base: CniResult, assigned: Assigned, container_index: usize) 
     }
     result
 }
+/// The network's store, if anything was ever reserved in it (built-in IPAM only).
+pub fn open_store(conf: &Config) -> Result<Option<StoreDir>> {
+    let Some(b) = conf.builtin() else {
+        return Err(Error::config(format!(
+            "network {} delegates its addresses to another IPAM plugin; academy keeps no reservations for it",
+            conf.name
+        ))
+        .details("leaks of a delegated IPAM are that plugin's to find"));
+    };
+    StoreDir::open(&b.data_dir.join(&conf.name))
+}
+

@@ -11,8 +11,9 @@ use ipnetwork::IpNetwork;
 
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
-use crate::leaks::{self, Caller, HostLinks};
-use crate::masquerade::{add_repair, repair_lock, repair_of};
+use crate::firewall::masquerade::{add_repair, repair_lock, repair_of};
+use crate::addressing::open_store;
+use crate::attachment::{Caller, HostLinks};
 use crate::netlink::{
     nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork, MasqRule, NatChange,
     Netlink, Nftables, SetElement,
@@ -43,7 +44,7 @@ pub fn wired_elements(conf: &Config, family: Family, except: &[IpAddr]) -> Vec<S
 /// bridge is not here (not made yet after a reboot, or another netns) has none, and
 /// nothing is restored for it but its rule.
 fn wired(conf: &Config) -> Result<Vec<SetElement>> {
-    let Some(store) = leaks::open_store(conf)? else {
+    let Some(store) = open_store(conf)? else {
         return Ok(Vec::new());
     };
     let mut nl = Netlink::open()?;

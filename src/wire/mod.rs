@@ -2,17 +2,18 @@
 //! requests: the node bridge, the veth pair, the container's interface. The verbs
 //! (add, check) call these in order; undoing them is removal.rs's.
 
+pub mod dad;
+pub mod port;
+
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 
 use crate::attachment::Attachment;
+use crate::attachment::{self, Ownership};
 use crate::cni::{code, Error, Result};
-use crate::dad;
-use crate::hostveth::{self, Ownership};
 use crate::netlink::{Link, LinkKind, Netlink, RouteAttrs, VethPair};
 use crate::netns::Netns;
-use crate::port;
 
 /// What the node bridge must look like.
 pub struct BridgeSpec<'a> {
@@ -218,7 +219,7 @@ pub fn create_pair(
                     )
                     .details("CNI_IFNAME must name an interface the container does not have yet"))
                 }
-                Some(link) => match hostveth::ownership(&link, &who.alias()) {
+                Some(link) => match attachment::ownership(&link, &who.alias()) {
                     Ownership::Ours | Ownership::OursUnlabelled => return Ok(Created::Stale),
                     Ownership::Foreign(why) => return Err(foreign_host_link(&host.name, &why)),
                 },
@@ -336,7 +337,7 @@ fn tune_sysctls(ifname: &str, addresses: &[IpNetwork], dad: bool) {
 pub fn verify_pair(nl: &mut Netlink, who: &Attachment) -> Result<()> {
     let name = who.host_name();
     match nl.link(&name)? {
-        Some(link) if hostveth::ownership(&link, &who.alias()) == Ownership::Ours => Ok(()),
+        Some(link) if attachment::ownership(&link, &who.alias()) == Ownership::Ours => Ok(()),
         _ => Err(Error::new(
             code::TRY_AGAIN_LATER,
             format!("host veth {name} was deleted while ADD ran, most likely by a concurrent GC that did not list this container"),
@@ -362,7 +363,7 @@ pub fn remove_pair(nl: &mut Netlink, who: &Attachment) -> Result<PairRemoval> {
     let Some(link) = nl.link(&name)? else {
         return Ok(PairRemoval::Absent);
     };
-    match hostveth::ownership(&link, &who.alias()) {
+    match attachment::ownership(&link, &who.alias()) {
         Ownership::Ours | Ownership::OursUnlabelled => match delete_if_present(nl, link.index)? {
             true => Ok(PairRemoval::Deleted),
             false => Ok(PairRemoval::Absent),

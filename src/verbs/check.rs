@@ -3,19 +3,19 @@
 
 use crate::addressing;
 use crate::attachment::Attachment;
+use crate::attachment::{self, Ownership};
 use crate::cni::env::Env;
 use crate::cni::result::{format_mac, CniResult, IpConfig, RouteEntry};
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
-use crate::hostveth::{self, Ownership};
-use crate::macspoof;
-use crate::masquerade;
-use crate::nat_repair;
+use crate::firewall::macspoof;
+use crate::firewall::masquerade;
+use crate::firewall::nat;
+use crate::firewall::ports;
 use crate::netlink::{LinkKind, Netlink, Route, RouteAttrs, MAIN_TABLE};
 use crate::netns::{Netns, OpenError};
-use crate::port;
-use crate::portmap;
 use crate::wire::kind_name;
+use crate::wire::port;
 
 pub fn check(env: &Env, conf: &Config) -> Result<()> {
     let prev = conf.prev_result.as_ref().ok_or_else(|| {
@@ -109,7 +109,7 @@ pub fn check(env: &Env, conf: &Config) -> Result<()> {
     let details = if nat_only {
         format!(
             "the outbound NAT is not as ADD left it: {}",
-            nat_repair::RESTORE_HINT
+            nat::RESTORE_HINT
         )
     } else {
         "the attachment is not as ADD left it; DEL and ADD it again to repair it".to_string()
@@ -143,7 +143,7 @@ fn check_host(conf: &Config, env: &Env, ips: &[&IpConfig], diffs: &mut Vec<Strin
     match nl.link(&host_name)? {
         None => diffs.push(format!("host veth {host_name} is missing")),
         Some(veth) => {
-            if hostveth::ownership(&veth, &who.alias()) != Ownership::Ours {
+            if attachment::ownership(&veth, &who.alias()) != Ownership::Ours {
                 diffs.push(format!(
                     "host veth {host_name} is not labelled as this attachment's"
                 ));
@@ -171,7 +171,7 @@ fn check_host(conf: &Config, env: &Env, ips: &[&IpConfig], diffs: &mut Vec<Strin
     if conf.ip_masq {
         masquerade::check(conf, &who.holder(), &addresses, diffs)?;
     }
-    portmap::check(conf, &who, &addresses, diffs)?;
+    ports::check(conf, &who, &addresses, diffs)?;
     addressing::check(env, conf, ips, diffs)
 }
 

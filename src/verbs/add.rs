@@ -19,14 +19,14 @@ use crate::cni::env::Env;
 use crate::cni::result::{format_mac, CniResult, Interface};
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
-use crate::forward;
+use crate::firewall::forward;
+use crate::firewall::macspoof;
+use crate::firewall::ports;
 use crate::leaks;
-use crate::macspoof;
 use crate::netlink::{Netlink, NftablesOnDemand};
 use crate::netns::{Netns, OpenError};
-use crate::port;
-use crate::portmap;
 use crate::removal::{self, Reservations, Target};
+use crate::wire::port;
 use crate::wire::{self, BridgeSpec, ContainerRoute, ContainerSetup, Created};
 
 pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
@@ -112,7 +112,7 @@ fn make(
     // The masquerade (ipMasq) and the published ports, in one nf_tables batch.
     if conf.ip_masq || conf.port_mappings.as_ref().is_some_and(|m| !m.is_empty()) {
         let addresses: Vec<IpNetwork> = assigned.ips.iter().map(|ip| ip.address).collect();
-        portmap::add(nft.get()?, conf, who, &addresses)?;
+        ports::add(nft.get()?, conf, who, &addresses)?;
     }
     // Last, after everything is made: a concurrent GC that does not list this attachment
     // (another runtime sharing the network) may have removed part of it. Checking both

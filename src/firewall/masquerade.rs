@@ -24,9 +24,9 @@ use ipnetwork::IpNetwork;
 
 use crate::cni::{code, Error, Result};
 use crate::config::{Config, Ipam};
+use crate::firewall::nat;
 use crate::ipam::store::files;
 use crate::ipam::Holder;
-use crate::nat_repair;
 use crate::netlink::{
     nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork, MasqRule, NatChange,
     Nftables, NlError, PortElement, SetElement, SetShape, Step,
@@ -89,11 +89,9 @@ pub fn add(
             if let Some(set_was_missing) = repair {
                 add_repair(&mut change, network, &rules);
                 if set_was_missing {
-                    change.if_missing.extend(nat_repair::wired_elements(
-                        conf,
-                        network.family,
-                        &own,
-                    ));
+                    change
+                        .if_missing
+                        .extend(nat::wired_elements(conf, network.family, &own));
                 }
             }
         }
@@ -272,7 +270,7 @@ fn reserved_to(conf: &Config, holder: &Holder, address: IpAddr) -> Result<bool> 
     if conf.builtin().is_none() {
         return Ok(false);
     }
-    let Some(store) = crate::leaks::open_store(conf)? else {
+    let Some(store) = crate::addressing::open_store(conf)? else {
         return Ok(false);
     };
     Ok(store
@@ -434,7 +432,12 @@ pub fn check(
 /// judged by the comments of a dump taken just before the removal (a lookup per element
 /// would compare the same comments again, at one round trip each: a GC of 5,000 stale
 /// elements is one dump and one batch). Errors are collected; the sweep goes on.
-pub fn gc(nft: &mut Nftables, conf: &Config, live: &crate::gc::Live, errors: &mut Vec<Error>) {
+pub fn gc(
+    nft: &mut Nftables,
+    conf: &Config,
+    live: &crate::verbs::gc::Live,
+    errors: &mut Vec<Error>,
+) {
     for family in [Family::V4, Family::V6] {
         match nft.set_shape(&conf.name, family) {
             Ok(SetShape::Foreign(why)) => {
@@ -450,7 +453,7 @@ pub fn gc(nft: &mut Nftables, conf: &Config, live: &crate::gc::Live, errors: &mu
                 continue;
             }
         }
-        crate::gc::sweep(
+        crate::verbs::gc::sweep(
             nft.elements(&conf.name, family),
             &live.holders,
             |e: &MasqElement| &e.comment,
