@@ -21,7 +21,7 @@ use crate::ipam::store::files;
 use crate::ipam::Holder;
 use crate::netlink::{
     nftables_set_name, Family, MasqElement, MasqNetwork, MasqRule, NatChange, Nftables, NlError,
-    PortElement, SetElement, SetShape,
+    PortElement, SetElement, SetShape, Step,
 };
 
 /// ADD: the attachment's masquerade elements (ipMasq) and published ports
@@ -142,10 +142,10 @@ fn send(
             }
             // A host port someone holds: the other's is a conflict (an error naming it),
             // this attachment's own stale one is removed and the batch sent again.
-            Err(e) if attempt < 3 && e.is(libc::EEXIST) && e.request.starts_with("publish ") => {
+            Err(e) if attempt < 3 && e.is(libc::EEXIST) && e.refused_in(&[Step::Publish]) => {
                 resolve_published(nft, published, e)?;
             }
-            Err(e) if attempt < 3 && e.is(libc::EEXIST) && e.request.starts_with("add ") => {
+            Err(e) if attempt < 3 && e.is(libc::EEXIST) && e.refused_in(&[Step::AddElement]) => {
                 (present, retake) = existing(nft, conf, who, &own)?;
             }
             // A concurrent ADD repaired the rule first (the handle is gone) or a release
@@ -156,7 +156,7 @@ fn send(
                 }
             }
             Err(e)
-                if e.request.starts_with("create")
+                if e.refused.is_some_and(Step::creates)
                     && (e.is(libc::EEXIST) || e.is(libc::EOPNOTSUPP) || e.is(libc::EBUSY)) =>
             {
                 return Err(foreign(&e))

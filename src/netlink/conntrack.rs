@@ -20,10 +20,9 @@
 use std::net::IpAddr;
 
 use netlink_packet_core::{NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
-use netlink_sys::protocols::NETLINK_NETFILTER;
 
-use super::nftables::{attributes, encode, Attrs, Family, HEADERS_LEN};
-use super::socket::{Await, NlError, NlResult, NlSocket};
+use super::nfnetlink::{attributes, encode, Attrs, Family, HEADERS_LEN};
+use super::socket::{Await, NlError, NlResult, NlSocket, Subsystem};
 
 const NFNL_SUBSYS_CTNETLINK: u16 = 1;
 const IPCTNL_MSG_CT_GET: u16 = 1;
@@ -115,7 +114,7 @@ impl Entry {
 /// Deletes the UDP conntrack entries whose original destination is one of
 /// `destinations`, in the calling thread's network namespace. One socket for all of it.
 pub fn flush_udp(destinations: &[UdpDestination]) -> NlResult<Flushed> {
-    let mut socket = NlSocket::open(NETLINK_NETFILTER, "conntrack")?;
+    let mut socket = NlSocket::open(Subsystem::Conntrack)?;
     let mut stale: Vec<(Family, Entry)> = Vec::new();
     let mut kernel_filters = true;
     for family in [Family::V4, Family::V6] {

@@ -1,5 +1,6 @@
-//! Decoding rtnetlink's address and route replies into academy's plain types
-//! (`AddressState`, `Route`), apart from the requests that ask for them.
+//! academy's plain types for rtnetlink's addresses and routes (`AddressState`, `Route`),
+//! and the decoding of the replies into them, apart from the requests that ask for them
+//! (route.rs, which uses these types: the dependency goes one way).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -7,7 +8,31 @@ use ipnetwork::IpNetwork;
 use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressMessage};
 use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, RouteMetric};
 
-use super::route::{AddressState, Route};
+/// A route as the kernel holds it. A multipath route (IPv6 joins routes of equal
+/// destination and metric through different gateways into one) is one `Route` per
+/// next hop, so that each reads like the single route that was added.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    pub dst: IpNetwork,
+    pub gateway: Option<IpAddr>,
+    pub oif: Option<u32>,
+    pub table: u32,
+    /// The metric; IPv6 gives every route one (1024 by default), IPv4 none by default.
+    pub priority: Option<u32>,
+    pub scope: u8,
+    pub mtu: Option<u32>,
+    pub advmss: Option<u32>,
+}
+
+/// An address as the kernel holds it, with its duplicate address detection state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AddressState {
+    pub address: IpNetwork,
+    /// DAD has not finished yet: the address cannot be used.
+    pub tentative: bool,
+    /// DAD found another host with this address.
+    pub dad_failed: bool,
+}
 
 pub(super) fn to_address(a: &AddressMessage) -> Option<AddressState> {
     let find = |local: bool| {

@@ -3,7 +3,8 @@
 //! - `socket`: one blocking netlink socket of any protocol, with the request/ack loop
 //!   shared by every protocol: sequence numbers, acks, dumps, batches, and the kernel's
 //!   own error text.
-//! - `route`: rtnetlink (links, addresses, routes), with `decode` reading its replies.
+//! - `route`: rtnetlink (links, addresses, routes), with `decode` holding the address and
+//!   route types and reading its replies into them.
 //! - `bridge`: bridge VLAN filtering, a port's VLAN entries and its isolated flag
 //!   (rtnetlink's AF_BRIDGE family). With `route` and `decode`, the only users of
 //!   netlink-packet-route, whose API breaks in almost every minor release.
@@ -12,6 +13,8 @@
 //!   messages are encoded here by hand (no crate covers nf_tables).
 //! - `conntrack`: ctnetlink on the same socket protocol, encoded the same way: the UDP
 //!   entries a newly published port must not keep (port mapping's ADD).
+//! - `nfnetlink`: what those two share, the attributes and messages of NETLINK_NETFILTER
+//!   and the address family they address.
 //!
 //! Everything outside this folder speaks in the plain types re-exported here; the layer
 //! knows nothing of CNI (src/cni/kernel.rs turns a refused request into a CNI error).
@@ -19,16 +22,19 @@
 mod bridge;
 mod conntrack;
 mod decode;
+mod nfnetlink;
 mod nftables;
 mod route;
 mod socket;
 
 pub use bridge::VlanEntry;
 pub use conntrack::{flush_udp as flush_udp_conntrack, Flushed, UdpDestination};
+pub use decode::Route;
+pub use nfnetlink::Family;
 pub use nftables::{guard_sets, GuardedPort, Object, Table, TableRule, CHAIN as MASQUERADE_CHAIN};
 pub use nftables::{
-    key_text, set_name as nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork,
-    MasqRule, NatChange, Nftables, NftablesOnDemand, PortElement, PortKey, SetElement, SetShape,
+    key_text, set_name as nftables_set_name, stored_comment, MasqElement, MasqNetwork, MasqRule,
+    NatChange, Nftables, NftablesOnDemand, PortElement, PortKey, SetElement, SetShape, Step,
 };
-pub use route::{Link, LinkKind, Netlink, Route, RouteAttrs, VethPair, MAIN_TABLE};
-pub use socket::NlError;
+pub use route::{Link, LinkKind, Netlink, RouteAttrs, VethPair, MAIN_TABLE};
+pub use socket::{NlError, Subsystem};

@@ -1,6 +1,7 @@
 //! rtnetlink: with its sibling bridge.rs, the only user of netlink-packet-route. Its API breaks in almost every minor
-//! release, so everything else in academy speaks in the plain types of this module
-//! (`Link`, `Route`, `IpNetwork`) and this file is the one to port when the crate moves.
+//! release, so everything else in academy speaks in the plain types of this module and
+//! decode.rs (`Link`, `Route`, `IpNetwork`), and these are the files to port when the
+//! crate moves.
 //!
 //! A `Netlink` is a blocking rtnetlink socket bound to the network namespace of the
 //! thread that opened it, with typed helpers for the handful of requests a bridge plugin
@@ -23,13 +24,12 @@ use netlink_packet_route::route::{
     RouteScope, RouteType,
 };
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
-use netlink_sys::protocols::NETLINK_ROUTE;
 
-use super::decode::{to_address, to_routes};
+use super::decode::{to_address, to_routes, AddressState, Route};
+use super::socket::{Await, NlError, NlResult, NlSocket, Subsystem};
 
 /// if_link.h: a request's link lives in the netns of this id (kernel 4.20+).
 const IFLA_TARGET_NETNSID: u16 = 46;
-use super::socket::{Await, NlError, NlResult, NlSocket};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LinkKind {
@@ -56,22 +56,6 @@ pub struct Link {
     pub alias: Option<String>,
 }
 
-/// A route as the kernel holds it. A multipath route (IPv6 joins routes of equal
-/// destination and metric through different gateways into one) is one `Route` per
-/// next hop, so that each reads like the single route that was added.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Route {
-    pub dst: IpNetwork,
-    pub gateway: Option<IpAddr>,
-    pub oif: Option<u32>,
-    pub table: u32,
-    /// The metric; IPv6 gives every route one (1024 by default), IPv4 none by default.
-    pub priority: Option<u32>,
-    pub scope: u8,
-    pub mtu: Option<u32>,
-    pub advmss: Option<u32>,
-}
-
 /// What CNI 1.1 lets a route ask for beyond dst and gw (the result's `priority`, `table`,
 /// `scope`, `mtu`, `advmss`); None leaves the kernel's default.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -85,16 +69,6 @@ pub struct RouteAttrs {
 
 /// The main routing table, where a route without `table` goes.
 pub const MAIN_TABLE: u32 = RouteHeader::RT_TABLE_MAIN as u32;
-
-/// An address as the kernel holds it, with its duplicate address detection state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AddressState {
-    pub address: IpNetwork,
-    /// DAD has not finished yet: the address cannot be used.
-    pub tentative: bool,
-    /// DAD found another host with this address.
-    pub dad_failed: bool,
-}
 
 /// A veth pair to create in one request: the host end in this socket's netns, the
 /// peer born directly inside another netns (no later move, no rename).
@@ -116,7 +90,7 @@ impl Netlink {
     /// Opens a socket in the calling thread's network namespace.
     pub fn open() -> NlResult<Netlink> {
         Ok(Netlink {
-            socket: NlSocket::open(NETLINK_ROUTE, "rtnetlink")?,
+            socket: NlSocket::open(Subsystem::Rtnetlink)?,
         })
     }
 

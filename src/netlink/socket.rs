@@ -7,7 +7,10 @@
 use std::fmt;
 use std::ops::Range;
 
+use netlink_sys::protocols::{NETLINK_NETFILTER, NETLINK_ROUTE};
 use netlink_sys::{Socket, SocketAddr};
+
+use super::nftables::step::Step;
 
 /// Large enough for a link dump datagram; recv passes MSG_TRUNC so a larger one is an
 /// error instead of silently lost messages.
@@ -21,13 +24,43 @@ const NLM_F_CAPPED: u16 = 0x100;
 /// The error message carries extended-ack attributes after the echoed request.
 const NLM_F_ACK_TLVS: u16 = 0x200;
 
+/// The kernel subsystem a socket speaks to. Two share NETLINK_NETFILTER.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Subsystem {
+    Rtnetlink,
+    NfTables,
+    Conntrack,
+}
+
+impl Subsystem {
+    fn protocol(self) -> isize {
+        match self {
+            Subsystem::Rtnetlink => NETLINK_ROUTE,
+            Subsystem::NfTables | Subsystem::Conntrack => NETLINK_NETFILTER,
+        }
+    }
+
+    /// As the errors of opening a socket name it.
+    fn name(self) -> &'static str {
+        match self {
+            Subsystem::Rtnetlink => "rtnetlink",
+            Subsystem::NfTables => "nf_tables",
+            Subsystem::Conntrack => "conntrack",
+        }
+    }
+}
+
 /// A failed netlink request: which request, the errno, and the kernel's own reason
-/// (extended ack) when it gave one.
+/// (extended ack) when it gave one; the subsystem it went to, and for a message of an
+/// nf_tables batch, what that message did, so that callers decide by type, not by the
+/// request's text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NlError {
     pub request: String,
     pub errno: i32,
     pub reason: Option<String>,
+    pub subsystem: Option<Subsystem>,
+    pub refused: Option<Step>,
 }
 
 impl NlError {
@@ -36,7 +69,20 @@ impl NlError {
             request: request.into(),
             errno,
             reason: None,
+            subsystem: None,
+            refused: None,
         }
+    }
+
+    /// The error as one of `subsystem`'s, unless it already names one.
+    pub(super) fn within(mut self, subsystem: Subsystem) -> Self {
+        self.subsystem.get_or_insert(subsystem);
+        self
+    }
+
+    /// Whether the kernel refused a batch message doing one of `steps`.
+    pub fn refused_in(&self, steps: &[Step]) -> bool {
+        self.refused.is_some_and(|step| steps.contains(&step))
     }
 
     fn io(request: &str, e: std::io::Error) -> Self {
@@ -91,27 +137,29 @@ pub struct Header {
 
 pub struct NlSocket {
     socket: Socket,
+    subsystem: Subsystem,
     sequence: u32,
     buffer: Vec<u8>,
 }
 
 impl NlSocket {
-    /// Opens a socket of `protocol` in the calling thread's network namespace.
-    pub fn open(protocol: isize, name: &str) -> NlResult<NlSocket> {
-        let mut socket =
-            Socket::new(protocol).map_err(|e| NlError::io(&format!("open {name} socket"), e))?;
-        socket
-            .bind_auto()
-            .map_err(|e| NlError::io(&format!("bind {name} socket"), e))?;
+    /// Opens a socket to `subsystem` in the calling thread's network namespace.
+    pub fn open(subsystem: Subsystem) -> NlResult<NlSocket> {
+        let name = subsystem.name();
+        let failed =
+            |step: &str, e| NlError::io(&format!("{step} {name} socket"), e).within(subsystem);
+        let mut socket = Socket::new(subsystem.protocol()).map_err(|e| failed("open", e))?;
+        socket.bind_auto().map_err(|e| failed("bind", e))?;
         socket
             .connect(&SocketAddr::new(0, 0))
-            .map_err(|e| NlError::io(&format!("connect {name} socket"), e))?;
+            .map_err(|e| failed("connect", e))?;
         // Best-effort: they only make errors more precise and dumps smaller.
         let _ = socket.set_ext_ack(true);
         let _ = socket.set_cap_ack(true);
         let _ = socket.set_netlink_get_strict_chk(true);
         Ok(NlSocket {
             socket,
+            subsystem,
             sequence: 0,
             buffer: Vec::with_capacity(RECV_BUFFER),
         })
@@ -127,7 +175,7 @@ impl NlSocket {
         self.socket
             .send(bytes, 0)
             .map(drop)
-            .map_err(|e| NlError::io(what, e))
+            .map_err(|e| NlError::io(what, e).within(self.subsystem))
     }
 
     /// Reads the replies to request `sequence` until `awaiting` ends them, handing each
@@ -139,6 +187,7 @@ impl NlSocket {
         what: &str,
         mut on_data: impl FnMut(&[u8]) -> NlResult<()>,
     ) -> NlResult<()> {
+        let subsystem = self.subsystem;
         self.read(what, |header, message| {
             if header.sequence != sequence {
                 return Ok(false);
@@ -149,15 +198,18 @@ impl NlSocket {
                 _ => on_data(message).map(|()| awaiting == Await::One),
             }
         })
+        .map_err(|e| e.within(subsystem))
     }
 
     /// Waits for the ack of every message of a batch (`sequences`, each sent with
-    /// NLM_F_ACK). The first refusal is returned, named by `describe(sequence)`.
+    /// NLM_F_ACK). The first refusal is returned, named and tagged by
+    /// `describe(sequence)`.
     pub fn receive_acks(
         &mut self,
         sequences: Range<u32>,
-        describe: impl Fn(u32) -> String,
+        describe: impl Fn(u32) -> (String, Option<Step>),
     ) -> NlResult<()> {
+        let subsystem = self.subsystem;
         let mut pending = sequences.len();
         let mut first_error = None;
         let result = self.read("read the batch's acks", |header, message| {
@@ -165,9 +217,10 @@ impl NlSocket {
                 return Ok(false);
             }
             pending -= 1;
-            if let Err(e) = error_of(header, message, &describe(header.sequence)) {
+            let (what, step) = describe(header.sequence);
+            if let Err(e) = error_of(header, message, &what) {
                 // The kernel rejects the whole batch; it may not answer the rest.
-                first_error.get_or_insert(e);
+                first_error.get_or_insert(NlError { refused: step, ..e });
                 return Ok(true);
             }
             Ok(pending == 0)
@@ -176,6 +229,7 @@ impl NlSocket {
             Some(e) => Err(e),
             None => result,
         }
+        .map_err(|e| e.within(subsystem))
     }
 
     /// Waits for the ack of every request of `sequences`, sent together but each on its
@@ -187,6 +241,7 @@ impl NlSocket {
         what: &str,
         mut on_ack: impl FnMut(u32, NlResult<()>),
     ) -> NlResult<()> {
+        let subsystem = self.subsystem;
         let mut pending = sequences.len();
         if pending == 0 {
             return Ok(());
@@ -195,10 +250,12 @@ impl NlSocket {
             if !sequences.contains(&header.sequence) || header.kind != NLMSG_ERROR {
                 return Ok(false);
             }
-            on_ack(header.sequence, error_of(header, message, what));
+            let answer = error_of(header, message, what).map_err(|e| e.within(subsystem));
+            on_ack(header.sequence, answer);
             pending -= 1;
             Ok(pending == 0)
         })
+        .map_err(|e| e.within(subsystem))
     }
 
     /// Reads datagrams and hands each message to `handle` until it says it is done.

@@ -1,20 +1,12 @@
 //! nfnetlink messages and batches: changes sent together between BATCH_BEGIN and
 //! BATCH_END in one sendmsg, acknowledged one by one, applied all or nothing.
 
-use netlink_packet_core::{
-    NetlinkHeader, NetlinkMessage, NetlinkPayload, NetlinkSerializable, NLM_F_ACK, NLM_F_REQUEST,
-};
+use netlink_packet_core::{NLM_F_ACK, NLM_F_REQUEST};
 
-use super::attrs::Attrs;
-use super::NFPROTO_INET;
-use crate::netlink::socket::{NlError, NlResult, NlSocket};
-
-const NFNL_SUBSYS_NFTABLES: u16 = 10;
-const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
-const NFNL_MSG_BATCH_END: u16 = 0x11;
-
-/// nlmsghdr and nfgenmsg.
-pub(in crate::netlink) const HEADERS_LEN: usize = 16 + 4;
+use super::consts::{NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES, NFPROTO_INET};
+use super::step::Step;
+use crate::netlink::nfnetlink::{encode, Attrs};
+use crate::netlink::socket::{NlError, NlResult, NlSocket, Subsystem};
 
 pub(super) fn nftables_type(kind: u8) -> u16 {
     NFNL_SUBSYS_NFTABLES << 8 | u16::from(kind)
@@ -26,9 +18,10 @@ pub(super) struct Batch<'a> {
     socket: &'a mut NlSocket,
     bytes: Vec<u8>,
     first: u32,
-    descriptions: Vec<String>,
+    /// Each message's description and step, in sequence order.
+    descriptions: Vec<(String, Step)>,
     /// A change whose attributes could not be encoded (an attribute over 64 KiB).
-    too_long: Option<String>,
+    too_long: Option<(String, Step)>,
     family: u8,
 }
 
@@ -39,6 +32,7 @@ pub(super) const BATCH_BYTES: usize = 128 * 1024;
 
 /// One change of a batch, not yet encoded.
 pub(super) struct Change {
+    pub(super) step: Step,
     pub(super) kind: u8,
     pub(super) flags: u16,
     pub(super) attrs: Attrs,
@@ -56,7 +50,13 @@ pub(super) fn commit_all(socket: &mut NlSocket, changes: Vec<Change>) -> NlResul
             let socket = batch.commit_keep()?;
             batch = Batch::new(socket);
         }
-        batch.add(change.kind, change.flags, change.attrs, change.description);
+        batch.add(
+            change.step,
+            change.kind,
+            change.flags,
+            change.attrs,
+            change.description,
+        );
     }
     batch.commit()
 }
@@ -90,9 +90,16 @@ impl<'a> Batch<'a> {
         }
     }
 
-    pub(super) fn add(&mut self, kind: u8, flags: u16, attrs: Attrs, description: String) {
+    pub(super) fn add(
+        &mut self,
+        step: Step,
+        kind: u8,
+        flags: u16,
+        attrs: Attrs,
+        description: String,
+    ) {
         if attrs.too_long() {
-            self.too_long.get_or_insert(description);
+            self.too_long.get_or_insert((description, step));
             return;
         }
         let sequence = self.socket.next_sequence();
@@ -106,7 +113,7 @@ impl<'a> Batch<'a> {
             0,
             attrs.0,
         );
-        self.descriptions.push(description);
+        self.descriptions.push((description, step));
     }
 
     pub(super) fn commit(self) -> NlResult<()> {
@@ -115,10 +122,11 @@ impl<'a> Batch<'a> {
 
     /// Commits, and gives the socket back for the next batch.
     fn commit_keep(mut self) -> NlResult<&'a mut NlSocket> {
-        if let Some(what) = self.too_long {
+        if let Some((what, step)) = self.too_long {
             return Err(NlError {
                 reason: Some("an attribute is longer than netlink's 65,535 bytes".into()),
-                ..NlError::new(what, libc::EMSGSIZE)
+                refused: Some(step),
+                ..NlError::new(what, libc::EMSGSIZE).within(Subsystem::NfTables)
             });
         }
         if self.descriptions.is_empty() {
@@ -135,66 +143,47 @@ impl<'a> Batch<'a> {
             res_id,
             Vec::new(),
         );
-        let what = self.descriptions.join("; ");
+        let what = self
+            .descriptions
+            .iter()
+            .map(|(description, _)| description.as_str())
+            .collect::<Vec<_>>()
+            .join("; ");
         self.socket.send(&self.bytes, &what)?;
         let first = self.first;
         let descriptions = &self.descriptions;
         self.socket.receive_acks(first..sequence, |seq| {
-            descriptions
-                .get((seq - first) as usize)
-                .cloned()
-                .unwrap_or_else(|| what.clone())
+            match descriptions.get((seq - first) as usize) {
+                Some((description, step)) => (description.clone(), Some(*step)),
+                None => (what.clone(), None),
+            }
         })?;
         Ok(self.socket)
     }
 }
 
-/// An nfnetlink message as netlink-packet-core serializes it: nfgenmsg, then attributes.
-struct NfMessage {
-    kind: u16,
-    family: u8,
-    res_id: u16,
-    attrs: Vec<u8>,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl NetlinkSerializable for NfMessage {
-    fn message_type(&self) -> u16 {
-        self.kind
+    /// A change refused before anything is sent (an attribute over 64 KiB) is named and
+    /// tagged like one the kernel refuses, so the caller's decision is the same.
+    #[test]
+    fn a_refused_change_carries_its_step_and_its_description() {
+        let mut socket = NlSocket::open(Subsystem::NfTables).expect("a netfilter socket");
+        let mut fits = Attrs::default();
+        fits.put(1, &[0; 8]);
+        let mut too_long = Attrs::default();
+        too_long.put(1, &vec![0; 70_000]);
+        let mut batch = Batch::new(&mut socket);
+        batch.add(Step::CreateTable, 0, 0, fits, "create table".into());
+        batch.add(Step::Publish, 12, 0, too_long, "publish tcp/80".into());
+        let e = batch.commit().unwrap_err();
+        assert_eq!(e.request, "publish tcp/80");
+        assert!(e.is(libc::EMSGSIZE));
+        assert_eq!(e.refused, Some(Step::Publish));
+        assert!(e.refused_in(&[Step::AddElement, Step::Publish]));
+        assert!(!e.refused_in(&[Step::AddElement]));
+        assert_eq!(e.subsystem, Some(Subsystem::NfTables));
     }
-
-    fn buffer_len(&self) -> usize {
-        4 + self.attrs.len()
-    }
-
-    fn serialize(&self, buffer: &mut [u8]) {
-        buffer[0] = self.family;
-        buffer[1] = 0; // NFNETLINK_V0
-        buffer[2..4].copy_from_slice(&self.res_id.to_be_bytes());
-        buffer[4..].copy_from_slice(&self.attrs);
-    }
-}
-
-pub(in crate::netlink) fn encode(
-    out: &mut Vec<u8>,
-    kind: u16,
-    flags: u16,
-    sequence: u32,
-    family: u8,
-    res_id: u16,
-    attrs: Vec<u8>,
-) {
-    let mut header = NetlinkHeader::default();
-    header.flags = flags;
-    header.sequence_number = sequence;
-    let inner = NfMessage {
-        kind,
-        family,
-        res_id,
-        attrs,
-    };
-    let mut message = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(inner));
-    message.finalize();
-    let start = out.len();
-    out.resize(start + message.buffer_len(), 0);
-    message.serialize(&mut out[start..]);
 }

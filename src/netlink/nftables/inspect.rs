@@ -4,27 +4,23 @@
 
 use std::net::IpAddr;
 
-use super::attrs::{address_bytes, attributes, comment_of, Attrs, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
-use super::{
-    decode_elements, set_name, Family, MasqElement, Nftables, CHAIN, NFTA_RULE_CHAIN,
-    NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_RULE_USERDATA,
-    NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET,
-    NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE, NFTA_SET_NAME, NFTA_SET_TABLE,
-    NFT_MSG_GETRULE, NFT_MSG_GETSET, NFT_MSG_GETSETELEM, TABLE, TYPE_IPV4_ADDR, TYPE_IPV6_ADDR,
+use super::attrs::{address_bytes, comment_of};
+use super::consts::{
+    CHAIN, NFPROTO_INET, NFTA_DATA_VALUE, NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_LIST_ELEM,
+    NFTA_LOOKUP_SET, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE, NFTA_RULE_TABLE,
+    NFTA_RULE_USERDATA, NFTA_SET_DATA_TYPE, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_LIST_ELEMENTS,
+    NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_EXPR, NFTA_SET_EXPRESSIONS,
+    NFTA_SET_FLAGS, NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE, NFTA_SET_NAME, NFTA_SET_OBJ_TYPE,
+    NFTA_SET_TABLE, NFTA_SET_TIMEOUT, NFT_MSG_GETRULE, NFT_MSG_GETSET, NFT_MSG_GETSETELEM, TABLE,
+    TYPE_IPV4_ADDR, TYPE_IPV6_ADDR,
 };
-use super::{NFPROTO_INET, NFTA_SET_DATA_TYPE, NFTA_SET_FLAGS};
+use super::{decode_elements, set_name, Family, MasqElement, Nftables};
+
+use crate::netlink::nfnetlink::{attributes, Attrs};
 use crate::netlink::socket::{Await, NlResult};
 
 /// Every masquerade rule academy writes has a comment starting so.
 pub const RULE_PREFIX: &str = "academy ipMasq ";
-
-const NFTA_EXPR_NAME: u16 = 1;
-const NFTA_EXPR_DATA: u16 = 2;
-const NFTA_LOOKUP_SET: u16 = 1;
-const NFTA_SET_TIMEOUT: u16 = 11;
-const NFTA_SET_OBJ_TYPE: u16 = 15;
-const NFTA_SET_EXPR: u16 = 17;
-const NFTA_SET_EXPRESSIONS: u16 = 18;
 
 /// A rule of academy's chain that academy wrote: its comment starts with RULE_PREFIX.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -22,36 +22,33 @@
 
 use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
 
-use super::attrs::{attributes, comment_of, comment_udata, Attrs, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
+use super::attrs::{comment_of, comment_udata};
 use super::batch::Batch;
-use super::{
-    Nftables, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_CHAIN_TYPE,
-    NFTA_HOOK_HOOKNUM, NFTA_HOOK_PRIORITY, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_TABLE,
-    NFTA_RULE_USERDATA, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET,
-    NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_USERDATA, NFTA_SET_ID, NFTA_SET_KEY_LEN,
-    NFTA_SET_KEY_TYPE, NFTA_SET_NAME, NFTA_SET_TABLE, NFTA_TABLE_NAME, NFT_MSG_DELSETELEM,
+use super::consts::{
+    IFNAMSIZ, NFPROTO_BRIDGE, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_CHAIN_TYPE,
+    NFTA_DATA_VALUE, NFTA_DATA_VERDICT, NFTA_HOOK_HOOKNUM, NFTA_HOOK_PRIORITY, NFTA_IMMEDIATE_DATA,
+    NFTA_IMMEDIATE_DREG, NFTA_LIST_ELEM, NFTA_LOOKUP_FLAGS, NFTA_LOOKUP_SET, NFTA_LOOKUP_SET_ID,
+    NFTA_LOOKUP_SREG, NFTA_META_DREG, NFTA_META_KEY, NFTA_PAYLOAD_BASE, NFTA_PAYLOAD_DREG,
+    NFTA_PAYLOAD_LEN, NFTA_PAYLOAD_OFFSET, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_TABLE,
+    NFTA_RULE_USERDATA, NFTA_SET_DATA_LEN, NFTA_SET_DATA_TYPE, NFTA_SET_ELEM_DATA,
+    NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET,
+    NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_USERDATA, NFTA_SET_FLAGS, NFTA_SET_ID,
+    NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE, NFTA_SET_NAME, NFTA_SET_TABLE, NFTA_SET_USERDATA,
+    NFTA_TABLE_NAME, NFTA_VERDICT_CODE, NFT_LOOKUP_F_INV, NFT_META_IIFNAME, NFT_MSG_DELSETELEM,
     NFT_MSG_GETRULE, NFT_MSG_GETSETELEM, NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE, NFT_MSG_NEWSET,
-    NFT_MSG_NEWSETELEM, NFT_MSG_NEWTABLE, TABLE,
+    NFT_MSG_NEWSETELEM, NFT_MSG_NEWTABLE, NFT_PAYLOAD_LL_HEADER, NFT_REG_1, NFT_REG_2,
+    NFT_REG_VERDICT, NFT_SET_MAP, NF_BR_PRE_ROUTING, NF_BR_PRI_NAT_DST_BRIDGED, NF_DROP, TABLE,
+    TYPE_ETHERADDR, TYPE_IFNAME,
 };
-use super::{
-    NFTA_SET_DATA_LEN, NFTA_SET_DATA_TYPE, NFTA_SET_ELEM_DATA, NFTA_SET_FLAGS, NFT_SET_MAP,
-};
+use super::rule::expr;
+use super::step::Step;
+use super::Nftables;
+
+use crate::netlink::nfnetlink::{attributes, Attrs};
 use crate::netlink::socket::{Await, NlResult};
 
 pub const BRIDGE_CHAIN: &str = "prerouting";
 
-const NFPROTO_BRIDGE: u8 = 7;
-const NF_BR_PRE_ROUTING: u32 = 0;
-/// NF_BR_PRI_NAT_DST_BRIDGED, the priority of the reference's chain.
-const PRIORITY: i32 = -300;
-
-const NFTA_SET_USERDATA: u16 = 13;
-
-/// nft's datatypes (so that `nft list` shows names and MACs), and a concatenation's
-/// type: each part's type shifted in by 6 bits.
-const TYPE_IFNAME: u32 = 41;
-const TYPE_ETHERADDR: u32 = 9;
-const IFNAMSIZ: usize = 16;
 /// A MAC in a concatenation takes 8 bytes: each part is padded to 4.
 const PAIR_LEN: usize = IFNAMSIZ + 8;
 
@@ -142,7 +139,13 @@ impl Nftables {
                     for (set, key, _) in elements_of(network, port) {
                         let mut batch = Batch::in_family(&mut self.socket, NFPROTO_BRIDGE);
                         let what = format!("remove {} from {set}", port.port);
-                        batch.add(NFT_MSG_DELSETELEM, 0, element_list(&set, &key), what);
+                        batch.add(
+                            Step::RemoveElement,
+                            NFT_MSG_DELSETELEM,
+                            0,
+                            element_list(&set, &key),
+                            what,
+                        );
                         match batch.commit() {
                             Err(e) if !e.is(libc::ENOENT) => return Err(e),
                             _ => {}
@@ -273,6 +276,7 @@ impl Nftables {
         let mut table = Attrs::default();
         table.str(NFTA_TABLE_NAME, TABLE);
         batch.add(
+            Step::CreateTable,
             NFT_MSG_NEWTABLE,
             NLM_F_CREATE,
             table,
@@ -284,10 +288,12 @@ impl Nftables {
         chain.str(NFTA_CHAIN_NAME, BRIDGE_CHAIN);
         chain.nested(NFTA_CHAIN_HOOK, |hook| {
             hook.be32(NFTA_HOOK_HOOKNUM, NF_BR_PRE_ROUTING);
-            hook.be32(NFTA_HOOK_PRIORITY, PRIORITY as u32);
+            // The reference's priority.
+            hook.be32(NFTA_HOOK_PRIORITY, NF_BR_PRI_NAT_DST_BRIDGED as u32);
         });
         chain.str(NFTA_CHAIN_TYPE, "filter");
         batch.add(
+            Step::CreateChain,
             NFT_MSG_NEWCHAIN,
             NLM_F_CREATE,
             chain,
@@ -323,6 +329,7 @@ impl Nftables {
         for new in sets {
             let kind = if new.data.is_some() { "map" } else { "set" };
             batch.add(
+                Step::CreateSet,
                 NFT_MSG_NEWSET,
                 NLM_F_CREATE | NLM_F_EXCL,
                 new.attrs(),
@@ -338,6 +345,7 @@ impl Nftables {
         });
         rule.put(NFTA_RULE_USERDATA, &comment_udata(&rule_comment(network)));
         batch.add(
+            Step::AddRule,
             NFT_MSG_NEWRULE,
             NLM_F_CREATE | NLM_F_APPEND,
             rule,
@@ -352,10 +360,10 @@ impl Nftables {
 
     /// One batch: one message per map or set, each with the ports' elements in it.
     fn change_ports(&mut self, kind: u8, network: &str, ports: &[GuardedPort]) -> NlResult<()> {
-        let verb = if kind == NFT_MSG_NEWSETELEM {
-            "add"
+        let (verb, step) = if kind == NFT_MSG_NEWSETELEM {
+            ("add", Step::AddElement)
         } else {
-            "remove"
+            ("remove", Step::RemoveElement)
         };
         let names: Vec<&str> = ports.iter().map(|p| p.port.as_str()).collect();
         let mut batch = Batch::in_family(&mut self.socket, NFPROTO_BRIDGE);
@@ -383,7 +391,7 @@ impl Nftables {
                 names.join(", ")
             );
             // An element that exists already, same data (an ADD repeated), is fine.
-            batch.add(kind, NLM_F_CREATE, attrs, what);
+            batch.add(step, kind, NLM_F_CREATE, attrs, what);
         }
         batch.commit()
     }
@@ -467,55 +475,43 @@ fn element(list: &mut Attrs, key: &[u8], data: Option<&[u8]>, comment: &str) {
 /// The rule, as `nft --debug=netlink` shows it for
 /// `iifname @GUARDED iifname . ether saddr != @ALLOWED drop`.
 fn drop_rule(list: &mut Attrs, guarded: &str, set: &str) {
-    const NFT_REG_VERDICT: u32 = 0;
-    const NFT_REG_1: u32 = 1;
-    const NFT_REG_2: u32 = 2;
-    const NFT_META_IIFNAME: u32 = 6;
-    const NFT_PAYLOAD_LL_HEADER: u32 = 0;
-    const NFT_LOOKUP_F_INV: u32 = 1;
-    const NF_DROP: u32 = 0;
     let iifname = |list: &mut Attrs| {
         expr(list, "meta", |e| {
-            e.be32(1, NFT_REG_1); // NFTA_META_DREG
-            e.be32(2, NFT_META_IIFNAME); // NFTA_META_KEY
+            e.be32(NFTA_META_DREG, NFT_REG_1);
+            e.be32(NFTA_META_KEY, NFT_META_IIFNAME);
         })
     };
     iifname(list);
     expr(list, "lookup", |e| {
-        e.str(1, guarded); // NFTA_LOOKUP_SET
-        e.be32(2, NFT_REG_1); // NFTA_LOOKUP_SREG
-        e.be32(4, GUARDED_ID); // NFTA_LOOKUP_SET_ID: new in this batch
+        e.str(NFTA_LOOKUP_SET, guarded);
+        e.be32(NFTA_LOOKUP_SREG, NFT_REG_1);
+        // New in this batch.
+        e.be32(NFTA_LOOKUP_SET_ID, GUARDED_ID);
     });
     // The name fills register 1 (16 bytes); the MAC follows it in register 2, and the
     // lookup reads both as one 24-byte key.
     iifname(list);
     expr(list, "payload", |e| {
-        e.be32(1, NFT_REG_2); // NFTA_PAYLOAD_DREG
-        e.be32(2, NFT_PAYLOAD_LL_HEADER); // NFTA_PAYLOAD_BASE
-        e.be32(3, 6); // NFTA_PAYLOAD_OFFSET: the source address
-        e.be32(4, 6); // NFTA_PAYLOAD_LEN
+        e.be32(NFTA_PAYLOAD_DREG, NFT_REG_2);
+        e.be32(NFTA_PAYLOAD_BASE, NFT_PAYLOAD_LL_HEADER);
+        // The source address, after the destination's 6 bytes.
+        e.be32(NFTA_PAYLOAD_OFFSET, 6);
+        e.be32(NFTA_PAYLOAD_LEN, 6);
     });
     expr(list, "lookup", |e| {
-        e.str(1, set);
-        e.be32(2, NFT_REG_1);
-        e.be32(4, ALLOWED_ID);
-        e.be32(5, NFT_LOOKUP_F_INV); // NFTA_LOOKUP_FLAGS: not in the set
+        e.str(NFTA_LOOKUP_SET, set);
+        e.be32(NFTA_LOOKUP_SREG, NFT_REG_1);
+        e.be32(NFTA_LOOKUP_SET_ID, ALLOWED_ID);
+        // Not in the set.
+        e.be32(NFTA_LOOKUP_FLAGS, NFT_LOOKUP_F_INV);
     });
     expr(list, "immediate", |e| {
-        e.be32(1, NFT_REG_VERDICT); // NFTA_IMMEDIATE_DREG
-        e.nested(2, |data| {
-            // NFTA_IMMEDIATE_DATA > NFTA_DATA_VERDICT > NFTA_VERDICT_CODE
-            data.nested(2, |verdict| verdict.be32(1, NF_DROP))
+        e.be32(NFTA_IMMEDIATE_DREG, NFT_REG_VERDICT);
+        e.nested(NFTA_IMMEDIATE_DATA, |data| {
+            data.nested(NFTA_DATA_VERDICT, |verdict| {
+                verdict.be32(NFTA_VERDICT_CODE, NF_DROP)
+            })
         });
-    });
-}
-
-fn expr(list: &mut Attrs, name: &str, data: impl FnOnce(&mut Attrs)) {
-    const NFTA_EXPR_NAME: u16 = 1;
-    const NFTA_EXPR_DATA: u16 = 2;
-    list.nested(NFTA_LIST_ELEM, |e| {
-        e.str(NFTA_EXPR_NAME, name);
-        e.nested(NFTA_EXPR_DATA, data);
     });
 }
 
@@ -555,6 +551,43 @@ fn decode_ports(payload: &[u8]) -> Vec<GuardedPort> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netlink::nftables::digest::{hex, sha256};
+
+    /// The rule's and sets' bytes, pinned as their digest: a refactor of the encoding that
+    /// changes one byte on the wire fails here.
+    #[test]
+    fn the_guard_encodes_as_before() {
+        let mut list = Attrs::default();
+        drop_rule(&mut list, "n-guarded", "n-allowed");
+        assert_eq!(
+            hex(&sha256(&list.0)),
+            "eb4617dd366842f6d14afa4744516320cafec8019c087cfcea599eaf5eda84a3"
+        );
+        let map = NewSet {
+            id: PORTS_ID,
+            name: "n-ports",
+            key: (TYPE_IFNAME, IFNAMSIZ),
+            data: Some((TYPE_ETHERADDR, 6)),
+            names_in_userdata: true,
+        };
+        assert_eq!(
+            hex(&sha256(&map.attrs().0)),
+            "4a9c1e9230ad7c16b81beb0ba9d9c181127a9c0852c050f4772d8f0488fbb6ef"
+        );
+        let port = GuardedPort {
+            port: "veth1".into(),
+            mac: [2, 0, 0, 0, 0, 9],
+            comment: "n:c:eth0".into(),
+        };
+        let mut list = Attrs::default();
+        for (_, key, data) in elements_of("n", &port) {
+            element(&mut list, &key, data.as_deref(), &port.comment);
+        }
+        assert_eq!(
+            hex(&sha256(&list.0)),
+            "7d0bd1d2e2c2f05e046bb6041ef0998cae51b2e9f0bda6080c559f8da383c67e"
+        );
+    }
 
     #[test]
     fn a_pair_key_is_the_padded_name_then_the_padded_mac() {

@@ -23,13 +23,14 @@ use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 use netlink_packet_core::{NLM_F_DUMP, NLM_F_REQUEST};
-use netlink_sys::protocols::NETLINK_NETFILTER;
 
-use super::socket::{Await, NlResult, NlSocket};
+use super::nfnetlink::{attributes, encode, Attrs, Family, HEADERS_LEN};
+use super::socket::{Await, NlError, NlResult, NlSocket, Subsystem};
 
 mod attrs;
 mod batch;
 mod change;
+mod consts;
 mod digest;
 mod forward;
 mod inspect;
@@ -39,90 +40,26 @@ mod port_elements;
 mod portmap;
 mod portmap_rules;
 mod rule;
+pub(super) mod step;
 
 pub use attrs::stored_comment;
-use attrs::{address_from, comment_of, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
-// The nfnetlink encoding conntrack.rs shares (the same NETLINK_NETFILTER, another
-// subsystem).
-pub(super) use attrs::{attributes, Attrs};
+use attrs::{address_from, comment_of};
 use batch::nftables_type;
-pub(super) use batch::{encode, HEADERS_LEN};
 pub use change::{NatChange, SetElement};
+pub use consts::CHAIN;
+use consts::{
+    NFPROTO_INET, NFPROTO_IPV4, NFPROTO_IPV6, NFTA_DATA_VALUE, NFTA_LIST_ELEM, NFTA_SET_ELEM_KEY,
+    NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE,
+    NFTA_SET_ELEM_USERDATA, NFT_MSG_GETSETELEM, TABLE,
+};
 pub use inspect::{MasqRule, SetShape, RULE_PREFIX};
 pub use macspoof::{guard_sets, GuardedPort};
 pub use objects::{Object, Table, TableRule};
 pub use port_elements::{key_text, PortElement, PortKey};
+pub use step::Step;
 
-pub const TABLE: &str = "academy";
-pub const CHAIN: &str = "postrouting";
-
-const NFPROTO_INET: u8 = 1;
-const NFPROTO_IPV4: u8 = 2;
-const NFPROTO_IPV6: u8 = 10;
-
-// enum nf_tables_msg_types
-const NFT_MSG_NEWTABLE: u8 = 0;
-const NFT_MSG_NEWCHAIN: u8 = 3;
-const NFT_MSG_NEWRULE: u8 = 6;
-const NFT_MSG_GETRULE: u8 = 7;
-const NFT_MSG_DELRULE: u8 = 8;
-const NFT_MSG_NEWSET: u8 = 9;
-const NFT_MSG_GETSET: u8 = 10;
-const NFT_MSG_NEWSETELEM: u8 = 12;
-const NFT_MSG_GETSETELEM: u8 = 13;
-const NFT_MSG_DELSETELEM: u8 = 14;
-
-// Attributes, each from its own enum in nf_tables.h.
-const NFTA_TABLE_NAME: u16 = 1;
-const NFTA_CHAIN_TABLE: u16 = 1;
-const NFTA_CHAIN_NAME: u16 = 3;
-const NFTA_CHAIN_HOOK: u16 = 4;
-const NFTA_CHAIN_TYPE: u16 = 7;
-const NFTA_HOOK_HOOKNUM: u16 = 1;
-const NFTA_HOOK_PRIORITY: u16 = 2;
-const NFTA_SET_TABLE: u16 = 1;
-const NFTA_SET_NAME: u16 = 2;
-const NFTA_SET_KEY_TYPE: u16 = 4;
-const NFTA_SET_KEY_LEN: u16 = 5;
-const NFTA_SET_ID: u16 = 10;
-const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
-const NFTA_SET_ELEM_LIST_SET: u16 = 2;
-const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
-const NFTA_SET_ELEM_KEY: u16 = 1;
-const NFTA_SET_ELEM_USERDATA: u16 = 6;
-const NFTA_RULE_TABLE: u16 = 1;
-const NFTA_RULE_CHAIN: u16 = 2;
-const NFTA_RULE_HANDLE: u16 = 3;
-// Set attributes the maps (port mapping, macspoofchk) and the inspection share.
-const NFTA_SET_FLAGS: u16 = 3;
-const NFTA_SET_DATA_TYPE: u16 = 6;
-const NFTA_SET_DATA_LEN: u16 = 7;
-const NFTA_SET_ELEM_DATA: u16 = 2;
-const NFT_SET_MAP: u32 = 0x8;
-const NFTA_RULE_EXPRESSIONS: u16 = 4;
-const NFTA_RULE_USERDATA: u16 = 7;
-
-const NF_INET_POST_ROUTING: u32 = 4;
-const NF_IP_PRI_NAT_SRC: u32 = 100;
-/// nft's datatypes for set keys (nft shows the elements as addresses).
-const TYPE_IPV4_ADDR: u32 = 7;
-const TYPE_IPV6_ADDR: u32 = 8;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Family {
-    V4,
-    V6,
-}
-
+/// What a family is to academy's tables (nfnetlink.rs defines it, for conntrack too).
 impl Family {
-    pub fn of(ip: IpAddr) -> Family {
-        if ip.is_ipv4() {
-            Family::V4
-        } else {
-            Family::V6
-        }
-    }
-
     fn suffix(self) -> &'static str {
         match self {
             Family::V4 => "v4",
@@ -208,7 +145,7 @@ impl Nftables {
     /// Opens a socket in the calling thread's network namespace.
     pub fn open() -> NlResult<Nftables> {
         Ok(Nftables {
-            socket: NlSocket::open(NETLINK_NETFILTER, "nf_tables")?,
+            socket: NlSocket::open(Subsystem::NfTables)?,
         })
     }
 
@@ -311,7 +248,7 @@ impl Nftables {
         mut on_reply: impl FnMut(&[u8]),
     ) -> NlResult<()> {
         if attrs.too_long() {
-            return Err(super::socket::NlError::new(what, libc::EMSGSIZE));
+            return Err(NlError::new(what, libc::EMSGSIZE).within(Subsystem::NfTables));
         }
         let sequence = self.socket.next_sequence();
         let mut bytes = Vec::new();

@@ -5,12 +5,16 @@
 //! stay: other networks use them, and an empty chain costs a packet nothing.
 
 use super::batch::Batch;
-use super::portmap::{element_list, hairpin_key, HAIRPIN_SET};
-use super::*;
-use crate::netlink::socket::Await;
-
-const NFT_MSG_DELSET: u8 = 11;
-const NFPROTO_BRIDGE: u8 = 7;
+use super::consts::{
+    HAIRPIN_SET, NFPROTO_BRIDGE, NFPROTO_INET, NFTA_DATA_VALUE, NFTA_LIST_ELEM, NFTA_RULE_CHAIN,
+    NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_SET_ELEM_KEY, NFTA_SET_NAME, NFTA_SET_TABLE,
+    NFT_MSG_DELRULE, NFT_MSG_DELSET, NFT_MSG_DELSETELEM, NFT_MSG_GETSETELEM, TABLE,
+};
+use super::portmap::{element_list, hairpin_key};
+use super::step::Step;
+use super::{Family, Nftables};
+use crate::netlink::nfnetlink::Attrs;
+use crate::netlink::socket::{Await, NlResult};
 
 /// The tables academy keeps state in (its own two) or adds rules to (iptables-nft's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,6 +137,7 @@ impl Nftables {
                     attrs.str(NFTA_RULE_CHAIN, &rule.chain);
                     attrs.be64(NFTA_RULE_HANDLE, rule.handle);
                     batch.add(
+                        Step::DeleteRule,
                         NFT_MSG_DELRULE,
                         0,
                         attrs,
@@ -147,6 +152,7 @@ impl Nftables {
                     attrs.str(NFTA_SET_TABLE, table.name());
                     attrs.str(NFTA_SET_NAME, name);
                     batch.add(
+                        Step::DeleteSet,
                         NFT_MSG_DELSET,
                         0,
                         attrs,
@@ -162,6 +168,7 @@ impl Nftables {
                         });
                     });
                     batch.add(
+                        Step::RemoveElement,
                         NFT_MSG_DELSETELEM,
                         0,
                         attrs,

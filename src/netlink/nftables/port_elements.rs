@@ -3,20 +3,14 @@
 
 use std::net::IpAddr;
 
-use super::attrs::{
-    address_bytes, address_from, attributes, comment_of, NFTA_DATA_VALUE, NFTA_LIST_ELEM,
-};
-use super::{
-    Family, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_USERDATA, TYPE_IPV4_ADDR,
-    TYPE_IPV6_ADDR,
+use super::attrs::{address_bytes, address_from, comment_of};
+use super::consts::{
+    NFTA_DATA_VALUE, NFTA_LIST_ELEM, NFTA_SET_ELEM_DATA, NFTA_SET_ELEM_KEY,
+    NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_USERDATA, TYPE_BITS, TYPE_INET_PROTOCOL,
+    TYPE_INET_SERVICE, TYPE_IPV4_ADDR, TYPE_IPV6_ADDR,
 };
 
-pub(super) use super::NFTA_SET_ELEM_DATA;
-/// nft's datatypes, and how it names a concatenation of them (6 bits a field).
-const TYPE_INET_PROTOCOL: u32 = 12;
-const TYPE_INET_SERVICE: u32 = 13;
-pub(super) const TYPE_IFNAME: u32 = 41;
-pub(super) const TYPE_BITS: u32 = 6;
+use crate::netlink::nfnetlink::{attributes, Family};
 
 /// One of the four maps: a family, keyed by the host address or not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

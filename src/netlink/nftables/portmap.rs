@@ -26,37 +26,32 @@
 
 use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE};
 
-use super::attrs::{comment_udata, Attrs, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
+use super::attrs::comment_udata;
 use super::batch::{Batch, Change};
-use super::port_elements::{
-    decode_ports, describe, key_text, PortElement, PortKey, PortMap, NFTA_SET_ELEM_DATA, TYPE_BITS,
+use super::consts::{
+    CHAIN, HAIRPIN_SET, IFNAMSIZ, NFPROTO_INET, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE,
+    NFTA_CHAIN_TYPE, NFTA_DATA_VALUE, NFTA_HOOK_HOOKNUM, NFTA_HOOK_PRIORITY, NFTA_LIST_ELEM,
+    NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_RULE_USERDATA,
+    NFTA_SET_DATA_LEN, NFTA_SET_DATA_TYPE, NFTA_SET_ELEM_DATA, NFTA_SET_ELEM_KEY,
+    NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE,
+    NFTA_SET_ELEM_USERDATA, NFTA_SET_FLAGS, NFTA_SET_ID, NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE,
+    NFTA_SET_NAME, NFTA_SET_TABLE, NFTA_TABLE_NAME, NFT_MSG_DELRULE, NFT_MSG_DELSETELEM,
+    NFT_MSG_GETSETELEM, NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE, NFT_MSG_NEWSET, NFT_MSG_NEWSETELEM,
+    NFT_MSG_NEWTABLE, NFT_SET_MAP, NF_INET_FORWARD, NF_INET_LOCAL_OUT, NF_INET_POST_ROUTING,
+    NF_INET_PRE_ROUTING, NF_IP_PRI_FILTER, NF_IP_PRI_NAT_DST, NF_IP_PRI_NAT_SRC, TABLE, TYPE_BITS,
     TYPE_IFNAME,
 };
+use super::port_elements::{decode_ports, describe, key_text, PortElement, PortKey, PortMap};
 use super::portmap_rules::{dnat_rule, hairpin_rule, localhost_rule, masquerade_marked};
-use super::{
-    Nftables, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_CHAIN_TYPE,
-    NFTA_HOOK_HOOKNUM, NFTA_HOOK_PRIORITY, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS,
-    NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_RULE_USERDATA, NFTA_SET_ELEM_KEY,
-    NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE,
-    NFTA_SET_ELEM_USERDATA, NFTA_SET_ID, NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE, NFTA_SET_NAME,
-    NFTA_SET_TABLE, NFTA_TABLE_NAME, NFT_MSG_DELRULE, NFT_MSG_DELSETELEM, NFT_MSG_GETSETELEM,
-    NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE, NFT_MSG_NEWSET, NFT_MSG_NEWSETELEM, NFT_MSG_NEWTABLE,
-    NF_INET_POST_ROUTING, NF_IP_PRI_NAT_SRC, TABLE,
-};
-use super::{NFPROTO_INET, NFTA_SET_DATA_LEN, NFTA_SET_DATA_TYPE, NFTA_SET_FLAGS, NFT_SET_MAP};
+use super::step::Step;
+use super::Nftables;
+
+use crate::netlink::nfnetlink::Attrs;
 use crate::netlink::socket::{Await, NlResult};
 
-pub const HAIRPIN_SET: &str = "_hairpin";
 pub const PREROUTING: &str = "prerouting";
 pub const OUTPUT: &str = "output";
 pub const FORWARD: &str = "forward";
-
-const NF_INET_PRE_ROUTING: u32 = 0;
-const NF_INET_FORWARD: u32 = 2;
-const NF_INET_LOCAL_OUT: u32 = 3;
-const NF_IP_PRI_FILTER: i32 = 0;
-const NF_IP_PRI_NAT_DST: i32 = -100;
-const IFNAMSIZ: usize = 16;
 
 impl Nftables {
     /// The element under `key`, if any.
@@ -139,6 +134,7 @@ impl Nftables {
             });
             let what: Vec<String> = mine.iter().map(|k| key_text(k)).collect();
             batch.add(
+                Step::Unpublish,
                 NFT_MSG_DELSETELEM,
                 0,
                 attrs,
@@ -201,6 +197,7 @@ impl Nftables {
         let mut table = Attrs::default();
         table.str(NFTA_TABLE_NAME, TABLE);
         batch.add(
+            Step::CreateTable,
             NFT_MSG_NEWTABLE,
             NLM_F_CREATE,
             table,
@@ -210,12 +207,7 @@ impl Nftables {
             (PREROUTING, NF_INET_PRE_ROUTING, NF_IP_PRI_NAT_DST, "nat"),
             (OUTPUT, NF_INET_LOCAL_OUT, NF_IP_PRI_NAT_DST, "nat"),
             (FORWARD, NF_INET_FORWARD, NF_IP_PRI_FILTER, "filter"),
-            (
-                super::CHAIN,
-                NF_INET_POST_ROUTING,
-                NF_IP_PRI_NAT_SRC as i32,
-                "nat",
-            ),
+            (CHAIN, NF_INET_POST_ROUTING, NF_IP_PRI_NAT_SRC, "nat"),
         ];
         for (name, hook, priority, kind) in chains {
             let mut chain = Attrs::default();
@@ -227,6 +219,7 @@ impl Nftables {
             });
             chain.str(NFTA_CHAIN_TYPE, kind);
             batch.add(
+                Step::CreateChain,
                 NFT_MSG_NEWCHAIN,
                 NLM_F_CREATE,
                 chain,
@@ -246,6 +239,7 @@ impl Nftables {
             set.be32(NFTA_SET_DATA_LEN, data_len);
             set.be32(NFTA_SET_ID, id);
             batch.add(
+                Step::CreateSet,
                 NFT_MSG_NEWSET,
                 NLM_F_CREATE,
                 set,
@@ -260,6 +254,7 @@ impl Nftables {
         set.be32(NFTA_SET_KEY_LEN, 2 * IFNAMSIZ as u32);
         set.be32(NFTA_SET_ID, hairpin_id);
         batch.add(
+            Step::CreateSet,
             NFT_MSG_NEWSET,
             NLM_F_CREATE,
             set,
@@ -272,6 +267,7 @@ impl Nftables {
             rule.str(NFTA_RULE_CHAIN, chain);
             rule.be64(NFTA_RULE_HANDLE, *handle);
             batch.add(
+                Step::DeleteRule,
                 NFT_MSG_DELRULE,
                 0,
                 rule,
@@ -292,13 +288,13 @@ impl Nftables {
         );
         add_rule(
             &mut batch,
-            super::CHAIN,
+            CHAIN,
             &format!("{RULE_PREFIX} masquerade marked"),
             masquerade_marked,
         );
         add_rule(
             &mut batch,
-            super::CHAIN,
+            CHAIN,
             &format!("{RULE_PREFIX} localhost"),
             localhost_rule,
         );
@@ -315,8 +311,8 @@ fn wanted_rules() -> Vec<(&'static str, String)> {
         }
     }
     wanted.push((FORWARD, format!("{RULE_PREFIX} hairpin")));
-    wanted.push((super::CHAIN, format!("{RULE_PREFIX} masquerade marked")));
-    wanted.push((super::CHAIN, format!("{RULE_PREFIX} localhost")));
+    wanted.push((CHAIN, format!("{RULE_PREFIX} masquerade marked")));
+    wanted.push((CHAIN, format!("{RULE_PREFIX} localhost")));
     wanted
 }
 
@@ -330,6 +326,7 @@ fn add_rule(batch: &mut Batch, chain: &str, comment: &str, expressions: impl FnO
     rule.nested(NFTA_RULE_EXPRESSIONS, expressions);
     rule.put(NFTA_RULE_USERDATA, &comment_udata(comment));
     batch.add(
+        Step::AddRule,
         NFT_MSG_NEWRULE,
         NLM_F_CREATE | NLM_F_APPEND,
         rule,
@@ -362,6 +359,7 @@ pub(super) fn port_changes(ports: &[PortElement], bridge: &str, hairpin: bool) -
         // No EXCL: the same element again (an ADD repeated) is fine; the same key with
         // other data (another container's port) is EEXIST all the same.
         changes.push(Change {
+            step: Step::Publish,
             kind: NFT_MSG_NEWSETELEM,
             flags: NLM_F_CREATE,
             attrs,
@@ -381,6 +379,7 @@ pub(super) fn port_changes(ports: &[PortElement], bridge: &str, hairpin: bool) -
             });
         });
         changes.push(Change {
+            step: Step::AddElement,
             kind: NFT_MSG_NEWSETELEM,
             flags: NLM_F_CREATE,
             attrs,

@@ -1,33 +1,23 @@
 //! The rules of port mapping, as nf_tables expressions (what `nft --debug=netlink`
 //! shows for the rules quoted on each function).
 
-use super::attrs::{Attrs, NFTA_DATA_VALUE};
+use super::consts::{
+    HAIRPIN_SET, IPS_DST_NAT, NFTA_BITWISE_DREG, NFTA_BITWISE_LEN, NFTA_BITWISE_MASK,
+    NFTA_BITWISE_SREG, NFTA_BITWISE_XOR, NFTA_CT_DREG, NFTA_CT_KEY, NFTA_DATA_VALUE, NFTA_FIB_DREG,
+    NFTA_FIB_FLAGS, NFTA_FIB_F_DADDR, NFTA_FIB_RESULT, NFTA_LOOKUP_DREG, NFTA_LOOKUP_SET,
+    NFTA_LOOKUP_SET_ID, NFTA_LOOKUP_SREG, NFTA_META_DREG, NFTA_META_KEY, NFTA_META_SREG,
+    NFTA_NAT_FAMILY, NFTA_NAT_REG_ADDR_MIN, NFTA_NAT_REG_PROTO_MIN, NFTA_NAT_TYPE,
+    NFTA_PAYLOAD_BASE, NFTA_PAYLOAD_DREG, NFTA_PAYLOAD_LEN, NFTA_PAYLOAD_OFFSET, NFT_CMP_EQ,
+    NFT_CMP_NEQ, NFT_CT_STATUS, NFT_FIB_RESULT_ADDRTYPE, NFT_META_IIFNAME, NFT_META_L4PROTO,
+    NFT_META_MARK, NFT_META_NFPROTO, NFT_META_OIFNAME, NFT_NAT_DNAT, NFT_PAYLOAD_NETWORK_HEADER,
+    NFT_PAYLOAD_TRANSPORT_HEADER, NFT_REG32_00, NFT_REG_1, NFT_REG_2, RTN_LOCAL,
+};
 use super::port_elements::PortMap;
-use super::portmap::HAIRPIN_SET;
 use super::rule::{cmp, expr};
-use super::Family;
+use crate::netlink::nfnetlink::{Attrs, Family};
 
-const NFT_REG_1: u32 = 1;
-const NFT_REG_2: u32 = 2;
-/// The 32-bit registers after NFT_REG_1's 16 bytes: where a concatenation's later fields go.
-const NFT_REG32_00: u32 = 8;
-const NFT_META_NFPROTO: u32 = 15;
-const NFT_META_L4PROTO: u32 = 16;
-const NFT_META_IIFNAME: u32 = 6;
-const NFT_META_OIFNAME: u32 = 7;
-const NFT_META_MARK: u32 = 3;
 /// The packet mark bit asking for masquerade (the reference portmap's default, 13).
 const MASQ_MARK: u32 = 1 << 13;
-const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
-const NFT_PAYLOAD_TRANSPORT_HEADER: u32 = 2;
-const NFT_CMP_EQ: u32 = 0;
-const NFT_CMP_NEQ: u32 = 1;
-const NFT_FIB_RESULT_ADDRTYPE: u32 = 3;
-const NFTA_FIB_F_DADDR: u32 = 2;
-const RTN_LOCAL: u32 = 2;
-const NFT_CT_STATUS: u32 = 2;
-const IPS_DST_NAT: u32 = 1 << 5;
-const NFT_NAT_DNAT: u32 = 1;
 
 /// `meta nfproto F fib daddr type local dnat F to [ip daddr .] meta l4proto . th dport
 /// map @MAP`: traffic to one of the host's own addresses (127.0.0.1 included, in
@@ -38,9 +28,9 @@ pub(super) fn dnat_rule(list: &mut Attrs, map: PortMap, set_id: u32) {
     meta(list, NFT_REG_1, NFT_META_NFPROTO);
     cmp(list, NFT_REG_1, NFT_CMP_EQ, &[nfproto]);
     expr(list, "fib", |e| {
-        e.be32(1, NFT_REG_1); // NFTA_FIB_DREG
-        e.be32(2, NFT_FIB_RESULT_ADDRTYPE); // NFTA_FIB_RESULT
-        e.be32(3, NFTA_FIB_F_DADDR); // NFTA_FIB_FLAGS
+        e.be32(NFTA_FIB_DREG, NFT_REG_1);
+        e.be32(NFTA_FIB_RESULT, NFT_FIB_RESULT_ADDRTYPE);
+        e.be32(NFTA_FIB_FLAGS, NFTA_FIB_F_DADDR);
     });
     cmp(list, NFT_REG_1, NFT_CMP_EQ, &RTN_LOCAL.to_ne_bytes());
     // The key, one field after another in 32-bit registers from NFT_REG_1 on.
@@ -54,18 +44,20 @@ pub(super) fn dnat_rule(list: &mut Attrs, map: PortMap, set_id: u32) {
     }
     payload(list, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2, next + 1);
     expr(list, "lookup", |e| {
-        e.str(1, &map.name()); // NFTA_LOOKUP_SET
-        e.be32(2, NFT_REG_1); // NFTA_LOOKUP_SREG
-        e.be32(3, NFT_REG_1); // NFTA_LOOKUP_DREG: address . port
-        e.be32(4, set_id); // NFTA_LOOKUP_SET_ID: the map may be new in this batch
+        e.str(NFTA_LOOKUP_SET, &map.name());
+        e.be32(NFTA_LOOKUP_SREG, NFT_REG_1);
+        // address . port
+        e.be32(NFTA_LOOKUP_DREG, NFT_REG_1);
+        // The map may be new in this batch.
+        e.be32(NFTA_LOOKUP_SET_ID, set_id);
     });
     // The data: the address from NFT_REG_1, the port in the register after it.
     let port_register = NFT_REG32_00 + len / 4;
     expr(list, "nat", |e| {
-        e.be32(1, NFT_NAT_DNAT); // NFTA_NAT_TYPE
-        e.be32(2, u32::from(nfproto)); // NFTA_NAT_FAMILY
-        e.be32(3, NFT_REG_1); // NFTA_NAT_REG_ADDR_MIN
-        e.be32(5, port_register); // NFTA_NAT_REG_PROTO_MIN
+        e.be32(NFTA_NAT_TYPE, NFT_NAT_DNAT);
+        e.be32(NFTA_NAT_FAMILY, u32::from(nfproto));
+        e.be32(NFTA_NAT_REG_ADDR_MIN, NFT_REG_1);
+        e.be32(NFTA_NAT_REG_PROTO_MIN, port_register);
     });
 }
 
@@ -81,15 +73,15 @@ pub(super) fn hairpin_rule(list: &mut Attrs, set_id: u32) {
     meta(list, NFT_REG_1, NFT_META_IIFNAME);
     meta(list, NFT_REG_2, NFT_META_OIFNAME);
     expr(list, "lookup", |e| {
-        e.str(1, HAIRPIN_SET); // NFTA_LOOKUP_SET
-        e.be32(2, NFT_REG_1); // NFTA_LOOKUP_SREG
-        e.be32(4, set_id); // NFTA_LOOKUP_SET_ID
+        e.str(NFTA_LOOKUP_SET, HAIRPIN_SET);
+        e.be32(NFTA_LOOKUP_SREG, NFT_REG_1);
+        e.be32(NFTA_LOOKUP_SET_ID, set_id);
     });
     meta(list, NFT_REG_1, NFT_META_MARK);
     bitwise(list, !MASQ_MARK, MASQ_MARK);
     expr(list, "meta", |e| {
-        e.be32(2, NFT_META_MARK); // NFTA_META_KEY
-        e.be32(3, NFT_REG_1); // NFTA_META_SREG
+        e.be32(NFTA_META_KEY, NFT_META_MARK);
+        e.be32(NFTA_META_SREG, NFT_REG_1);
     });
 }
 
@@ -117,8 +109,8 @@ pub(super) fn localhost_rule(list: &mut Attrs) {
 /// `ct status dnat`
 fn ct_dnat(list: &mut Attrs) {
     expr(list, "ct", |e| {
-        e.be32(1, NFT_REG_1); // NFTA_CT_DREG
-        e.be32(2, NFT_CT_STATUS); // NFTA_CT_KEY
+        e.be32(NFTA_CT_DREG, NFT_REG_1);
+        e.be32(NFTA_CT_KEY, NFT_CT_STATUS);
     });
     bitwise(list, IPS_DST_NAT, 0);
     cmp(list, NFT_REG_1, NFT_CMP_NEQ, &[0; 4]);
@@ -127,26 +119,73 @@ fn ct_dnat(list: &mut Attrs) {
 /// `reg 1 = (reg 1 & mask) ^ xor` on a 32-bit host-order value.
 fn bitwise(list: &mut Attrs, mask: u32, xor: u32) {
     expr(list, "bitwise", |e| {
-        e.be32(1, NFT_REG_1); // NFTA_BITWISE_SREG
-        e.be32(2, NFT_REG_1); // NFTA_BITWISE_DREG
-        e.be32(3, 4); // NFTA_BITWISE_LEN
-        e.nested(4, |m| m.put(NFTA_DATA_VALUE, &mask.to_ne_bytes()));
-        e.nested(5, |x| x.put(NFTA_DATA_VALUE, &xor.to_ne_bytes()));
+        e.be32(NFTA_BITWISE_SREG, NFT_REG_1);
+        e.be32(NFTA_BITWISE_DREG, NFT_REG_1);
+        e.be32(NFTA_BITWISE_LEN, 4);
+        e.nested(NFTA_BITWISE_MASK, |m| {
+            m.put(NFTA_DATA_VALUE, &mask.to_ne_bytes())
+        });
+        e.nested(NFTA_BITWISE_XOR, |x| {
+            x.put(NFTA_DATA_VALUE, &xor.to_ne_bytes())
+        });
     });
 }
 
 fn meta(list: &mut Attrs, register: u32, key: u32) {
     expr(list, "meta", |e| {
-        e.be32(1, register); // NFTA_META_DREG
-        e.be32(2, key); // NFTA_META_KEY
+        e.be32(NFTA_META_DREG, register);
+        e.be32(NFTA_META_KEY, key);
     });
 }
 
 fn payload(list: &mut Attrs, base: u32, offset: u32, len: u32, register: u32) {
     expr(list, "payload", |e| {
-        e.be32(1, register); // NFTA_PAYLOAD_DREG
-        e.be32(2, base); // NFTA_PAYLOAD_BASE
-        e.be32(3, offset); // NFTA_PAYLOAD_OFFSET
-        e.be32(4, len); // NFTA_PAYLOAD_LEN
+        e.be32(NFTA_PAYLOAD_DREG, register);
+        e.be32(NFTA_PAYLOAD_BASE, base);
+        e.be32(NFTA_PAYLOAD_OFFSET, offset);
+        e.be32(NFTA_PAYLOAD_LEN, len);
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netlink::nftables::digest::{hex, sha256};
+
+    /// The rules' bytes, pinned as their digest: a refactor of the encoding that changes
+    /// one byte on the wire fails here.
+    #[test]
+    fn the_port_mapping_rules_encode_as_before() {
+        let digest = |rule: &dyn Fn(&mut Attrs)| {
+            let mut list = Attrs::default();
+            rule(&mut list);
+            hex(&sha256(&list.0))
+        };
+        let dnat: Vec<String> = PortMap::ALL
+            .iter()
+            .zip(1..)
+            .map(|(map, id)| digest(&|l| dnat_rule(l, *map, id)))
+            .collect();
+        assert_eq!(
+            dnat,
+            [
+                "8f572262b5601beb8366a2d58da9f4b49cb1e0598580ab0cb7766871e5eddf2a",
+                "fbeb55d5c6c6c16caf3cdb858212adf3e000c182fcefcbb501c0b9ce5fc01834",
+                "61822eeb7fdcdb1c0e6929180cbdd9627e9567d8b344e0757fc11e14e2e151b6",
+                "e2a524566118e0c3b118113e014b79339ad4e4f9a78f86fdaa7da23a7280f754"
+            ]
+        );
+        assert_eq!(
+            digest(&|l| hairpin_rule(l, 5)),
+            "fc9ebd84fe0099c444da13b45cc1b80cb0f786576a38d3955e629666c27548e8"
+        );
+        assert_eq!(
+            digest(&masquerade_marked),
+            "b565d61d1ec701f191267f9e7da1d1490a01fb79d405ebffac83c3cd83193673"
+        );
+        assert_eq!(
+            digest(&localhost_rule),
+            "bfa3933e3347e78ac0c0c93673c658a1222dc8c266463f33ef4efc12d0988072"
+        );
+    }
 }

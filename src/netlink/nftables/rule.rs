@@ -1,16 +1,15 @@
 //! The masquerade rule of one network and family, as nf_tables expressions.
 
-use super::attrs::{address_bytes, Attrs, NFTA_DATA_VALUE, NFTA_LIST_ELEM};
+use super::attrs::address_bytes;
+use super::consts::{
+    NFTA_BITWISE_DREG, NFTA_BITWISE_LEN, NFTA_BITWISE_MASK, NFTA_BITWISE_SREG, NFTA_BITWISE_XOR,
+    NFTA_CMP_DATA, NFTA_CMP_OP, NFTA_CMP_SREG, NFTA_DATA_VALUE, NFTA_EXPR_DATA, NFTA_EXPR_NAME,
+    NFTA_LIST_ELEM, NFTA_LOOKUP_SET, NFTA_LOOKUP_SET_ID, NFTA_LOOKUP_SREG, NFTA_META_DREG,
+    NFTA_META_KEY, NFTA_PAYLOAD_BASE, NFTA_PAYLOAD_DREG, NFTA_PAYLOAD_LEN, NFTA_PAYLOAD_OFFSET,
+    NFT_CMP_EQ, NFT_CMP_NEQ, NFT_META_NFPROTO, NFT_PAYLOAD_NETWORK_HEADER, NFT_REG_1, NFT_REG_2,
+};
 use super::MasqNetwork;
-
-const NFT_REG_1: u32 = 1;
-const NFT_REG_2: u32 = 2;
-const NFT_META_NFPROTO: u32 = 15;
-const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
-const NFT_CMP_EQ: u32 = 0;
-const NFT_CMP_NEQ: u32 = 1;
-const NFTA_EXPR_NAME: u16 = 1;
-const NFTA_EXPR_DATA: u16 = 2;
+use crate::netlink::nfnetlink::Attrs;
 
 /// The rule, as `nft --debug=netlink` shows it for
 /// `meta nfproto ipv4 ip saddr @set ip daddr != SUBNET ... ip daddr != 224.0.0.0/4 masquerade`.
@@ -18,27 +17,30 @@ const NFTA_EXPR_DATA: u16 = 2;
 pub(super) fn masquerade_rule(list: &mut Attrs, network: &MasqNetwork, set_id: u32) {
     let (nfproto, len, saddr, daddr) = network.family.layout();
     expr(list, "meta", |e| {
-        e.be32(1, NFT_REG_1); // NFTA_META_DREG
-        e.be32(2, NFT_META_NFPROTO); // NFTA_META_KEY
+        e.be32(NFTA_META_DREG, NFT_REG_1);
+        e.be32(NFTA_META_KEY, NFT_META_NFPROTO);
     });
     cmp(list, NFT_REG_1, NFT_CMP_EQ, &[nfproto]);
     payload(list, saddr, len);
     expr(list, "lookup", |e| {
-        e.str(1, &network.set_name()); // NFTA_LOOKUP_SET
-        e.be32(2, NFT_REG_1); // NFTA_LOOKUP_SREG
+        e.str(NFTA_LOOKUP_SET, &network.set_name());
+        e.be32(NFTA_LOOKUP_SREG, NFT_REG_1);
+        // The set may be new in this batch.
         if set_id != 0 {
-            e.be32(4, set_id); // NFTA_LOOKUP_SET_ID: the set may be new in this batch
+            e.be32(NFTA_LOOKUP_SET_ID, set_id);
         }
     });
     payload(list, daddr, len);
     for subnet in network.subnets.iter().chain([&network.family.multicast()]) {
         let mask = address_bytes(subnet.mask());
         expr(list, "bitwise", |e| {
-            e.be32(1, NFT_REG_1); // NFTA_BITWISE_SREG
-            e.be32(2, NFT_REG_2); // NFTA_BITWISE_DREG
-            e.be32(3, len); // NFTA_BITWISE_LEN
-            e.nested(4, |m| m.put(NFTA_DATA_VALUE, &mask)); // NFTA_BITWISE_MASK
-            e.nested(5, |x| x.put(NFTA_DATA_VALUE, &vec![0; len as usize])); // XOR
+            e.be32(NFTA_BITWISE_SREG, NFT_REG_1);
+            e.be32(NFTA_BITWISE_DREG, NFT_REG_2);
+            e.be32(NFTA_BITWISE_LEN, len);
+            e.nested(NFTA_BITWISE_MASK, |m| m.put(NFTA_DATA_VALUE, &mask));
+            e.nested(NFTA_BITWISE_XOR, |x| {
+                x.put(NFTA_DATA_VALUE, &vec![0; len as usize])
+            });
         });
         cmp(
             list,
@@ -59,17 +61,48 @@ pub(super) fn expr(list: &mut Attrs, name: &str, data: impl FnOnce(&mut Attrs)) 
 
 pub(super) fn cmp(list: &mut Attrs, register: u32, op: u32, value: &[u8]) {
     expr(list, "cmp", |e| {
-        e.be32(1, register); // NFTA_CMP_SREG
-        e.be32(2, op); // NFTA_CMP_OP
-        e.nested(3, |d| d.put(NFTA_DATA_VALUE, value)); // NFTA_CMP_DATA
+        e.be32(NFTA_CMP_SREG, register);
+        e.be32(NFTA_CMP_OP, op);
+        e.nested(NFTA_CMP_DATA, |d| d.put(NFTA_DATA_VALUE, value));
     });
 }
 
 fn payload(list: &mut Attrs, offset: u32, len: u32) {
     expr(list, "payload", |e| {
-        e.be32(1, NFT_REG_1); // NFTA_PAYLOAD_DREG
-        e.be32(2, NFT_PAYLOAD_NETWORK_HEADER); // NFTA_PAYLOAD_BASE
-        e.be32(3, offset); // NFTA_PAYLOAD_OFFSET
-        e.be32(4, len); // NFTA_PAYLOAD_LEN
+        e.be32(NFTA_PAYLOAD_DREG, NFT_REG_1);
+        e.be32(NFTA_PAYLOAD_BASE, NFT_PAYLOAD_NETWORK_HEADER);
+        e.be32(NFTA_PAYLOAD_OFFSET, offset);
+        e.be32(NFTA_PAYLOAD_LEN, len);
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netlink::nftables::digest::{hex, sha256};
+    use crate::netlink::nftables::Family;
+
+    /// The rule's bytes, pinned as their digest: a refactor of the encoding that changes
+    /// one byte on the wire fails here.
+    #[test]
+    fn the_masquerade_rule_encodes_as_before() {
+        let digest = |family, subnets: &[&str], set_id| {
+            let network = MasqNetwork {
+                network: "n".into(),
+                family,
+                subnets: subnets.iter().map(|s| s.parse().unwrap()).collect(),
+            };
+            let mut list = Attrs::default();
+            masquerade_rule(&mut list, &network, set_id);
+            hex(&sha256(&list.0))
+        };
+        assert_eq!(
+            digest(Family::V4, &["10.1.0.0/16"], 1),
+            "71caf27e4d0081adc73c9cd8bcca0e41bfc9938d57a4aa5afcf8087c6081cb10"
+        );
+        assert_eq!(
+            digest(Family::V6, &["fd00::/64", "fd01::/64"], 0),
+            "d6c2fab164b65d5aa4ba5585a1c8a70a1244df97002ca6fc6c208af7f705479f"
+        );
+    }
 }
