@@ -152,9 +152,9 @@ pub fn attachments(conf: &Config, targets: Vec<Target>) -> Report {
     report
 }
 
-/// Step 4, for the removals that are not part of an ADD (DEL, GC, reclaim): the
-/// network's own nf_tables objects once it has no attachment left (firewall/network.rs).
-/// An ADD's undo and its healing leave them: the ADD itself is an attachment.
+/// Step 4, for DEL, GC, reclaim and a failed ADD's undo: the network's own nf_tables
+/// objects once it has no attachment left (firewall/network.rs). Healing and an ADD's
+/// replacement of its own stale pair leave them: the ADD itself is an attachment.
 pub fn network_if_unused(conf: &Config) -> Result<()> {
     for what in network::release_if_unused(conf)? {
         eprintln!(
@@ -184,12 +184,16 @@ fn remove_nftables(
     if kinds.is_empty() {
         return true;
     }
-    let addresses = match addresses(conf, t) {
-        Ok(a) => a,
-        Err(e) => {
-            errors.push(e);
-            return false;
-        }
+    // Only the masquerade looks by address (a store read the other kinds do not need).
+    let addresses = match kinds.contains(&Kind::Masquerade) {
+        false => Vec::new(),
+        true => match addresses(conf, t) {
+            Ok(a) => a,
+            Err(e) => {
+                errors.push(e);
+                return false;
+            }
+        },
     };
     let removing = Removing {
         who: t.who,

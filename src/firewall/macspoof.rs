@@ -194,7 +194,12 @@ pub fn restore(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<S
     if rule_gone {
         // Sets without their rule (an admin deleted the rule alone) would make the
         // guard's creation, which makes the sets and the rule together, refuse.
-        let objects = objects(nft, conf)?;
+        // No rule, so no port is checked: the leftover guards go with the sets.
+        let mut objects: Vec<Object> = guard_sets(&conf.name)
+            .into_iter()
+            .map(|set| Object::Set(Table::AcademyBridge, set))
+            .collect();
+        objects.extend(nft.guard_rule(&conf.name)?.map(Object::Rule));
         nft.delete_objects(&objects)?;
     }
     let veths = match rule_gone {
@@ -226,10 +231,13 @@ pub fn restore(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<S
     Ok(missing)
 }
 
-/// The network's rule, map and sets in `bridge academy`.
-pub fn objects(nft: &mut Nftables, conf: &Config) -> Result<Vec<Object>> {
+/// The network's rule, map and sets in `bridge academy`, once no port is guarded.
+pub fn objects(nft: &mut Nftables, conf: &Config) -> Result<Option<Vec<Object>>> {
     if !conf.mac_spoof_check {
-        return Ok(Vec::new());
+        return Ok(Some(Vec::new()));
+    }
+    if !nft.guarded_ports(&conf.name)?.is_empty() {
+        return Ok(None);
     }
     let mut objects: Vec<Object> = nft
         .guard_rule(&conf.name)?
@@ -241,5 +249,5 @@ pub fn objects(nft: &mut Nftables, conf: &Config) -> Result<Vec<Object>> {
             .into_iter()
             .map(|set| Object::Set(Table::AcademyBridge, set)),
     );
-    Ok(objects)
+    Ok(Some(objects))
 }

@@ -204,12 +204,17 @@ pub fn sweep(nft: &mut Nftables, conf: &Config, live: &Live, errors: &mut Vec<Er
     }
 }
 
-/// The network's rules in academy's chain and its sets (those of academy's shape).
-pub fn objects(nft: &mut Nftables, conf: &Config) -> Result<Vec<Object>> {
+/// The network's rules in academy's chain and its sets (those of academy's shape), if
+/// the sets are empty.
+pub fn objects(nft: &mut Nftables, conf: &Config) -> Result<Option<Vec<Object>>> {
     let mut objects = Vec::new();
     let rules = nft.masquerade_rules()?;
     for family in [Family::V4, Family::V6] {
         let set = nftables_set_name(&conf.name, family);
+        let shape = nft.set_shape(&conf.name, family)?;
+        if shape == SetShape::Ours && !nft.elements(&conf.name, family)?.is_empty() {
+            return Ok(None);
+        }
         objects.extend(rules.iter().filter(|r| r.set == set).map(|r| {
             Object::Rule(TableRule {
                 table: Table::Academy,
@@ -218,11 +223,11 @@ pub fn objects(nft: &mut Nftables, conf: &Config) -> Result<Vec<Object>> {
                 comment: r.comment.clone(),
             })
         }));
-        if nft.set_shape(&conf.name, family)? == SetShape::Ours {
+        if shape == SetShape::Ours {
             objects.push(Object::Set(Table::Academy, set));
         }
     }
-    Ok(objects)
+    Ok(Some(objects))
 }
 
 /// Per family of `addresses`, the network's subnets in that family: all of academy's

@@ -108,7 +108,8 @@ impl Kind {
     /// Whether the network may hold state of this kind for an attachment.
     pub fn on(self, conf: &Config, traced: bool) -> bool {
         match self {
-            Kind::Masquerade => conf.ip_masq || traced,
+            // Its elements name addresses: without ipMasq none were ever added.
+            Kind::Masquerade => conf.ip_masq,
             Kind::Ports => conf.publishes_ports || traced,
             Kind::MacFilter => conf.mac_spoof_check || traced,
             Kind::Forward => false, // nothing per attachment
@@ -175,13 +176,15 @@ impl Kind {
         }
     }
 
-    /// The network's own objects of this kind, to delete with its last attachment.
-    pub fn release(self, nft: &mut Nftables, conf: &Config) -> Result<Vec<Object>> {
+    /// The network's own objects of this kind, to delete with its last attachment; None
+    /// while elements of the kind remain (another's, never a removal's to take: GC
+    /// sweeps them first if their owner is gone).
+    pub fn release(self, nft: &mut Nftables, conf: &Config) -> Result<Option<Vec<Object>>> {
         match self {
             Kind::Masquerade => masquerade::objects(nft, conf),
-            Kind::Ports => Ok(ports::objects(conf)),
+            Kind::Ports => ports::objects(nft, conf),
             Kind::MacFilter => macspoof::objects(nft, conf),
-            Kind::Forward => forward::objects(nft, conf),
+            Kind::Forward => forward::objects(nft, conf).map(Some),
         }
     }
 }

@@ -31,10 +31,9 @@ const LOCK_DIR: &str = "/run/academy/networks";
 pub struct InUse(#[allow(dead_code)] Option<Flock<File>>);
 
 /// Takes the network's lock shared for an ADD. Best effort: without /run (or after 5 s,
-/// when a release is stuck) ADD goes on unlocked, and the release, which cannot lock
-/// either, keeps the objects.
+/// when a release is stuck) ADD goes on unlocked.
 pub fn in_use(conf: &Config) -> InUse {
-    InUse(lock(conf, FlockArg::LockSharedNonblock).ok())
+    InUse(lock(conf, Wait::Shared).ok())
 }
 
 /// Deletes the network's own objects if it has no attachment left. Returns what it
@@ -46,11 +45,10 @@ pub fn release_if_unused(conf: &Config) -> Result<Vec<String>> {
     if !unused(conf, &mut nl)? {
         return Ok(Vec::new());
     }
-    // Rarely waited for: an ADD holds its share from before its reservation, so the
-    // look above saw an empty store only if the ADD has not reserved yet. Two removals
-    // of the last attachments take turns, and the second sees both gone.
-    let Ok(_lock) = lock(conf, FlockArg::LockExclusiveNonblock) else {
-        return Ok(Vec::new()); // no /run, or a stuck holder: the objects stay for GC
+    // Never waited for: a held share is an ADD in flight, so the network is in use
+    // (DEL and GC must not stand behind a burst of ADDs). Without /run the objects stay.
+    let Ok(_lock) = lock(conf, Wait::No) else {
+        return Ok(Vec::new());
     };
     if !unused(conf, &mut nl)? {
         return Ok(Vec::new());
@@ -60,7 +58,9 @@ pub fn release_if_unused(conf: &Config) -> Result<Vec<String>> {
     let mut errors = Vec::new();
     for kind in KINDS {
         match kind.release(&mut nft, conf) {
-            Ok(found) => objects.extend(found),
+            Ok(Some(found)) => objects.extend(found),
+            // Elements of another remain: the network's objects are still in use.
+            Ok(None) => return Ok(Vec::new()),
             Err(e) => errors.push(e),
         }
     }
@@ -98,7 +98,14 @@ fn unused(conf: &Config, nl: &mut Netlink) -> Result<bool> {
     Ok(!links.iter().any(|l| l.controller == Some(bridge.index)))
 }
 
-fn lock(conf: &Config, how: FlockArg) -> std::io::Result<Flock<File>> {
+/// How the lock is taken: shared, waiting out a release (milliseconds); or exclusive,
+/// only if free.
+enum Wait {
+    Shared,
+    No,
+}
+
+fn lock(conf: &Config, how: Wait) -> std::io::Result<Flock<File>> {
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -111,10 +118,16 @@ fn lock(conf: &Config, how: FlockArg) -> std::io::Result<Flock<File>> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(format!("{LOCK_DIR}/{}.lock", conf.name))?;
     let deadline = Instant::now() + Duration::from_secs(5);
+    let arg = match how {
+        Wait::Shared => FlockArg::LockSharedNonblock,
+        Wait::No => FlockArg::LockExclusiveNonblock,
+    };
     loop {
-        match Flock::lock(file, how) {
+        match Flock::lock(file, arg) {
             Ok(locked) => return Ok(locked),
-            Err((f, Errno::EWOULDBLOCK)) if Instant::now() < deadline => {
+            Err((f, Errno::EWOULDBLOCK))
+                if matches!(how, Wait::Shared) && Instant::now() < deadline =>
+            {
                 file = f;
                 std::thread::sleep(Duration::from_millis(1));
             }

@@ -331,13 +331,21 @@ pub fn restore(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<S
     Ok(missing)
 }
 
-/// The network's own object in the shared maps: its bridge's hairpin mark.
-pub fn objects(conf: &Config) -> Vec<Object> {
-    if conf.publishes_ports {
-        vec![Object::Hairpin(conf.bridge.clone())]
-    } else {
-        Vec::new()
+/// The network's own object in the shared maps, its bridge's hairpin mark, once none
+/// of its ports is published.
+pub fn objects(nft: &mut Nftables, conf: &Config) -> Result<Option<Vec<Object>>> {
+    if !conf.publishes_ports {
+        return Ok(Some(Vec::new()));
     }
+    let prefix = format!("{}:", conf.name);
+    if nft
+        .port_elements()?
+        .iter()
+        .any(|e| e.comment.starts_with(&prefix))
+    {
+        return Ok(None);
+    }
+    Ok(Some(vec![Object::Hairpin(conf.bridge.clone())]))
 }
 
 #[cfg(test)]

@@ -47,7 +47,7 @@ pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
 
     // From before the reservation until the last nf_tables step: the network is in use,
     // so a DEL of its last other attachment leaves its rules and sets alone.
-    let _in_use = network::in_use(conf);
+    let in_use = network::in_use(conf);
     let assigned = acquire(env, conf, &requests.ips)?;
     let who = Attachment::of(env, conf);
     let interfaces = make(&netns, &who, conf, &assigned, requests.mac).inspect_err(|_| {
@@ -56,6 +56,14 @@ pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
             reservations: Reservations::Assigned(env, &assigned),
         };
         if let Err(e) = removal::attachment(conf, target) {
+            eprintln!("academy: while undoing a failed ADD: {e}");
+        }
+    });
+    // Given back before a failed ADD's last step: the network may have no attachment
+    // left, and then a failed first ADD leaves none of its objects either.
+    drop(in_use);
+    let interfaces = interfaces.inspect_err(|_| {
+        if let Err(e) = removal::network_if_unused(conf) {
             eprintln!("academy: while undoing a failed ADD: {e}");
         }
     })?;

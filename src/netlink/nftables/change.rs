@@ -281,7 +281,7 @@ mod tests {
             port: 80,
             comment: "n:c:eth0".into(),
         };
-        changes.extend(port_changes(&[port], "br0"));
+        changes.extend(port_changes(&[port], "br0", false));
         let digests: Vec<String> = changes
             .iter()
             .map(|c| {
