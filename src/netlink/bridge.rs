@@ -1,5 +1,5 @@
 //! Bridge VLAN filtering and bridge port flags, over rtnetlink: what `bridge vlan` and
-//! `ip link set ... type bridge_slave isolated on` do, without their binaries. Beside
+//! `ip link set ... type bridge_slave isolated on|hairpin on` do, without their binaries. Beside
 //! route.rs because it speaks netlink-packet-route too; the rest of academy sees only
 //! `VlanEntry`, `PortState` and plain numbers.
 //!
@@ -8,14 +8,20 @@
 //! read them (the kernel has no per-link GET in that family, and refuses a dump filtered
 //! by index under strict checking).
 
+use netlink_packet_core::DefaultNla;
 use netlink_packet_route::link::{
     AfSpecBridge, BridgeVlanInfo, BridgeVlanInfoFlags, InfoBridge, InfoBridgePort, InfoData,
     InfoKind, InfoPortData, InfoPortKind, LinkAttribute, LinkExtentMask, LinkInfo, LinkMessage,
+    LinkProtoInfoBridge,
 };
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
 use super::route::Netlink;
 use super::socket::{Await, NlResult};
+
+/// IFLA_BRPORT_MODE (uapi linux/if_link.h): the port's hairpin flag. netlink-packet-route
+/// 0.34 names it only inside IFLA_INFO_SLAVE_DATA, not in IFLA_PROTINFO.
+const IFLA_BRPORT_MODE: u16 = 4;
 
 /// One VLAN of a bridge port, as `bridge vlan show` lists it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -124,6 +130,26 @@ impl Netlink {
             )])),
         ]));
         self.change_link(msg, &format!("isolate bridge port #{port}"))
+    }
+
+    /// Turns on the port's hairpin mode: the bridge may send a frame back out of the
+    /// port it came in on. As the reference plugin (netlink's LinkSetHairpin) does it:
+    /// RTM_SETLINK in the AF_BRIDGE family, which the kernel hands to the port's bridge
+    /// (br_setlink), with IFLA_BRPORT_MODE in a nested IFLA_PROTINFO.
+    pub fn set_port_hairpin(&mut self, port: u32) -> NlResult<()> {
+        let mut msg = LinkMessage::default();
+        msg.header.interface_family = AddressFamily::Bridge;
+        msg.header.index = port;
+        // The crate sets NLA_F_NESTED on it, which the kernel's policy requires.
+        msg.attributes.push(LinkAttribute::ProtoInfoBridge(vec![
+            LinkProtoInfoBridge::Other(DefaultNla::new(IFLA_BRPORT_MODE, vec![1])),
+        ]));
+        self.request(
+            RouteNetlinkMessage::SetLink(msg),
+            Await::Ack,
+            &format!("turn on hairpin mode of bridge port #{port}"),
+        )
+        .map(drop)
     }
 
     /// The port's VLAN entries and isolated flag; None when `port` is no bridge port.

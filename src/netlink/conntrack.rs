@@ -10,18 +10,27 @@
 //! sending (the entry's timeout restarts with each one). TCP has no such problem: a new
 //! connection is a new flow. The reference portmap and netavark delete these entries too.
 //!
+//! Stale means: to the port, and to the node itself, where the port is published (its
+//! hostIP, or else any address of the node). A container's own flow to a remote server
+//! on the same port number is no client of the node: deleting its entry would only
+//! forget its masquerade mid-flow (an answer arriving before the container's next
+//! datagram finds no entry and is dropped at the node, and that next datagram may leave
+//! under another source port, which the server does not know).
+//!
 //! Per family and port, one dump the kernel filters (CTA_FILTER, Linux 5.8: UDP to the
 //! port; one dump of every UDP entry instead for more than PORT_DUMPS_MAX ports), then
 //! one sendmsg deleting every entry found by its original tuple. A kernel that refuses
 //! the filter gets one unfiltered dump of the family instead; every entry is checked
 //! here anyway (a kernel before 5.8 ignores the attribute it does not know and dumps
-//! all).
+//! all). When a dump found entries to a port without hostIP, one rtnetlink dump tells
+//! which destinations are the node's.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use netlink_packet_core::{NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
 
 use super::nfnetlink::{attributes, encode, Attrs, Family, HEADERS_LEN};
+use super::route::Netlink;
 use super::socket::{Await, NlError, NlResult, NlSocket, Subsystem};
 
 const NFNL_SUBSYS_CTNETLINK: u16 = 1;
@@ -59,8 +68,8 @@ const PORT_DUMPS_MAX: usize = 3;
 /// Deletes per sendmsg: their acks (36 bytes each) stay far below the receive buffer.
 const DELETES_PER_SEND: usize = 256;
 
-/// A UDP destination being published: `port` on `address`, or on every host address
-/// of the family when None.
+/// A UDP destination being published: `port` on `address`, or on every address of this
+/// node (the calling thread's netns) of the family when None.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UdpDestination {
     pub family: Family,
@@ -90,15 +99,26 @@ struct Entry {
 }
 
 impl Entry {
-    fn goes_to(&self, family: Family, to: &UdpDestination) -> bool {
-        let Some((address, port)) = self.destination else {
-            return false;
-        };
-        self.protocol == Some(IPPROTO_UDP)
+    /// Whether the entry is a flow to `to`: UDP, to its port, and to its address, or
+    /// when it has none to one of `node`'s (loopback's included).
+    fn goes_to(&self, family: Family, to: &UdpDestination, node: &[IpAddr]) -> bool {
+        self.to_port(family, to)
+            .is_some_and(|address| match to.address {
+                Some(a) => a == address,
+                // The whole of 127.0.0.0/8 is local to the kernel (what the DNAT rule's fib
+                // lookup sees), whether lo holds 127.0.0.1 or not.
+                None => address.is_loopback() || node.contains(&address),
+            })
+    }
+
+    /// The original destination of a UDP entry of the family to `to`'s port.
+    fn to_port(&self, family: Family, to: &UdpDestination) -> Option<IpAddr> {
+        let (address, port) = self.destination?;
+        let udp = self.protocol == Some(IPPROTO_UDP)
             && Family::of(address) == family
             && to.family == family
-            && port == to.port
-            && to.address.is_none_or(|a| a == address)
+            && port == to.port;
+        udp.then_some(address)
     }
 
     fn text(&self) -> String {
@@ -117,6 +137,8 @@ pub fn flush_udp(destinations: &[UdpDestination]) -> NlResult<Flushed> {
     let mut socket = NlSocket::open(Subsystem::Conntrack)?;
     let mut stale: Vec<(Family, Entry)> = Vec::new();
     let mut kernel_filters = true;
+    // Asked for once, and only when an entry's address must be told apart.
+    let mut node: Option<Vec<IpAddr>> = None;
     for family in [Family::V4, Family::V6] {
         let wanted: Vec<&UdpDestination> =
             destinations.iter().filter(|d| d.family == family).collect();
@@ -141,8 +163,17 @@ pub fn flush_udp(destinations: &[UdpDestination]) -> NlResult<Flushed> {
                 Err(e) => return unavailable_or(e),
             },
         };
+        let to_unaddressed_port = |e: &Entry| {
+            wanted
+                .iter()
+                .any(|to| to.address.is_none() && e.to_port(family, to).is_some())
+        };
+        if node.is_none() && found.iter().any(to_unaddressed_port) {
+            node = Some(node_addresses()?);
+        }
+        let node = node.as_deref().unwrap_or_default();
         for entry in found {
-            let stale_one = wanted.iter().any(|to| entry.goes_to(family, to));
+            let stale_one = wanted.iter().any(|to| entry.goes_to(family, to, node));
             if stale_one && !stale.iter().any(|(_, e)| e.tuple == entry.tuple) {
                 stale.push((family, entry));
             }
@@ -169,6 +200,18 @@ fn filtered_dumps(
         found.extend(dump(socket, family, Some(Filter::Destination(to)))?);
     }
     Ok(found)
+}
+
+/// The addresses of this node, the calling thread's netns: where a port without hostIP
+/// is published. Read over rtnetlink, not from /sys or /proc/net, which may be another
+/// netns's.
+fn node_addresses() -> NlResult<Vec<IpAddr>> {
+    let mut addresses = Netlink::open()?.all_addresses()?;
+    addresses.extend([
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(Ipv6Addr::LOCALHOST),
+    ]);
+    Ok(addresses)
 }
 
 /// ctnetlink's absence (its module missing or not loadable) is no failure.
@@ -414,21 +457,50 @@ mod tests {
         }
     }
 
+    fn addresses(list: &[&str]) -> Vec<IpAddr> {
+        list.iter().map(|a| a.parse().unwrap()).collect()
+    }
+
     #[test]
     fn an_entry_is_stale_only_for_its_protocol_port_family_and_address() {
+        let node = addresses(&["10.9.0.1", "fd00::1"]);
         let udp = decode_entry(&reply("10.9.0.2", "10.9.0.1", 17, 5353).0).unwrap();
         assert_eq!(udp.text(), "udp 10.9.0.2:40000 -> 10.9.0.1:5353");
-        assert!(udp.goes_to(Family::V4, &to(Family::V4, None, 5353)));
-        assert!(udp.goes_to(Family::V4, &to(Family::V4, Some("10.9.0.1"), 5353)));
-        assert!(!udp.goes_to(Family::V4, &to(Family::V4, Some("10.9.0.7"), 5353)));
-        assert!(!udp.goes_to(Family::V4, &to(Family::V4, None, 5354)));
-        assert!(!udp.goes_to(Family::V6, &to(Family::V6, None, 5353)));
+        assert!(udp.goes_to(Family::V4, &to(Family::V4, None, 5353), &node));
+        assert!(udp.goes_to(Family::V4, &to(Family::V4, Some("10.9.0.1"), 5353), &node));
+        assert!(!udp.goes_to(Family::V4, &to(Family::V4, Some("10.9.0.7"), 5353), &node));
+        assert!(!udp.goes_to(Family::V4, &to(Family::V4, None, 5354), &node));
+        assert!(!udp.goes_to(Family::V6, &to(Family::V6, None, 5353), &node));
         let tcp = decode_entry(&reply("10.9.0.2", "10.9.0.1", 6, 5353).0).unwrap();
-        assert!(!tcp.goes_to(Family::V4, &to(Family::V4, None, 5353)));
+        assert!(!tcp.goes_to(Family::V4, &to(Family::V4, None, 5353), &node));
         let v6 = decode_entry(&reply("fd00::2", "fd00::1", 17, 5353).0).unwrap();
         assert_eq!(v6.text(), "udp [fd00::2]:40000 -> [fd00::1]:5353");
-        assert!(v6.goes_to(Family::V6, &to(Family::V6, None, 5353)));
+        assert!(v6.goes_to(Family::V6, &to(Family::V6, None, 5353), &node));
         assert_eq!(v6.zone, None);
+    }
+
+    #[test]
+    fn without_host_ip_only_an_entry_to_the_node_itself_is_stale() {
+        let node = addresses(&["10.9.0.1", "192.0.2.10", "fd00::1"]);
+        let any = |family| to(family, None, 5353);
+        let stale = |src: &str, dst: &str| {
+            let entry = decode_entry(&reply(src, dst, 17, 5353).0).unwrap();
+            let family = Family::of(dst.parse().unwrap());
+            entry.goes_to(family, &any(family), &node)
+        };
+        // A container's own flow to a remote server on that port number.
+        assert!(!stale("10.9.0.2", "198.51.100.7"));
+        assert!(!stale("fd00::2", "2001:db8::7"));
+        // Clients of the node: on any of its links, or on loopback, lo up or not.
+        assert!(stale("198.51.100.7", "192.0.2.10"));
+        assert!(stale("10.9.0.2", "10.9.0.1"));
+        assert!(stale("127.0.0.1", "127.0.0.1"));
+        assert!(stale("127.0.0.1", "127.0.0.53"));
+        assert!(stale("::1", "::1"));
+        // A hostIP is that address alone, the node's other addresses not included.
+        let entry = decode_entry(&reply("198.51.100.7", "10.9.0.1", 17, 5353).0).unwrap();
+        let on = to(Family::V4, Some("192.0.2.10"), 5353);
+        assert!(!entry.goes_to(Family::V4, &on, &node));
     }
 
     #[test]

@@ -374,6 +374,23 @@ impl Netlink {
             .collect())
     }
 
+    /// Every address on every link of this netns, IPv4 and IPv6, in one dump.
+    pub fn all_addresses(&mut self) -> NlResult<Vec<IpAddr>> {
+        let replies = self.request(
+            RouteNetlinkMessage::GetAddress(AddressMessage::default()),
+            Await::Dump,
+            "list the addresses of every link",
+        )?;
+        Ok(replies
+            .iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewAddress(a) => to_address(a),
+                _ => None,
+            })
+            .map(|a| a.address.ip())
+            .collect())
+    }
+
     // ----- routes -----
 
     /// Adds a route, in the main table unless `attrs` names another. As the reference

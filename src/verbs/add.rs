@@ -204,7 +204,7 @@ fn wire_up(
         macspoof::add(nft.get()?, conf, who, host.container_mac)?;
     }
     if conf.hairpin_mode {
-        wire::set_hairpin(&host.name)?;
+        wire::set_hairpin(nl, &host.name)?;
     }
     if conf.port.isolated || conf.port.vlan_filtering() {
         let index = nl

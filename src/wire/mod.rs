@@ -248,11 +248,14 @@ fn foreign_host_link(name: &str, why: &str) -> Error {
     .details("academy will not delete a link it did not make; remove it by hand if it is stale")
 }
 
-/// Hairpin mode: the bridge may send a frame back out of the port it came in on.
-pub fn set_hairpin(host_name: &str) -> Result<()> {
-    let path = format!("/sys/class/net/{host_name}/brport/hairpin_mode");
-    std::fs::write(&path, "1")
-        .map_err(|e| Error::io(format!("cannot turn on hairpin mode in {path}"), &e))
+/// Hairpin mode: the bridge may send a frame back out of the port it came in on. Over
+/// netlink, never /sys/class/net: a runtime that entered the netns with `nsenter --net`
+/// keeps a /sys mounted for another netns, which has no such port. (/proc/sys/net, as
+/// the sysctls above and below use it, has no such trap: it is the netns of the thread
+/// that opens it, whatever /proc is mounted for.)
+pub fn set_hairpin(nl: &mut Netlink, host_name: &str) -> Result<()> {
+    let link = nl.link(host_name)?.ok_or_else(|| vanished(host_name))?;
+    Ok(nl.set_port_hairpin(link.index)?)
 }
 
 /// A route for the container, its gateway known.

@@ -68,6 +68,7 @@ mod cli_inputs;
 mod cri;
 mod dropin;
 mod failure;
+mod foreign_sys;
 mod forward;
 mod gate;
 mod hardening;

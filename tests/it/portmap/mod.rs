@@ -12,6 +12,7 @@
 mod published;
 mod runtimes;
 mod stale_udp;
+mod stale_udp_remote;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
