@@ -197,6 +197,13 @@ fn remove_nftables(
             .and_then(|n| macspoof::remove_owned(n, conf, &t.who));
         errors.extend(removed.err());
     }
+    // A container the reference chain made before `academy convert`.
+    if let Reservations::Held(env) = &t.reservations {
+        let removed = nft.get().map_err(Error::from).and_then(|n| {
+            crate::firewall::reference::remove_leftovers(n, conf, &t.who, &env.netns)
+        });
+        errors.extend(removed.err());
+    }
     errors.len() == before
 }
 

@@ -5,3 +5,4 @@ pub mod macspoof;
 pub mod masquerade;
 pub mod nat;
 pub mod ports;
+pub mod reference;

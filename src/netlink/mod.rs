@@ -30,5 +30,6 @@ pub use nftables::{
     key_text, set_name as nftables_set_name, stored_comment, Family, MasqElement, MasqNetwork,
     MasqRule, NatChange, Nftables, NftablesOnDemand, PortElement, PortKey, SetElement, SetShape,
 };
+pub use nftables::{Expr, IptablesRemoval, IptablesRule, Verdict};
 pub use route::{Link, LinkKind, Netlink, Route, RouteAttrs, VethPair, MAIN_TABLE};
 pub use socket::NlError;

@@ -37,6 +37,7 @@ mod macspoof;
 mod port_elements;
 mod portmap;
 mod portmap_rules;
+mod reference;
 mod rule;
 
 pub use attrs::stored_comment;
@@ -50,6 +51,7 @@ pub use change::{NatChange, SetElement};
 pub use inspect::{MasqRule, SetShape, RULE_PREFIX};
 pub use macspoof::GuardedPort;
 pub use port_elements::{key_text, PortElement, PortKey};
+pub use reference::{Expr, IptablesRemoval, IptablesRule, Verdict};
 
 pub const TABLE: &str = "academy";
 pub const CHAIN: &str = "postrouting";
