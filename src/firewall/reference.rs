@@ -305,6 +305,77 @@ fn other_networks(data_dir: &Path, network: &str) -> Vec<std::path::PathBuf> {
         .collect()
 }
 
+/// One per-container rule of the reference found for a network (`academy convert`'s
+/// report of what DEL will take away).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leftover {
+    pub container_id: String,
+    pub family: Family,
+    /// The chain of the commented rule (POSTROUTING, CNI-HOSTPORT-DNAT, ...).
+    pub from: String,
+    /// The per-container chain it jumps to, when of the reference's form.
+    pub chain: Option<String>,
+    pub comment: String,
+}
+
+/// The reference's commented per-container rules of `network`, in both families' nat
+/// tables, with the container id each names.
+pub fn survey(nft: &mut Nftables, network: &str) -> Result<Vec<Leftover>> {
+    let mut found = Vec::new();
+    for family in [Family::V4, Family::V6] {
+        for rule in nft.iptables_rules(family, NAT, None)? {
+            // The rules inside a per-container chain repeat its jump's comment.
+            let inside = KINDS
+                .iter()
+                .any(|(_, prefix, digits)| per_container_chain(&rule.chain, prefix, *digits));
+            if inside {
+                continue;
+            }
+            for comment in &rule.comments {
+                let Some((kind, container_id)) = names(comment, network) else {
+                    continue;
+                };
+                let (_, prefix, digits) = KINDS[kind];
+                let chain = rule
+                    .target_chain()
+                    .filter(|t| per_container_chain(t, prefix, digits))
+                    .map(str::to_string);
+                found.push(Leftover {
+                    container_id,
+                    family,
+                    from: rule.chain.clone(),
+                    chain,
+                    comment: comment.clone(),
+                });
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// The kind (index in KINDS) and container id of a reference comment for `network`.
+fn names(comment: &str, network: &str) -> Option<(usize, String)> {
+    KINDS.iter().enumerate().find_map(|(i, (kind, _, _))| {
+        let rest = comment.strip_prefix(&format!("{kind}name: \"{network}\" id: \""))?;
+        let id = rest
+            .strip_suffix('"')
+            .or_else(|| rest.strip_suffix("..."))?;
+        Some((i, id.to_string()))
+    })
+}
+
+/// The addresses the firewall plugin accepts in CNI-FORWARD, both families.
+pub fn firewall_accepts(nft: &mut Nftables) -> Result<Vec<IpAddr>> {
+    let mut found = Vec::new();
+    for family in [Family::V4, Family::V6] {
+        let rules = nft.iptables_rules(family, FILTER, Some(FIREWALL_CHAIN))?;
+        found.extend(rules.iter().filter_map(|r| firewall_address(r, family)));
+    }
+    found.sort();
+    found.dedup();
+    Ok(found)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -448,6 +519,20 @@ mod tests {
         let mut to_without_state = from;
         to_without_state.exprs[0] = Expr::NetworkPayload { offset: 16, len: 4 };
         assert_eq!(firewall_address(&to_without_state, Family::V4), None);
+    }
+
+    #[test]
+    fn a_comment_names_its_container_for_its_network_only() {
+        assert_eq!(
+            names(&format!("dnat name: \"{NET}\" id: \"{CID}\""), NET),
+            Some((1, CID.to_string()))
+        );
+        assert_eq!(
+            names(&format!("name: \"{NET}\" id: \"{CID}\""), NET),
+            Some((0, CID.to_string()))
+        );
+        assert_eq!(names(&format!("name: \"{NET}x\" id: \"{CID}\""), NET), None);
+        assert_eq!(names("CNI portfwd masquerade mark", NET), None);
     }
 
     #[test]
