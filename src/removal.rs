@@ -180,9 +180,16 @@ fn remove_nftables(
         t.reservations,
         Reservations::Indexed | Reservations::Locked(_)
     );
+    // A container (DEL only) the reference chain made before `academy convert`.
+    if let Reservations::Held(env) = &t.reservations {
+        let removed = nft.get().map_err(Error::from).and_then(|n| {
+            crate::firewall::reference::remove_leftovers(n, conf, &t.who, &env.netns)
+        });
+        errors.extend(removed.err());
+    }
     let kinds: Vec<Kind> = KINDS.into_iter().filter(|k| k.on(conf, traced)).collect();
     if kinds.is_empty() {
-        return true;
+        return errors.len() == before;
     }
     // Only the masquerade looks by address (a store read the other kinds do not need).
     let addresses = match kinds.contains(&Kind::Masquerade) {

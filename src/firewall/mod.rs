@@ -34,6 +34,7 @@ pub mod masquerade;
 pub mod nat;
 pub mod network;
 pub mod ports;
+pub mod reference;
 mod wired;
 
 pub use wired::Wired;

@@ -36,5 +36,6 @@ pub use nftables::{
     key_text, set_name as nftables_set_name, stored_comment, MasqElement, MasqNetwork, MasqRule,
     NatChange, Nftables, NftablesOnDemand, PortElement, PortKey, SetElement, SetShape, Step,
 };
+pub use nftables::{Expr, IptablesRemoval, IptablesRule, Verdict};
 pub use route::{Link, LinkKind, Netlink, RouteAttrs, VethPair, MAIN_TABLE};
 pub use socket::{NlError, Subsystem};

@@ -414,6 +414,75 @@ pub fn random_mac() -> [u8; 6] {
     mac
 }
 
+/// DEL of a container the reference bridge made (before its network was converted):
+/// its interface `who.ifname` in `netns`, when that is a veth whose peer is a port of
+/// `bridge` in this (the host's) netns and not academy's. The reference names its host
+/// ends at random, so the pair is found from the container's side: IFLA_LINK of the
+/// container end is the peer's index here, and the peer's own IFLA_LINK must point back.
+/// The netns is entered once, to read; the pair is deleted through its host end. None
+/// when there is nothing of the reference's (no netns, no such interface, academy's own
+/// pair, which the veth step removes). Returns "IFNAME (peer HOST)".
+pub fn remove_reference_interface(
+    nl: &mut Netlink,
+    bridge: &str,
+    who: &Attachment,
+    netns: &str,
+) -> Result<Option<String>> {
+    if netns.is_empty() {
+        return Ok(None);
+    }
+    // academy's pair of this attachment: the common DEL, without entering the netns.
+    if let Some(link) = nl.link(&who.host_name())? {
+        if !matches!(
+            attachment::ownership(&link, &who.alias()),
+            Ownership::Foreign(_)
+        ) {
+            return Ok(None);
+        }
+    }
+    let netns = match Netns::open(netns) {
+        Ok(n) => n,
+        Err(crate::netns::OpenError::Missing) => return Ok(None),
+        // Not a netns at all: no interface of the container's can be there.
+        Err(crate::netns::OpenError::Unusable(_)) => return Ok(None),
+    };
+    let ifname = who.ifname;
+    let container_end = netns.run(|| {
+        let mut inside = Netlink::open()?;
+        let Some(link) = inside.link(ifname)? else {
+            return Ok(None);
+        };
+        if link.kind != LinkKind::Veth {
+            return Ok(None);
+        }
+        Ok(inside.veth_peer(link.index)?.map(|peer| (link.index, peer)))
+    })?;
+    let Some((index, peer)) = container_end else {
+        return Ok(None);
+    };
+    let Some(bridge) = nl.link(bridge)? else {
+        return Ok(None);
+    };
+    let Some(host) = nl.links()?.into_iter().find(|l| l.index == peer) else {
+        return Ok(None);
+    };
+    let academy_s = host
+        .alias
+        .as_deref()
+        .is_some_and(|a| attachment::owner(a).is_some());
+    if host.kind != LinkKind::Veth
+        || host.controller != Some(bridge.index)
+        || academy_s
+        || nl.veth_peer(host.index)? != Some(index)
+    {
+        return Ok(None);
+    }
+    match delete_if_present(nl, host.index)? {
+        true => Ok(Some(format!("{ifname} (peer {})", host.name))),
+        false => Ok(None),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,6 +30,8 @@
 //! |               | podman -p, a CRI hostPort                                     |
 //! | `cri`         | academy under containerd's CRI plugin, as kubelet drives it    |
 //! | `installer`   | the installer image (FROM scratch) and its DaemonSet           |
+//! | `reference_switch` | a live reference network switched by `academy convert`: DEL |
+//! |               | removes the reference's leftovers; convert's report and --in-place |
 //! | `vlan`        | the bridge port: VLANs (in a VM on Debian's kernel), isolation |
 //!
 //! A module with a `/` is a folder: its mod.rs says which file holds which subject and
@@ -87,5 +89,6 @@ mod podman;
 mod podman_multinet;
 mod portmap;
 mod protocol;
+mod reference_switch;
 mod route_attrs;
 mod vlan;

@@ -39,6 +39,7 @@ mod objects;
 mod port_elements;
 mod portmap;
 mod portmap_rules;
+mod reference;
 mod rule;
 pub(super) mod step;
 
@@ -56,6 +57,7 @@ pub use inspect::{MasqRule, SetShape, RULE_PREFIX};
 pub use macspoof::{guard_sets, GuardedPort};
 pub use objects::{Object, Table, TableRule};
 pub use port_elements::{key_text, PortElement, PortKey};
+pub use reference::{Expr, IptablesRemoval, IptablesRule, Verdict};
 pub use step::Step;
 
 /// What a family is to academy's tables (nfnetlink.rs defines it, for conntrack too).

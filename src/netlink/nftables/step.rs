@@ -7,6 +7,7 @@
 pub enum Step {
     CreateTable,
     CreateChain,
+    DeleteChain,
     /// A set or a map.
     CreateSet,
     DeleteSet,
