@@ -3,21 +3,17 @@
 //! repairs take, and the masquerade's restore from the store (`academy restore-nat`,
 //! STATUS through the table of kinds).
 
-use std::fs::File;
 use std::net::IpAddr;
-use std::os::unix::fs::OpenOptionsExt;
-use std::time::Duration;
 
 use ipnetwork::IpNetwork;
-use nix::fcntl::Flock;
 
 use super::masquerade::{is_current, networks};
+use super::network::repair_lock;
 use super::{ports, Wired};
 use crate::addressing::open_store;
 use crate::attachment::Attachment;
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
-use crate::ipam::store::files;
 use crate::ipam::Holder;
 use crate::netlink::{
     nftables_set_name, Family, MasqElement, MasqNetwork, MasqRule, NatChange, Nftables, NlError,
@@ -183,23 +179,6 @@ fn resolve_published(
     }
     Ok(nft.delete_port_elements(&stale)?)
 }
-
-/// The host's lock on repairs of academy's NAT (any network): a repair is rare and takes
-/// a millisecond. Best effort: without /run, or after 5 s, ADD goes on unlocked (at
-/// worst a network gets two identical rules, which the next repair makes one).
-pub fn repair_lock() -> Option<Flock<File>> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(REPAIR_LOCK)
-        .ok()?;
-    files::lock_exclusive(file, Duration::from_secs(5)).ok()
-}
-
-const REPAIR_LOCK: &str = "/run/academy-nat.lock";
 
 /// Whether the network's rule needs (re-)making: None when academy's one rule for the
 /// set is there and current; Some(whether the set is missing too) otherwise. A set of

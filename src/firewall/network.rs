@@ -23,7 +23,25 @@ use super::KINDS;
 use crate::addressing::open_store;
 use crate::cni::Result;
 use crate::config::Config;
+use crate::ipam::store::files;
 use crate::netlink::{LinkKind, Netlink, Nftables, Object};
+
+/// The host's lock on repairs of academy's NAT (any network): a repair is rare and takes
+/// a millisecond. Best effort: without /run, or after 5 s, ADD goes on unlocked (at
+/// worst a network gets two identical rules, which the next repair makes one).
+pub fn repair_lock() -> Option<Flock<File>> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(REPAIR_LOCK)
+        .ok()?;
+    files::lock_exclusive(file, Duration::from_secs(5)).ok()
+}
+
+const REPAIR_LOCK: &str = "/run/academy-nat.lock";
 
 const LOCK_DIR: &str = "/run/academy/networks";
 

@@ -325,7 +325,7 @@ pub fn restore(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<S
     if missing.is_empty() {
         return Ok(missing);
     }
-    let _lock = super::nat::repair_lock();
+    let _lock = super::network::repair_lock();
     nft.ensure_portmap()?;
     nft.mark_hairpin(&conf.bridge)?;
     Ok(missing)
