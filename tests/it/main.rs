@@ -22,6 +22,10 @@
 //! | `iface_keys`  | enabledad, disableContainerInterface, ipam.resolvConf          |
 //! | `layer2`      | a network without ipam: interfaces on the bridge, no address   |
 //! | `forward`     | a dropping iptables FORWARD policy (Docker's): the bridge accepted |
+//! | `kinds`       | each kind of nf_tables state through every operation of the    |
+//! |               | table of kinds: CHECK, STATUS, restore-nat, GC, the last DEL   |
+//! | `network_lifetime` | a network's own objects go with its last attachment: a   |
+//! |               | thousand networks used and emptied, a DEL racing a first ADD   |
 //! | `netns_entry` | how often, and from which thread, the netns is entered         |
 //! | `podman/`     | academy under a real runtime (podman 4.3, CNI backend), as     |
 //! |               | named phases of one run                                        |
@@ -77,6 +81,7 @@ mod hardening;
 mod iface_keys;
 mod installer;
 mod ipam_lab;
+mod kinds;
 mod layer2;
 mod leaks;
 mod macspoof;
@@ -85,6 +90,7 @@ mod multinet;
 mod nat_identity;
 mod nat_repair;
 mod netns_entry;
+mod network_lifetime;
 mod podman;
 mod podman_multinet;
 mod portmap;

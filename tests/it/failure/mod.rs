@@ -7,7 +7,7 @@
 //!
 //! A runtime never runs two operations for one attachment at once and runs its GC alone;
 //! two runtimes on one node can still interleave anything. What the code makes true
-//! (the store in src/ipam/, src/gc.rs, src/add.rs, src/wire.rs) and the tests check:
+//! (the store in src/ipam/, src/verbs/gc.rs, src/verbs/add.rs, src/wire/mod.rs) and the tests check:
 //!
 //! 1. **ADD never hands one address to two attachments.** A reservation appears only by an
 //!    exclusive `linkat(2)` of a file that already names its holder; a lost race is EEXIST

@@ -1,0 +1,197 @@
+//! The table of kinds (src/firewall/mod.rs), walked for each kind of nf_tables state in a
+//! private node: ADD makes it, CHECK passes, what an admin's flush takes is named by
+//! STATUS (code 50, with the kind's name and the restore command) and by CHECK, `academy
+//! restore-nat` puts it back exactly, GC sweeps the elements of an unlisted attachment,
+//! and the network's last DEL leaves nothing of the kind. So each operation of each kind
+//! (remove, check, sweep, missing, restore, release) is reached through the verbs.
+
+use std::collections::BTreeSet;
+
+use serde_json::{json, Value};
+
+use crate::common::nft::nft_in;
+use crate::common::*;
+
+/// One kind: the flush that takes its state in the node and the name STATUS gives it.
+struct Case {
+    tag: &'static str,
+    flush: &'static [&'static [&'static str]],
+    named: &'static str,
+}
+
+const CASES: &[Case] = &[
+    Case {
+        tag: "kmasq",
+        flush: &[&["nft", "delete", "table", "inet", "academy"]],
+        named: "outbound NAT",
+    },
+    Case {
+        tag: "kport",
+        flush: &[&["nft", "flush", "chain", "inet", "academy", "prerouting"]],
+        named: "published ports",
+    },
+    Case {
+        tag: "kmac",
+        flush: &[&["nft", "delete", "table", "bridge", "academy"]],
+        named: "MAC filter",
+    },
+    Case {
+        tag: "kfwd",
+        flush: &[&["iptables-nft", "-F", "FORWARD"]],
+        named: "FORWARD accepts",
+    },
+];
+
+fn config(lab: &Lab, case: &Case) -> Value {
+    let mut c = lab.config_with("1.1.0", "ipMasq", json!(true));
+    match case.tag {
+        "kport" => {
+            c["capabilities"] = json!({"portMappings": true});
+        }
+        "kmac" => c["macspoofchk"] = json!(true),
+        _ => {}
+    }
+    c
+}
+
+fn with_port(config: &Value, case: &Case, port: u16) -> Value {
+    let mut c = config.clone();
+    if case.tag == "kport" {
+        c["runtimeConfig"] =
+            json!({"portMappings": [{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]});
+    }
+    c
+}
+
+/// Everything of academy's in the node's nf_tables that names the network, its bridge or
+/// its attachments (tables, chains and shared maps themselves aside), as nft lists it.
+fn academy_state(node: &Node) -> BTreeSet<String> {
+    let out = nft_in(Some(&node.ns), &["-j", "list", "ruleset"]);
+    let v: Value = serde_json::from_str(out.stdout.trim()).unwrap_or(Value::Null);
+    let lab = node.lab;
+    let mut found = BTreeSet::new();
+    for item in v["nftables"].as_array().into_iter().flatten() {
+        let text = item.to_string();
+        let ours = text.contains(&lab.network) || text.contains(&format!("\"{}\"", lab.bridge));
+        if !ours {
+            continue;
+        }
+        if let Some(set) = item.get("set").or_else(|| item.get("map")) {
+            found.insert(format!("set {} {}", set["name"], set["elem"]));
+        } else if let Some(rule) = item.get("rule") {
+            found.insert(format!(
+                "rule {} {} {}",
+                rule["family"], rule["chain"], rule["comment"]
+            ));
+        }
+    }
+    found
+}
+
+fn in_node(node: &Node, argv: &[&str]) -> Out {
+    let mut all = vec!["netns", "exec", &node.ns];
+    all.extend_from_slice(argv);
+    run("ip", &all, &[])
+}
+
+fn walk(case: &Case) {
+    let lab = Lab::new(case.tag);
+    let node = Node::new(&lab);
+    // Docker's policy: academy's FORWARD accepts are then needed (and made).
+    assert_eq!(in_node(&node, &["iptables-nft", "-P", "FORWARD", "DROP"]).code, 0);
+    assert_eq!(in_node(&node, &["ip6tables-nft", "-P", "FORWARD", "DROP"]).code, 0);
+    let config = config(&lab, case);
+    lab.write_conflist("1.1.0", "academy", {
+        let mut extra = config.clone();
+        for k in ["cniVersion", "name", "type"] {
+            extra.as_object_mut().unwrap().remove(k);
+        }
+        extra
+    });
+    let (a, b) = (lab.attachment("a"), lab.attachment("b"));
+    let ra = node
+        .call("ADD", &a, &with_port(&config, case, 18180))
+        .expect_result("ADD a");
+    let rb = node
+        .call("ADD", &b, &with_port(&config, case, 18181))
+        .expect_result("ADD b");
+    let check = |x: &Attach, result: &Value, port: u16| {
+        let mut c = with_port(&config, case, port);
+        c["prevResult"] = result.clone();
+        node.call("CHECK", x, &c)
+    };
+    check(&a, &ra, 18180).expect_silent_success("CHECK after ADD");
+    let status = || node.run(&lab.call("STATUS").config(&config));
+    status().expect_silent_success("STATUS after ADD");
+    let before = academy_state(&node);
+    assert!(!before.is_empty(), "{}: nothing of the network", case.tag);
+
+    // missing: STATUS and CHECK name what the flush took and the command that restores it.
+    for argv in case.flush {
+        let out = in_node(&node, argv);
+        assert_eq!(out.code, 0, "{argv:?}: {out}");
+    }
+    let error = assert_cni_error(&status(), 50, &[case.named, &lab.network]);
+    assert!(
+        error["details"].as_str().unwrap_or("").contains("academy restore-nat"),
+        "{error}"
+    );
+    let error = assert_cni_error(&check(&a, &ra, 18180), 120, &[]);
+    assert!(
+        error["details"].as_str().unwrap_or("").contains("academy restore-nat"),
+        "{}: CHECK's remedy: {error}",
+        case.tag
+    );
+
+    // restore: the state is back as ADD left it.
+    let conf_dir = lab.conf_dir.to_str().unwrap();
+    let out = node.academy(&["restore-nat", "--conf-dir", conf_dir]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.stderr.contains(case.named), "{}: {out}", case.tag);
+    assert_eq!(academy_state(&node), before, "{}: after restore-nat", case.tag);
+    status().expect_silent_success("STATUS after restore-nat");
+    check(&a, &ra, 18180).expect_silent_success("CHECK after restore-nat");
+    check(&b, &rb, 18181).expect_silent_success("CHECK of b after restore-nat");
+
+    // sweep: GC listing only b removes a, and a's state with it.
+    node.run(&gc_call(&lab, config.clone(), &[(&b.cid, &b.ifname)]))
+        .expect_silent_success("GC listing b");
+    let after_gc = academy_state(&node);
+    let a_owner = format!("{}:{}", a.cid, a.ifname);
+    assert!(
+        !after_gc.iter().any(|s| s.contains(&a_owner)),
+        "{}: GC left a's state: {after_gc:?}",
+        case.tag
+    );
+    check(&b, &rb, 18181).expect_silent_success("CHECK of b after GC");
+
+    // remove + release: the network's last DEL takes its own objects too.
+    node.call("DEL", &b, &with_port(&config, case, 18181))
+        .expect_silent_success("DEL b");
+    assert_eq!(
+        academy_state(&node),
+        BTreeSet::new(),
+        "{}: the network outlived its last attachment",
+        case.tag
+    );
+}
+
+#[test]
+fn kinds_masquerade_walks_every_operation() {
+    walk(&CASES[0]);
+}
+
+#[test]
+fn kinds_published_ports_walk_every_operation() {
+    walk(&CASES[1]);
+}
+
+#[test]
+fn kinds_mac_filter_walks_every_operation() {
+    walk(&CASES[2]);
+}
+
+#[test]
+fn kinds_forward_accepts_walk_every_operation() {
+    walk(&CASES[3]);
+}
