@@ -288,6 +288,19 @@ fn foreign(e: &NlError) -> Error {
 /// `except` (the caller's own). Best effort: a store or survey that cannot be read gives
 /// none (said on stderr), since ADD calls this only to help other containers.
 fn wired_elements(conf: &Config, family: Family, except: &[IpAddr]) -> Vec<SetElement> {
+    // Only the store knows the other containers' addresses (a delegated IPAM's are that
+    // plugin's), and a store holding nothing but this ADD's has none to restore: a
+    // network's first ADD reads no links.
+    let others = open_store(conf).and_then(|store| match store {
+        Some(store) => Ok(store
+            .reservations()?
+            .iter()
+            .any(|r| !except.contains(&r.address))),
+        None => Ok(false),
+    });
+    if !others.unwrap_or(true) || conf.builtin().is_none() {
+        return Vec::new();
+    }
     match Wired::read(conf) {
         Ok(wired) => elements_of(conf, &wired)
             .into_iter()

@@ -98,8 +98,14 @@ fn walk(case: &Case) {
     let lab = Lab::new(case.tag);
     let node = Node::new(&lab);
     // Docker's policy: academy's FORWARD accepts are then needed (and made).
-    assert_eq!(in_node(&node, &["iptables-nft", "-P", "FORWARD", "DROP"]).code, 0);
-    assert_eq!(in_node(&node, &["ip6tables-nft", "-P", "FORWARD", "DROP"]).code, 0);
+    assert_eq!(
+        in_node(&node, &["iptables-nft", "-P", "FORWARD", "DROP"]).code,
+        0
+    );
+    assert_eq!(
+        in_node(&node, &["ip6tables-nft", "-P", "FORWARD", "DROP"]).code,
+        0
+    );
     let config = config(&lab, case);
     lab.write_conflist("1.1.0", "academy", {
         let mut extra = config.clone();
@@ -133,12 +139,18 @@ fn walk(case: &Case) {
     }
     let error = assert_cni_error(&status(), 50, &[case.named, &lab.network]);
     assert!(
-        error["details"].as_str().unwrap_or("").contains("academy restore-nat"),
+        error["details"]
+            .as_str()
+            .unwrap_or("")
+            .contains("academy restore-nat"),
         "{error}"
     );
     let error = assert_cni_error(&check(&a, &ra, 18180), 120, &[]);
     assert!(
-        error["details"].as_str().unwrap_or("").contains("academy restore-nat"),
+        error["details"]
+            .as_str()
+            .unwrap_or("")
+            .contains("academy restore-nat"),
         "{}: CHECK's remedy: {error}",
         case.tag
     );
@@ -148,7 +160,12 @@ fn walk(case: &Case) {
     let out = node.academy(&["restore-nat", "--conf-dir", conf_dir]);
     assert_eq!(out.code, 0, "{out}");
     assert!(out.stderr.contains(case.named), "{}: {out}", case.tag);
-    assert_eq!(academy_state(&node), before, "{}: after restore-nat", case.tag);
+    assert_eq!(
+        academy_state(&node),
+        before,
+        "{}: after restore-nat",
+        case.tag
+    );
     status().expect_silent_success("STATUS after restore-nat");
     check(&a, &ra, 18180).expect_silent_success("CHECK after restore-nat");
     check(&b, &rb, 18181).expect_silent_success("CHECK of b after restore-nat");

@@ -66,8 +66,7 @@ fn per_network(node: &Node) -> (BTreeSet<String>, Vec<String>) {
             }
         }
         let comment = item["rule"]["comment"].as_str().unwrap_or("");
-        if comment.starts_with("academy ipMasq ") || comment.starts_with("academy macspoofchk ")
-        {
+        if comment.starts_with("academy ipMasq ") || comment.starts_with("academy macspoofchk ") {
             rules.push(comment.to_string());
         }
     }
@@ -85,7 +84,10 @@ fn a_thousand_networks_used_and_emptied_leave_nothing() {
     let lab = Lab::new("netlife");
     let node = Node::new(&lab);
     // Docker's policy: each network's FORWARD accepts are made, and must go too.
-    assert_eq!(in_node(&node, &["iptables-nft", "-P", "FORWARD", "DROP"]).code, 0);
+    assert_eq!(
+        in_node(&node, &["iptables-nft", "-P", "FORWARD", "DROP"]).code,
+        0
+    );
     let threads = 4;
     let per_thread = 250;
     let started = std::time::Instant::now();
@@ -125,7 +127,11 @@ fn a_thousand_networks_used_and_emptied_leave_nothing() {
             .expect_result("ADD in use");
     }
     let (sets, rules) = per_network(&node);
-    assert_eq!(rules.len(), 3 + 3, "one masquerade and one MAC filter rule each: {rules:?}");
+    assert_eq!(
+        rules.len(),
+        3 + 3,
+        "one masquerade and one MAC filter rule each: {rules:?}"
+    );
     assert_eq!(sets.len(), 3 * (1 + 3), "{sets:?}");
 }
 
@@ -150,12 +156,13 @@ fn the_last_del_racing_a_first_add_never_loses_the_rule() {
         let result = add.expect_result("the first ADD of the next");
         let rules = node.rules("v4");
         assert_eq!(rules.len(), 1, "round {round}: rules {rules:?}");
-        let element = format!("{} {}:{}:eth0", result_address(&result), lab.network, next.cid);
-        assert_eq!(
-            node.elements(),
-            BTreeSet::from([element]),
-            "round {round}"
+        let element = format!(
+            "{} {}:{}:eth0",
+            result_address(&result),
+            lab.network,
+            next.cid
         );
+        assert_eq!(node.elements(), BTreeSet::from([element]), "round {round}");
         let mut check = config.clone();
         check["prevResult"] = result.clone();
         node.call("CHECK", next, &check)
