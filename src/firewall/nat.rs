@@ -38,7 +38,7 @@ pub fn add(
         return Ok(());
     }
     if published.iter().any(|p| p.key.family == Family::V4) {
-        ports::allow_localhost(&conf.bridge)?;
+        ports::allow_localhost(nft, &conf.bridge)?;
     }
     send(nft, conf, who, addresses, &published)?;
     ports::flush_stale_udp(&published);

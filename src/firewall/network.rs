@@ -94,6 +94,7 @@ fn describe(object: &Object) -> String {
         Object::Rule(r) => format!("rule {:?} of {} {}", r.comment, r.table, r.chain),
         Object::Set(table, name) => format!("set {table} {name}"),
         Object::Hairpin(bridge) => format!("the hairpin mark of bridge {bridge}"),
+        Object::Localnet(bridge) => format!("the loopback guard of bridge {bridge}"),
     }
 }
 

@@ -126,13 +126,46 @@ fn key(m: &PortMapping, family: Family) -> PortKey {
 
 /// Traffic to 127.0.0.1:hostPort is sent on to the container with its source kept; the
 /// kernel drops a packet from 127.0.0.0/8 leaving by an interface without
-/// route_localnet (the reference portmap sets it on the same interface).
-pub(super) fn allow_localhost(bridge: &str) -> Result<()> {
+/// route_localnet (the reference portmap sets it on the same interface). The bridge's
+/// loopback guard comes first: with route_localnet, a container's frame to 127.0.0.1
+/// would otherwise reach the host's services bound there (netlink/nftables/localnet.rs).
+pub(super) fn allow_localhost(nft: &mut Nftables, bridge: &str) -> Result<()> {
+    let lock = super::network::repair_lock;
+    // A release deleting the table between the look and the batch: look again.
+    match nft.ensure_localnet(bridge, lock) {
+        Err(e) if e.is(libc::ENOENT) => nft.ensure_localnet(bridge, lock).map(drop)?,
+        other => other.map(drop)?,
+    }
     let path = format!("/proc/sys/net/ipv4/conf/{bridge}/route_localnet");
     if std::fs::read(&path).is_ok_and(|v| v.starts_with(b"1")) {
         return Ok(());
     }
     std::fs::write(&path, "1").map_err(|e| Error::io(format!("cannot write 1 to {path}"), &e))
+}
+
+/// Whether `bridge` routes 127.0.0.0/8 (route_localnet), and so needs its loopback guard.
+fn localnet_on(bridge: &str) -> bool {
+    let path = format!("/proc/sys/net/ipv4/conf/{bridge}/route_localnet");
+    std::fs::read(path).is_ok_and(|v| v.starts_with(b"1"))
+}
+
+/// What of `bridge`'s loopback guard nf_tables lacks, in words (CHECK, STATUS).
+fn localnet_missing(nft: &mut Nftables, bridge: &str) -> Result<Vec<String>> {
+    let open = "its containers can reach the host's services bound to 127.0.0.1";
+    let rule = |r: String| {
+        format!("the loopback guard's rule {r:?} is missing from nf_tables table inet academy: bridge {bridge} routes 127.0.0.0/8, and {open}")
+    };
+    let mut missing: Vec<String> = nft
+        .missing_localnet_rules()?
+        .into_iter()
+        .map(rule)
+        .collect();
+    if !nft.has_localnet(bridge)? {
+        missing.push(format!(
+            "bridge {bridge} is missing from nf_tables set inet academy _localnet: {open}"
+        ));
+    }
+    Ok(missing)
 }
 
 /// Why the batch was refused: the first requested key another attachment holds.
@@ -292,6 +325,13 @@ pub fn check(
             restorable: true,
         });
     }
+    if localnet_on(&conf.bridge) {
+        let texts = localnet_missing(nft, &conf.bridge)?;
+        diffs.extend(texts.into_iter().map(|text| Diff {
+            text,
+            restorable: true,
+        }));
+    }
     Ok(diffs)
 }
 
@@ -316,10 +356,14 @@ pub fn missing(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<S
     if !nft.has_hairpin(&conf.bridge)? {
         missing.push(format!("the hairpin mark of bridge {}", conf.bridge));
     }
+    if localnet_on(&conf.bridge) {
+        missing.extend(localnet_missing(nft, &conf.bridge)?);
+    }
     Ok(missing)
 }
 
-/// Puts port mapping's rules back (and the bridge's hairpin mark) when `missing` names them.
+/// Puts port mapping's rules back (and the bridge's hairpin mark and loopback guard)
+/// when `missing` names them.
 pub fn restore(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<String>> {
     let missing = missing(nft, conf, wired)?;
     if missing.is_empty() {
@@ -328,11 +372,16 @@ pub fn restore(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<S
     let _lock = super::network::repair_lock();
     nft.ensure_portmap()?;
     nft.mark_hairpin(&conf.bridge)?;
+    if localnet_on(&conf.bridge) {
+        nft.ensure_localnet(&conf.bridge, || ())?; // the repair lock is held
+    }
     Ok(missing)
 }
 
-/// The network's own object in the shared maps, its bridge's hairpin mark, once none
-/// of its ports is published.
+/// The network's own objects in the shared sets, its bridge's hairpin mark and loopback
+/// guard, once none of its ports is published. The bridge then has no port, and gives
+/// up route_localnet with its guard: a container attached later without a published
+/// port (so without the guard) must not find 127.0.0.0/8 routed.
 pub fn objects(nft: &mut Nftables, conf: &Config) -> Result<Option<Vec<Object>>> {
     if !conf.publishes_ports {
         return Ok(Some(Vec::new()));
@@ -345,7 +394,27 @@ pub fn objects(nft: &mut Nftables, conf: &Config) -> Result<Option<Vec<Object>>>
     {
         return Ok(None);
     }
-    Ok(Some(vec![Object::Hairpin(conf.bridge.clone())]))
+    let mut objects = vec![Object::Hairpin(conf.bridge.clone())];
+    if localhost_off(&conf.bridge) {
+        objects.push(Object::Localnet(conf.bridge.clone()));
+    }
+    Ok(Some(objects))
+}
+
+/// route_localnet back to 0 on `bridge`; whether it is off (or the bridge gone). A
+/// failure is said on stderr, and the guard stays.
+fn localhost_off(bridge: &str) -> bool {
+    if !localnet_on(bridge) {
+        return true;
+    }
+    let path = format!("/proc/sys/net/ipv4/conf/{bridge}/route_localnet");
+    match std::fs::write(&path, "0") {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("academy: warning: cannot write 0 to {path}, so bridge {bridge} keeps its loopback guard: {e}");
+            false
+        }
+    }
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 //!   (rtnetlink's AF_BRIDGE family). With `route` and `decode`, the only users of
 //!   netlink-packet-route, whose API breaks in almost every minor release.
 //! - `nftables`: nf_tables over NETLINK_NETFILTER, the masquerade of `ipMasq` and the
-//!   published ports of `portMappings`. Its
+//!   published ports of `portMappings` (with their bridges' loopback guard). Its
 //!   messages are encoded here by hand (no crate covers nf_tables).
 //! - `conntrack`: ctnetlink on the same socket protocol, encoded the same way: the UDP
 //!   entries a newly published port must not keep (port mapping's ADD).

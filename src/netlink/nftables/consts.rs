@@ -16,6 +16,7 @@ pub const NFPROTO_BRIDGE: u8 = 7;
 pub const NFPROTO_IPV6: u8 = 10;
 // linux/netfilter.h: enum nf_inet_hooks
 pub const NF_INET_PRE_ROUTING: u32 = 0;
+pub const NF_INET_LOCAL_IN: u32 = 1;
 pub const NF_INET_FORWARD: u32 = 2;
 pub const NF_INET_LOCAL_OUT: u32 = 3;
 pub const NF_INET_POST_ROUTING: u32 = 4;
@@ -222,3 +223,5 @@ pub const TABLE: &str = "academy";
 pub const CHAIN: &str = "postrouting";
 /// Port mapping's set of bridges whose hairpin traffic is marked (portmap.rs).
 pub const HAIRPIN_SET: &str = "_hairpin";
+/// The loopback guard's set of bridges academy set route_localnet on (localnet.rs).
+pub const LOCALNET_SET: &str = "_localnet";

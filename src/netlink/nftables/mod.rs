@@ -10,7 +10,8 @@
 //! - each set element carries a comment naming its attachment, so GC can find the
 //!   elements of attachments that are gone without the address store.
 //!
-//! Port mapping's maps, chains and rules share the table: portmap.rs.
+//! Port mapping's maps, chains and rules share the table: portmap.rs; so does the
+//! loopback guard of the bridges port mapping sets route_localnet on: localnet.rs.
 //!
 //! Every change is one batch: one sendmsg, applied by the kernel all or nothing (split
 //! only when it would not fit a sendmsg: thousands of elements). A set and its rule are
@@ -34,6 +35,7 @@ mod consts;
 mod digest;
 mod forward;
 mod inspect;
+mod localnet;
 mod macspoof;
 mod objects;
 mod port_elements;
