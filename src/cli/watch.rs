@@ -219,8 +219,10 @@ struct Watch {
     retry_at: Option<Instant>,
     restore_backoff: Backoff,
     fights: Fights,
-    /// A due restore held back by `fights`, and whether that was said.
+    /// A due restore held back by `fights`.
     held: Option<Instant>,
+    /// Whether the conf dir's absence was said.
+    said_no_dir: bool,
 }
 
 impl Watch {
@@ -240,6 +242,7 @@ impl Watch {
             restore_backoff: Backoff::new(),
             fights: Fights::default(),
             held: None,
+            said_no_dir: false,
         }
     }
 
@@ -392,6 +395,20 @@ impl Watch {
     /// when it put something back or failed.
     fn restore(&mut self, why: &str) {
         let start = Instant::now();
+        if !self.dir.is_dir() {
+            // Not made yet (the installer makes it): no network, so nothing to put
+            // back, and nothing to retry: the next change reads it again.
+            if !self.said_no_dir {
+                log(&format!(
+                    "{} is not a directory (yet): no academy network to restore",
+                    self.dir.display()
+                ));
+                self.said_no_dir = true;
+            }
+            self.retry_at = None;
+            return;
+        }
+        self.said_no_dir = false;
         let confs = match networks_in(Path::new(&self.dir)) {
             Ok(confs) => confs,
             Err(CliError::Failed(e) | CliError::Usage(e)) => {
@@ -437,6 +454,31 @@ impl Watch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The shipped unit runs this subcommand with flags it accepts, and is restarted.
+    #[test]
+    fn the_systemd_unit_runs_the_watch_with_valid_flags() {
+        let unit = include_str!("../../deploy/systemd/academy-watch.service");
+        let line = unit
+            .lines()
+            .find_map(|l| l.strip_prefix("ExecStart="))
+            .expect("ExecStart");
+        let words: Vec<String> = line.split_whitespace().map(String::from).collect();
+        assert!(words[0].ends_with("/academy"), "{line}");
+        assert_eq!(words[1], "watch", "{line}");
+        let parsed = Parsed::new(&words[2..], &[("--conf-dir", true)]).ok();
+        assert!(
+            parsed.is_some_and(|p| p.value("--conf-dir").is_some() && p.positional.is_empty()),
+            "{line}"
+        );
+        for line in [
+            "Restart=always",
+            "After=network.target",
+            "WantedBy=multi-user.target",
+        ] {
+            assert!(unit.lines().any(|l| l.starts_with(line)), "{line}");
+        }
+    }
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
