@@ -522,3 +522,64 @@ fn lost_notifications_count_as_a_change() {
     let (code, log) = watch.stop();
     assert_eq!(code, Some(0), "{log}");
 }
+
+/// The DaemonSet's long-running container is the watch, with the installer's image, on
+/// the node's network, given the conf dir mounted from the host's /etc/cni/net.d, the
+/// stores at the host's own paths (the network configs name them) and academy's lock
+/// files shared with the plugin's runs on the host.
+#[test]
+fn the_daemonset_runs_the_watch_on_the_node_s_network_and_folders() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes/academy.yaml");
+    let out = run(
+        "/usr/bin/python3",
+        &[
+            "-c",
+            "import json, sys, yaml; print(json.dumps(yaml.safe_load(open(sys.argv[1]))))",
+            path.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(out.code, 0, "make setup installs python3-yaml:\n{out}");
+    let ds = out.json();
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"], true);
+    let containers = pod["containers"].as_array().unwrap();
+    assert_eq!(containers.len(), 1, "{containers:?}");
+    let watch = &containers[0];
+    assert_eq!(watch["image"], pod["initContainers"][0]["image"]);
+    let command: Vec<&str> = watch["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(command[..2], ["/academy", "watch"], "{command:?}");
+    assert_eq!(command[2], "--conf-dir", "{command:?}");
+    let caps = &watch["securityContext"]["capabilities"]["add"];
+    assert!(
+        caps.as_array().unwrap().iter().any(|c| c == "NET_ADMIN"),
+        "{caps}"
+    );
+
+    let host_path = |mount: &str| -> String {
+        let volume = watch["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["mountPath"] == mount)
+            .unwrap_or_else(|| panic!("nothing mounted at {mount}"))["name"]
+            .clone();
+        let v = pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == volume)
+            .unwrap_or_else(|| panic!("no volume {volume}"));
+        v["hostPath"]["path"].as_str().unwrap().to_string()
+    };
+    assert_eq!(host_path(command[3]), "/etc/cni/net.d");
+    for same in ["/var/lib/cni", "/run/academy", "/run/academy-nat.lock"] {
+        assert_eq!(host_path(same), same);
+    }
+}
