@@ -300,12 +300,14 @@ impl Watch {
     /// How long poll may sleep: until the burst is over, a retry or a reopen is due;
     /// forever when nothing is pending.
     fn timeout(&self, now: Instant) -> PollTimeout {
-        let burst = self
-            .changes
-            .deadline()
+        // A restore held back waits for the hold, whether a burst or a retry is due.
+        let restore = [self.changes.deadline(), self.retry_at]
+            .into_iter()
+            .flatten()
+            .min()
             .map(|d| self.held.map_or(d, |h| h.max(d)));
         let reopen = self.reopen_at.filter(|_| self.monitor.is_none());
-        let next = [burst, self.retry_at, reopen].into_iter().flatten().min();
+        let next = [restore, reopen].into_iter().flatten().min();
         match next {
             None => PollTimeout::NONE,
             Some(at) => {

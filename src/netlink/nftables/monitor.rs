@@ -36,6 +36,8 @@ const RECEIVE_BUFFER: usize = 8 << 20;
 /// most a page or two; a larger one is read as lost notifications, never cut silently.
 const DATAGRAM: usize = 64 * 1024;
 const HEADER_LEN: usize = 16;
+/// Datagrams read per [`Monitor::receive`]: 256 MiB at most, far more than the buffer.
+const MAX_DATAGRAMS: usize = 4096;
 
 /// One committed nf_tables transaction, as its notifications tell it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -97,10 +99,12 @@ impl Monitor {
         })
     }
 
-    /// Every notice queued now (none when nothing is); never blocks.
+    /// The notices queued now (none when nothing is), at most MAX_DATAGRAMS datagrams'
+    /// worth (the rest at the next call, so that a stream of changes cannot keep the
+    /// caller here); never blocks.
     pub fn receive(&mut self) -> NlResult<Vec<Notice>> {
         let mut notices = Vec::new();
-        loop {
+        for _ in 0..MAX_DATAGRAMS {
             self.buffer.clear();
             match self.socket.recv(&mut self.buffer, libc::MSG_TRUNC) {
                 Ok(len) if len > self.buffer.len() => {
@@ -128,6 +132,7 @@ impl Monitor {
                 },
             }
         }
+        Ok(notices)
     }
 
     /// The size the kernel gives the receive buffer (doubled from what was asked).
