@@ -459,6 +459,7 @@ fn a_network_added_while_the_watch_runs_is_restored_too() {
     );
     assert!(delay < BOUND, "{delay:?}");
     assert!(watch.text().contains(&lab.network), "{}", watch.text());
+    println!("watch log:\n{}", watch.text());
 }
 
 /// A change too big for the watch's socket (here while the watch is stopped) overflows
