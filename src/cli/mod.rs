@@ -9,6 +9,7 @@ mod convert;
 mod install;
 mod leaks;
 mod nat;
+mod watch;
 
 use std::collections::HashMap;
 
@@ -54,6 +55,12 @@ const SUBCOMMANDS: &[Subcommand] = &[
         args: "[--conf-dir DIR | CONFLIST...]",
         about: "put back the outbound NAT (ipMasq) of every academy network in DIR (default /etc/cni/net.d) from the address store, in one batch",
         run: nat::restore,
+    },
+    Subcommand {
+        name: "watch",
+        args: "[--conf-dir DIR]",
+        about: "run until SIGTERM or SIGINT: at start and within a second of each nf_tables change by another program (nft flush ruleset, a deleted table, an iptables reload), put back what restore-nat does for every academy network in DIR (default /etc/cni/net.d, read again each time)",
+        run: watch::run,
     },
 ];
 

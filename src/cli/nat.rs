@@ -9,10 +9,11 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use super::{load_network, CliError, Parsed};
+use crate::cni::Error;
 use crate::config::Config;
-use crate::firewall;
+use crate::firewall::{self, Kind};
 
-const DEFAULT_CONF_DIR: &str = "/etc/cni/net.d";
+pub(super) const DEFAULT_CONF_DIR: &str = "/etc/cni/net.d";
 
 pub fn restore(args: &[String]) -> Result<(), CliError> {
     let p = Parsed::new(args, &[("--conf-dir", true)])?;
@@ -36,21 +37,15 @@ pub fn restore(args: &[String]) -> Result<(), CliError> {
         return Ok(());
     }
     let mut failed = Vec::new();
-    for conf in &confs {
-        match firewall::restore(conf) {
+    for network in restore_each(&confs) {
+        match network.outcome {
             Ok(restored) if restored.is_empty() => {
-                eprintln!("network {}: complete, nothing to do", conf.name)
+                eprintln!("network {}: complete, nothing to do", network.name)
             }
-            Ok(restored) => {
-                let what: Vec<String> = restored
-                    .iter()
-                    .map(|(kind, what)| format!("{kind}: {}", what.join(", ")))
-                    .collect();
-                eprintln!("network {}: restored {}", conf.name, what.join("; "))
-            }
+            Ok(restored) => eprintln!("network {}: restored {}", network.name, words(&restored)),
             Err(e) => {
-                eprintln!("network {}: not restored: {e}", conf.name);
-                failed.push(conf.name.clone());
+                eprintln!("network {}: not restored: {e}", network.name);
+                failed.push(network.name);
             }
         }
     }
@@ -65,10 +60,37 @@ pub fn restore(args: &[String]) -> Result<(), CliError> {
     }
 }
 
+/// What one network's restore put back (each kind's words), or why it could not.
+pub(super) struct Restored {
+    pub name: String,
+    pub outcome: Result<Vec<(Kind, Vec<String>)>, Error>,
+}
+
+/// The restore of every network, in order; one network's failure does not stop the
+/// others' (restore-nat, and `academy watch` after each change).
+pub(super) fn restore_each(confs: &[Config]) -> Vec<Restored> {
+    confs
+        .iter()
+        .map(|conf| Restored {
+            name: conf.name.clone(),
+            outcome: firewall::restore(conf),
+        })
+        .collect()
+}
+
+/// "outbound NAT: a, b; published ports: c": what a network's restore put back.
+pub(super) fn words(restored: &[(Kind, Vec<String>)]) -> String {
+    let what: Vec<String> = restored
+        .iter()
+        .map(|(kind, what)| format!("{kind}: {}", what.join(", ")))
+        .collect();
+    what.join("; ")
+}
+
 /// The academy networks of a conf dir, as libcni reads it: *.conf, *.conflist and
 /// *.json in name order, the first file of a network name winning. Files that are not
 /// academy's are passed over.
-fn networks_in(dir: &Path) -> Result<Vec<Config>, CliError> {
+pub(super) fn networks_in(dir: &Path) -> Result<Vec<Config>, CliError> {
     let entries = std::fs::read_dir(dir)
         .map_err(|e| CliError::Failed(format!("cannot read conf dir {}: {e}", dir.display())))?;
     let mut paths: Vec<_> = entries

@@ -10,7 +10,8 @@
 //!   netlink-packet-route, whose API breaks in almost every minor release.
 //! - `nftables`: nf_tables over NETLINK_NETFILTER, the masquerade of `ipMasq` and the
 //!   published ports of `portMappings` (with their bridges' loopback guard). Its
-//!   messages are encoded here by hand (no crate covers nf_tables).
+//!   messages are encoded here by hand (no crate covers nf_tables). Its `monitor`
+//!   reads the kernel's change notifications (`academy watch`).
 //! - `conntrack`: ctnetlink on the same socket protocol, encoded the same way: the UDP
 //!   entries a newly published port must not keep (port mapping's ADD).
 //! - `nfnetlink`: what those two share, the attributes and messages of NETLINK_NETFILTER
@@ -36,6 +37,7 @@ pub use nftables::{
     key_text, set_name as nftables_set_name, stored_comment, MasqElement, MasqNetwork, MasqRule,
     NatChange, Nftables, NftablesOnDemand, PortElement, PortKey, SetElement, SetShape, Step,
 };
+pub use nftables::{Commit as NftCommit, Monitor as NftMonitor, Notice as NftNotice};
 pub use nftables::{Expr, IptablesRemoval, IptablesRule, Verdict};
 pub use route::{Link, LinkKind, Netlink, RouteAttrs, VethPair, MAIN_TABLE};
 pub use socket::{NlError, Subsystem};

@@ -37,6 +37,8 @@
 //! | `reference_switch` | a live reference network switched by `academy convert`: DEL |
 //! |               | removes the reference's leftovers; convert's report and --in-place |
 //! | `vlan`        | the bridge port: VLANs (in a VM on Debian's kernel), isolation |
+//! | `watch`       | `academy watch` in a node: flushes, deleted tables, iptables   |
+//! |               | reloads put back within a second; lost notifications           |
 //!
 //! A module with a `/` is a folder: its mod.rs says which file holds which subject and
 //! keeps what they share, so a failing test's path names its subject
@@ -98,3 +100,4 @@ mod protocol;
 mod reference_switch;
 mod route_attrs;
 mod vlan;
+mod watch;

@@ -37,6 +37,7 @@ mod forward;
 mod inspect;
 mod localnet;
 mod macspoof;
+mod monitor;
 mod objects;
 mod port_elements;
 mod portmap;
@@ -57,6 +58,7 @@ use consts::{
 };
 pub use inspect::{MasqRule, SetShape, RULE_PREFIX};
 pub use macspoof::{guard_sets, GuardedPort};
+pub use monitor::{Commit, Monitor, Notice};
 pub use objects::{Object, Table, TableRule};
 pub use port_elements::{key_text, PortElement, PortKey};
 pub use reference::{Expr, IptablesRemoval, IptablesRule, Verdict};
