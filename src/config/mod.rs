@@ -7,6 +7,7 @@
 //! `type` changed.
 
 pub mod layer2;
+mod mtu;
 mod port;
 mod port_mappings;
 mod ranges;
@@ -25,6 +26,7 @@ use crate::cni::env::interface_name_problem;
 use crate::cni::{code, version, Error, Result};
 use crate::ipam::Pool;
 
+pub use mtu::Mtu;
 pub use port::{gateway_name as vlan_gateway_name, PortSpec};
 pub use port_mappings::PortMapping;
 pub use requests::Requests;
@@ -45,7 +47,7 @@ pub struct Config {
     pub cni_version: String,
     pub name: String,
     pub bridge: String,
-    pub mtu: Option<u32>,
+    pub mtu: Mtu,
     /// Put each range's gateway address on the bridge.
     pub is_gateway: bool,
     /// Route the container by default through the gateway (implies is_gateway).
@@ -156,16 +158,7 @@ impl Config {
         if let Some(why) = interface_name_problem(&bridge) {
             return Err(Error::config(format!("bridge {bridge:?} {why}")));
         }
-        let mtu = match f.number("mtu")? {
-            // The reference plugin reads 0 as "the kernel's default".
-            None | Some(0) => None,
-            Some(m) if (68..=65535).contains(&m) => Some(m as u32),
-            Some(m) => {
-                return Err(Error::config(format!(
-                    "mtu {m} is out of range (68 to 65535)"
-                )))
-            }
-        };
+        let mtu = Mtu::parse(&f)?;
         let hairpin_mode = f.boolean("hairpinMode")?.unwrap_or(false);
         let promisc_mode = f.boolean("promiscMode")?.unwrap_or(false);
         if hairpin_mode && promisc_mode {
@@ -301,7 +294,7 @@ impl Config {
             cni_version,
             name,
             bridge: text(&map, "bridge").unwrap_or_else(|| DEFAULT_BRIDGE.to_string()),
-            mtu: None,
+            mtu: Mtu::Kernel,
             is_gateway: false,
             is_default_gateway: false,
             force_address: false,

@@ -322,3 +322,18 @@ fn container_interface_keys() {
     let e = parse(&with(GOOD, "enabledad", "1")).unwrap_err();
     assert_eq!(e.code, 7);
 }
+
+#[test]
+fn mtu_is_a_number_auto_or_the_kernel_s_default() {
+    let mtu = |value: &str| parse(&with(GOOD, "mtu", value)).map(|c| c.mtu);
+    assert_eq!(parse(GOOD).unwrap().mtu, Mtu::Kernel);
+    assert_eq!(mtu("0").unwrap(), Mtu::Kernel);
+    assert_eq!(mtu("null").unwrap(), Mtu::Kernel);
+    assert_eq!(mtu("1460").unwrap(), Mtu::Fixed(1460));
+    assert_eq!(mtu(r#""auto""#).unwrap(), Mtu::Auto);
+    for bad in [r#""Auto""#, r#""1500""#, r#""""#, "1500.5", "true"] {
+        let e = mtu(bad).unwrap_err();
+        assert_eq!(e.code, 7, "{bad}");
+        assert!(e.to_string().contains("\"auto\""), "{bad}: {e}");
+    }
+}

@@ -114,6 +114,13 @@ impl Netlink {
         }
     }
 
+    /// The link of index `index`, or None when there is none.
+    pub fn link_at(&mut self, index: u32) -> NlResult<Option<Link>> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        self.get_link(msg, &format!("look up link #{index}"))
+    }
+
     /// The peer of veth `index` (IFLA_LINK); None for a link without one.
     pub fn veth_peer(&mut self, index: u32) -> NlResult<Option<u32>> {
         let mut msg = LinkMessage::default();
@@ -276,6 +283,13 @@ impl Netlink {
         msg.header.index = index;
         set_flags(&mut msg, LinkFlags::Promisc, true);
         self.change_link(msg, &format!("set link #{index} promiscuous"))
+    }
+
+    pub fn set_mtu(&mut self, index: u32, mtu: u32) -> NlResult<()> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        msg.attributes.push(LinkAttribute::Mtu(mtu));
+        self.change_link(msg, &format!("set the MTU of link #{index} to {mtu}"))
     }
 
     /// Deletes a link (a veth takes its peer with it). ENODEV when it is already gone.
@@ -448,22 +462,49 @@ impl Netlink {
 
     /// Every route of one family (4 or 6), of every table.
     pub fn routes(&mut self, ipv6: bool) -> NlResult<Vec<Route>> {
-        let mut msg = RouteMessage::default();
-        msg.header.address_family = if ipv6 {
+        Ok(self
+            .route_messages(ipv6, "list routes")?
+            .iter()
+            .flat_map(|r| to_routes(r, ipv6))
+            .collect())
+    }
+
+    /// The default routes of one family in the main table (0.0.0.0/0 or ::/0, unicast,
+    /// with an output interface): a multipath route gives one per next hop. The kernel
+    /// filters a dump by table only on a strict-checking socket, so this one is read
+    /// whole and filtered here. A kernel without IPv6 has none of that family.
+    pub fn default_routes(&mut self, ipv6: bool) -> NlResult<Vec<Route>> {
+        let messages = match self.route_messages(ipv6, "list the default routes") {
+            Err(e) if ipv6 && e.is(libc::EAFNOSUPPORT) => return Ok(Vec::new()),
+            other => other?,
+        };
+        Ok(messages
+            .iter()
+            // Not an unreachable, blackhole or prohibit default (IPv6 shows those on lo).
+            .filter(|r| {
+                r.header.kind == RouteType::Unicast && r.header.destination_prefix_length == 0
+            })
+            .flat_map(|r| to_routes(r, ipv6))
+            .filter(|r| r.table == MAIN_TABLE && r.oif.is_some())
+            .collect())
+    }
+
+    /// One family's RTM_GETROUTE dump; a kernel that answers another family's routes
+    /// (one without IPv6 dumps every family) has them dropped.
+    fn route_messages(&mut self, ipv6: bool, what: &str) -> NlResult<Vec<RouteMessage>> {
+        let family = if ipv6 {
             AddressFamily::Inet6
         } else {
             AddressFamily::Inet
         };
-        let replies = self.request(
-            RouteNetlinkMessage::GetRoute(msg),
-            Await::Dump,
-            "list routes",
-        )?;
+        let mut msg = RouteMessage::default();
+        msg.header.address_family = family;
+        let replies = self.request(RouteNetlinkMessage::GetRoute(msg), Await::Dump, what)?;
         Ok(replies
-            .iter()
-            .flat_map(|m| match m {
-                RouteNetlinkMessage::NewRoute(r) => to_routes(r, ipv6),
-                _ => Vec::new(),
+            .into_iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewRoute(r) if r.header.address_family == family => Some(r),
+                _ => None,
             })
             .collect())
     }

@@ -155,17 +155,19 @@ fn wire_up(
         Some(_) => (&[][..], &gateways[..]),
         None => (&gateways[..], &[][..]),
     };
+    let mtu = wire::mtu::Chosen::for_add(nl, conf.mtu)?;
     let bridge = wire::ensure_bridge(
         nl,
         &BridgeSpec {
             name: &conf.bridge,
-            mtu: conf.mtu,
+            mtu: mtu.mtu,
             promisc: conf.promisc_mode,
             gateways: bridge_gateways,
             force_address: conf.force_address,
             vlan_filtering: conf.port.vlan_filtering(),
         },
     )?;
+    let bridge = mtu.fit_bridge(nl, bridge)?;
     let vlan_gateway = match conf.port.vlan {
         Some(vid) if !vlan_gateways.is_empty() => Some(port::ensure_vlan_gateway(
             nl,
@@ -177,7 +179,7 @@ fn wire_up(
         )?),
         _ => None,
     };
-    let mut created = wire::create_pair(nl, netns, who, &bridge, conf.mtu, mac)?;
+    let mut created = wire::create_pair(nl, netns, who, &bridge, mtu.mtu, mac)?;
     if let Created::Stale = created {
         // A killed or repeated ADD of this attachment left its pair: removed the one way
         // (its nf_tables state too; this ADD adds its own), the reservations kept.
@@ -186,7 +188,7 @@ fn wire_up(
             reservations: Reservations::Kept,
         };
         removal::attachment(conf, stale)?;
-        created = wire::create_pair(nl, netns, who, &bridge, conf.mtu, mac)?;
+        created = wire::create_pair(nl, netns, who, &bridge, mtu.mtu, mac)?;
     }
     let Created::Pair(host) = created else {
         return Err(Error::new(
@@ -237,7 +239,7 @@ fn wire_up(
     )?;
     // Read last: an unpinned bridge may change its MAC when a port joins.
     let bridge = nl.link(&conf.bridge)?.unwrap_or(bridge);
-    let mtu = conf.mtu.or(bridge.mtu);
+    let mtu = mtu.mtu.or(bridge.mtu);
     let mut interfaces = vec![
         Interface {
             name: bridge.name.clone(),

@@ -7,11 +7,12 @@ use crate::attachment::{self, Ownership};
 use crate::cni::env::Env;
 use crate::cni::result::{format_mac, CniResult, IpConfig, RouteEntry};
 use crate::cni::{code, Error, Result};
-use crate::config::Config;
+use crate::config::{Config, Mtu};
 use crate::firewall::{self, Diff, KINDS};
 use crate::netlink::{LinkKind, Netlink, Nftables, Route, RouteAttrs, MAIN_TABLE};
 use crate::netns::{Netns, OpenError};
 use crate::wire::kind_name;
+use crate::wire::mtu::Auto;
 use crate::wire::port;
 
 pub fn check(env: &Env, conf: &Config) -> Result<()> {
@@ -47,7 +48,7 @@ pub fn check(env: &Env, conf: &Config) -> Result<()> {
         .collect();
 
     let mut diffs = Vec::new();
-    check_host(conf, env, &ips, &mut diffs)?;
+    let mut mtu = check_host(conf, env, &ips, &mut diffs)?;
     // Every kind of nf_tables state, on one socket; remembered apart, since the remedy
     // follows from which differences the restore command can repair.
     let addresses: Vec<_> = ips.iter().map(|ip| ip.address).collect();
@@ -62,6 +63,9 @@ pub fn check(env: &Env, conf: &Config) -> Result<()> {
     match inside {
         None => diffs.push(format!("{} is missing from {}", env.ifname, env.netns)),
         Some(found) => {
+            if let Some(m) = &mut mtu {
+                m.compare(&env.ifname, found.mtu);
+            }
             // disableContainerInterface: ADD left it down on purpose.
             if found.up == conf.disable_container_interface {
                 diffs.push(format!(
@@ -104,6 +108,7 @@ pub fn check(env: &Env, conf: &Config) -> Result<()> {
             }
         }
     }
+    diffs.extend(mtu.and_then(|m| m.diff(container.mtu)));
     // What an admin's flush or a reload takes while the container runs, academy rebuilds
     // from its store and the links without touching the container; anything else needs
     // the attachment made again.
@@ -131,9 +136,16 @@ pub fn check(env: &Env, conf: &Config) -> Result<()> {
     .details(details))
 }
 
-/// The bridge, the host veth, the masquerade and the store, from the host.
-fn check_host(conf: &Config, env: &Env, ips: &[&IpConfig], diffs: &mut Vec<String>) -> Result<()> {
+/// The bridge, the host veth, the masquerade and the store, from the host. Returns the
+/// MTU comparison, for the container's interface to join.
+fn check_host(
+    conf: &Config,
+    env: &Env,
+    ips: &[&IpConfig],
+    diffs: &mut Vec<String>,
+) -> Result<Option<MtuCheck>> {
     let mut nl = Netlink::open()?;
+    let mut mtu = MtuCheck::new(&mut nl, conf.mtu)?;
     let bridge = nl.link(&conf.bridge)?;
     match &bridge {
         None => diffs.push(format!("bridge {} is missing", conf.bridge)),
@@ -142,7 +154,11 @@ fn check_host(conf: &Config, env: &Env, ips: &[&IpConfig], diffs: &mut Vec<Strin
             conf.bridge,
             kind_name(&b.kind)
         )),
-        Some(_) => {}
+        Some(b) => {
+            if let Some(m) = mtu.as_mut().filter(|m| m.auto.is_some()) {
+                m.compare(&format!("bridge {}", conf.bridge), b.mtu);
+            }
+        }
     }
     let who = Attachment::of(env, conf);
     let host_name = who.host_name();
@@ -156,6 +172,9 @@ fn check_host(conf: &Config, env: &Env, ips: &[&IpConfig], diffs: &mut Vec<Strin
             }
             if !veth.up {
                 diffs.push(format!("host veth {host_name} is down"));
+            }
+            if let Some(m) = &mut mtu {
+                m.compare(&format!("host veth {host_name}"), veth.mtu);
             }
             let bridge_index = bridge.as_ref().map(|b| b.index);
             if veth.controller.is_none() || veth.controller != bridge_index {
@@ -173,12 +192,74 @@ fn check_host(conf: &Config, env: &Env, ips: &[&IpConfig], diffs: &mut Vec<Strin
             diffs.push(format!("bridge {} does not filter by VLAN", conf.bridge));
         }
     }
-    addressing::check(env, conf, ips, diffs)
+    addressing::check(env, conf, ips, diffs)?;
+    Ok(mtu)
+}
+
+/// The MTU the config asks of both veth ends (and of the bridge with `"auto"`, which ADD
+/// sets on it), and each interface found with another.
+struct MtuCheck {
+    want: u32,
+    /// With `"auto"`, recomputed now: why the node gives `want` (its default routes).
+    auto: Option<String>,
+    /// "host veth NAME" (or the bridge, or the ifname), and its MTU.
+    wrong: Vec<(String, u32)>,
+}
+
+impl MtuCheck {
+    /// None when the config leaves the MTU to the kernel: nothing to compare.
+    fn new(nl: &mut Netlink, mtu: Mtu) -> Result<Option<MtuCheck>> {
+        let (want, auto) = match mtu {
+            Mtu::Kernel => return Ok(None),
+            Mtu::Fixed(m) => (m, None),
+            Mtu::Auto => {
+                let auto = Auto::read(nl)?;
+                (auto.mtu, Some(auto.reason()))
+            }
+        };
+        Ok(Some(MtuCheck {
+            want,
+            auto,
+            wrong: Vec::new(),
+        }))
+    }
+
+    fn compare(&mut self, what: &str, got: Option<u32>) {
+        if let Some(got) = got.filter(|m| *m != self.want) {
+            self.wrong.push((what.to_string(), got));
+        }
+    }
+
+    /// One difference naming each interface and, with `"auto"`, what the node's default
+    /// routes give now and why (and what ADD chose, when the result reports it).
+    fn diff(self, reported: Option<u32>) -> Option<String> {
+        let found: Vec<String> = self
+            .wrong
+            .iter()
+            .map(|(what, got)| format!("{what} has MTU {got}"))
+            .collect();
+        let found = match found.split_last()? {
+            (last, []) => last.clone(),
+            (last, rest) => format!("{} and {last}", rest.join(", ")),
+        };
+        let want = self.want;
+        Some(match self.auto {
+            None => format!("{found}, but the config's mtu is {want}"),
+            Some(why) => {
+                let chose = match reported {
+                    Some(m) if m != want => format!(" (ADD chose {m})"),
+                    _ => String::new(),
+                };
+                format!("{found}, but mtu \"auto\" gives {want} now: {why}{chose}")
+            }
+        })
+    }
 }
 
 struct Inside {
     up: bool,
     mac: String,
+    mtu: Option<u32>,
     addresses: Vec<ipnetwork::IpNetwork>,
     /// The routes through the interface, of every table.
     routes: Vec<Route>,
@@ -201,6 +282,7 @@ fn look_inside(ifname: &str) -> Result<Option<Inside>> {
     Ok(Some(Inside {
         up: link.up,
         mac: link.mac.map(format_mac).unwrap_or_default(),
+        mtu: link.mtu,
         addresses,
         routes,
     }))

@@ -3,6 +3,7 @@
 //! (add, check) call these in order; undoing them is removal.rs's.
 
 pub mod dad;
+pub mod mtu;
 pub mod port;
 
 use std::net::IpAddr;
