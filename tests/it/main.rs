@@ -14,6 +14,9 @@
 //! | `leaks/`      | leaks: self-healing, `academy list` and `academy reclaim`      |
 //! | `hardening`   | what a hostile or unlucky host puts in academy's way           |
 //! | `masquerade`  | ipMasq end to end, against an outside the test makes           |
+//! | `non_masquerade` | nonMasqueradeCIDRs: a pod keeps its address to another     |
+//! |               | node's pods and is masqueraded to the internet; the rule follows |
+//! |               | the config through CHECK, STATUS, ADD and restore-nat           |
 //! | `macspoof`    | macspoofchk end to end, and beside the reference bridge 1.1.1  |
 //! | `dropin/`     | academy as a drop-in for the reference bridge + host-local,    |
 //! |               | one file per subject (addresses, static requests, keys, ...)   |
@@ -91,6 +94,7 @@ mod nat_identity;
 mod nat_repair;
 mod netns_entry;
 mod network_lifetime;
+mod non_masquerade;
 mod podman;
 mod podman_multinet;
 mod portmap;
