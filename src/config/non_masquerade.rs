@@ -12,6 +12,16 @@ use crate::cni::{Error, Result};
 
 pub const KEY: &str = "nonMasqueradeCIDRs";
 
+/// At most this many prefixes per family. Each is two expressions of the masquerade
+/// rule (a bitwise and a cmp, about 115 bytes on the wire), and a long rule is lost:
+/// the first dump on a fresh netlink socket gets a buffer of about one page
+/// (NLMSG_GOODSIZE), and the kernel leaves a rule larger than that out of the dump
+/// without an error, so CHECK would call it missing and ADD would add it again
+/// (measured here: 24 prefixes with a 128-character network name read back, 28 with a
+/// 5-character one did not; the kernel's own limit, 128 expressions, is about 60).
+/// 16 leaves room for the longest network name and a few more subnets of the network.
+pub const MAX_PER_FAMILY: usize = 16;
+
 /// The list, each entry a prefix with its length and without host bits, in the order
 /// given, exact repeats dropped. An empty list (or none) asks for nothing; a non-empty
 /// one needs `ipMasq`: without a masquerade there is nothing to leave alone, and a
@@ -41,6 +51,15 @@ pub(super) fn parse(f: &Fields, ip_masq: bool) -> Result<Vec<IpNetwork>> {
         let prefix = parse_subnet(text, &field)?;
         if !out.contains(&prefix) {
             out.push(prefix);
+        }
+    }
+    for (family, v4) in [("IPv4", true), ("IPv6", false)] {
+        let n = out.iter().filter(|p| p.is_ipv4() == v4).count();
+        if n > MAX_PER_FAMILY {
+            return Err(Error::config(format!(
+                "{KEY} has {n} {family} prefixes; at most {MAX_PER_FAMILY} per family"
+            ))
+            .details("each is one comparison in the masquerade rule, whose length the kernel limits; merge them into shorter prefixes (the cluster CIDR rather than each node's pod CIDR)"));
         }
     }
     if !out.is_empty() && !ip_masq {

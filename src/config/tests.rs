@@ -357,6 +357,33 @@ fn non_masquerade_cidrs_are_prefixes_of_either_family_and_need_ip_masq() {
         assert_eq!(err.code, 7, "{value}: {err}");
         assert!(err.msg.contains(needle), "{value}: {}", err.msg);
     }
+    // The rule's length: 16 per family pass, 17 do not.
+    let many = |n: usize, v6: bool| {
+        let list: Vec<String> = (0..n)
+            .map(|i| match v6 {
+                false => format!("172.{}.0.0/16", 16 + i),
+                true => format!("fd00:{i:x}::/32"),
+            })
+            .collect();
+        with(
+            &masq,
+            "nonMasqueradeCIDRs",
+            &serde_json::to_string(&list).unwrap(),
+        )
+    };
+    assert_eq!(
+        parse(&many(16, false)).unwrap().non_masquerade_cidrs.len(),
+        16
+    );
+    assert_eq!(
+        parse(&many(16, true)).unwrap().non_masquerade_cidrs.len(),
+        16
+    );
+    for v6 in [false, true] {
+        let err = parse(&many(17, v6)).unwrap_err();
+        assert_eq!(err.code, 7);
+        assert!(err.msg.contains("at most 16 per family"), "{err}");
+    }
     let err = parse(&with(GOOD, "nonMasqueradeCIDRs", r#"["10.244.0.0/16"]"#)).unwrap_err();
     assert_eq!(err.code, 7, "{err}");
     assert_eq!(err.msg, "nonMasqueradeCIDRs needs ipMasq");

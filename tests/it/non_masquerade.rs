@@ -114,6 +114,13 @@ fn pods_keep_their_address_to_non_masquerade_cidrs_and_are_masqueraded_elsewhere
         "{rules:?}"
     );
 
+    // nft decodes the rule as one more comparison after the network's subnet.
+    let listed = node.nft(&["list", "chain", "inet", "academy", "postrouting"]);
+    let want = format!(
+        "ip daddr != {} ip daddr != {remote_cidr} ip daddr != 224.0.0.0/4 masquerade",
+        lab.subnet()
+    );
+    assert!(listed.stdout.contains(&want), "{want}\n{listed}");
     assert_eq!(
         seen_from_pod(&pod, &cluster.netns, &remote_pod),
         pod_ip,
@@ -176,4 +183,41 @@ fn pods_keep_their_address_to_non_masquerade_cidrs_and_are_masqueraded_elsewhere
     }
     assert!(node.rules("v4").is_empty(), "the last DEL left the rule");
     assert!(node.elements().is_empty());
+}
+
+/// The longest list the config takes (16 prefixes per family), on a network of the
+/// longest name (128 characters), is a rule academy reads back: CHECK finds it, and a
+/// second ADD does not add it again. Each prefix is two of the rule's expressions; a
+/// rule longer than a page is left out of the first dump on a fresh netlink socket.
+#[test]
+fn the_longest_list_the_config_accepts_is_a_rule_academy_reads_back() {
+    let lab = Lab::new("nmlong");
+    let node = Node::new(&lab);
+    let list: Vec<String> = (0..16).map(|i| format!("172.{}.0.0/16", 16 + i)).collect();
+    let mut config = lab.config_with("1.1.0", "ipMasq", json!(true));
+    let name = format!("{}-{}", lab.network, "x".repeat(127 - lab.network.len()));
+    assert_eq!(name.len(), 128);
+    config["name"] = json!(name);
+    config["nonMasqueradeCIDRs"] = json!(list);
+    let (a, b) = (lab.attachment("a"), lab.attachment("b"));
+    let result = node.call("ADD", &a, &config).expect_result("ADD");
+    node.call("CHECK", &a, &with_prev(&config, &result))
+        .expect_silent_success("CHECK");
+    node.call("ADD", &b, &config).expect_result("second ADD");
+    let listed = node.nft(&["list", "chain", "inet", "academy", "postrouting"]);
+    assert_eq!(listed.stdout.matches("masquerade").count(), 1, "{listed}");
+    assert_eq!(
+        listed.stdout.matches("ip daddr != 172.").count(),
+        16,
+        "{listed}"
+    );
+    for x in [&a, &b] {
+        node.call("DEL", x, &config).expect_silent_success("DEL");
+    }
+    let mut over = config.clone();
+    over["nonMasqueradeCIDRs"] = json!((0..17)
+        .map(|i| format!("172.{}.0.0/16", 16 + i))
+        .collect::<Vec<_>>());
+    let refused = node.call("ADD", &lab.attachment("over"), &over);
+    assert_cni_error(&refused, 7, &["at most 16 per family"]);
 }
