@@ -36,6 +36,8 @@
 //! | `portmap/`    | ports published by academy itself: outside, host, hairpin,     |
 //! |               | podman -p, a CRI hostPort                                     |
 //! | `cri`         | academy under containerd's CRI plugin, as kubelet drives it    |
+//! | `cri_cluster` | the `install --template --cluster-cidr` template under containerd |
+//! |               | 1.6: cniVersions ignored (1.0.0), the cluster left unmasqueraded |
 //! | `installer`   | the installer image (FROM scratch) and its DaemonSet           |
 //! | `reference_switch` | a live reference network switched by `academy convert`: DEL |
 //! |               | removes the reference's leftovers; convert's report and --in-place |
@@ -75,6 +77,7 @@ mod common;
 
 mod cli_inputs;
 mod cri;
+mod cri_cluster;
 mod dropin;
 mod failure;
 mod foreign_sys;
