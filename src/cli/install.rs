@@ -21,21 +21,29 @@ use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use ipnetwork::IpNetwork;
+
 use super::CliError;
 
 /// academy's containerd conf_template (dual stack through .PodCIDRRanges).
 const TEMPLATE: &str = include_str!("../../conflists/containerd-template.conflist.tmpl");
+/// The template's line after which `--cluster-cidr` puts the masquerade's keys.
+const MASQ_ANCHOR: &str = "      \"isDefaultGateway\": true,\n";
 /// Its file name in the config folder: containerd's libcni only loads *.conf,
 /// *.conflist and *.json from conf_dir, so the template itself is never read as a network.
 pub const TEMPLATE_NAME: &str = "academy.conflist.tmpl";
 
 const USAGE: &str =
-    "usage: academy install [--bin-dir DIR] [--conf-dir DIR] [--conflist FILE | --template]
+    "usage: academy install [--bin-dir DIR] [--conf-dir DIR]
+                       [--conflist FILE | --template [--cluster-cidr CIDR[,CIDR]]...]
 
 Copies this academy binary to DIR/academy (default bin dir /opt/cni/bin) and, with
 --conflist, FILE into the config folder under its own name, or with --template, academy's
 containerd conf_template to <conf-dir>/academy.conflist.tmpl (default conf dir
-/etc/cni/net.d). Each file is written beside its destination, fsync'd and renamed over it,
+/etc/cni/net.d). With --cluster-cidr (the controller manager's --cluster-cidr, IPv4
+and/or IPv6, comma-separated or repeated) the template masquerades the pods' traffic
+(\"ipMasq\": true) except to the cluster's pods (\"nonMasqueradeCIDRs\"); without it,
+the template leaves masquerading off. Each file is written beside its destination, fsync'd and renamed over it,
 so a runtime executing the old binary is not disturbed and containerd sees the new
 config. Files that are already current are left alone. Exit 0 on success, 1 on a failed
 copy, 2 on a usage error.";
@@ -45,6 +53,8 @@ struct Options {
     bin_dir: PathBuf,
     conf_dir: PathBuf,
     config: Option<ConfigSource>,
+    /// `--cluster-cidr`: the template's nonMasqueradeCIDRs (and ipMasq on).
+    cluster_cidrs: Vec<IpNetwork>,
 }
 
 #[derive(Debug, PartialEq)]
@@ -77,6 +87,7 @@ fn parse(args: &[OsString]) -> Result<Option<Options>, String> {
         bin_dir: PathBuf::from("/opt/cni/bin"),
         conf_dir: PathBuf::from("/etc/cni/net.d"),
         config: None,
+        cluster_cidrs: Vec::new(),
     };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -94,10 +105,61 @@ fn parse(args: &[OsString]) -> Result<Option<Options>, String> {
                 set_config(&mut o, ConfigSource::Conflist(file))?;
             }
             Some("--template") => set_config(&mut o, ConfigSource::Template)?,
+            Some("--cluster-cidr") => {
+                let list = value("--cluster-cidr")?;
+                for cidr in cluster_cidrs(&list.to_string_lossy())? {
+                    if !o.cluster_cidrs.contains(&cidr) {
+                        o.cluster_cidrs.push(cidr);
+                    }
+                }
+            }
             _ => return Err(format!("unknown argument {}", arg.to_string_lossy())),
         }
     }
+    if !o.cluster_cidrs.is_empty() && o.config != Some(ConfigSource::Template) {
+        return Err("--cluster-cidr goes with --template (a conflist given with --conflist is installed as it is)".into());
+    }
     Ok(Some(o))
+}
+
+/// One `--cluster-cidr` value: prefixes, comma-separated, as the controller manager's
+/// `--cluster-cidr` takes them (`10.244.0.0/16,fd00:10:244::/56`).
+fn cluster_cidrs(list: &str) -> Result<Vec<IpNetwork>, String> {
+    list.split(',')
+        .map(str::trim)
+        .map(|text| {
+            let cidr: IpNetwork = text
+                .parse()
+                .ok()
+                .filter(|_| text.contains('/'))
+                .ok_or_else(|| {
+                    format!("--cluster-cidr {text:?} is not a CIDR (e.g. 10.244.0.0/16)")
+                })?;
+            if cidr.network() != cidr.ip() {
+                return Err(format!(
+                    "--cluster-cidr {text:?} has host bits set; did you mean {}/{}?",
+                    cidr.network(),
+                    cidr.prefix()
+                ));
+            }
+            Ok(cidr)
+        })
+        .collect()
+}
+
+/// The template to install: the shipped one, or with `cluster` the same with
+/// `"ipMasq": true` and `"nonMasqueradeCIDRs"` after `isDefaultGateway`, so a pod's
+/// traffic to another node's pods keeps its address and the rest is masqueraded.
+fn template(cluster: &[IpNetwork]) -> String {
+    if cluster.is_empty() {
+        return TEMPLATE.to_string();
+    }
+    let list: Vec<String> = cluster.iter().map(|c| format!("\"{c}\"")).collect();
+    let keys = format!(
+        "      \"ipMasq\": true,\n      \"nonMasqueradeCIDRs\": [{}],\n",
+        list.join(", ")
+    );
+    TEMPLATE.replacen(MASQ_ANCHOR, &format!("{MASQ_ANCHOR}{keys}"), 1)
 }
 
 fn set_config(o: &mut Options, source: ConfigSource) -> Result<(), String> {
@@ -114,9 +176,10 @@ fn install(o: &Options) -> Result<(), String> {
         .map_err(|e| format!("cannot read this binary (/proc/self/exe): {e}; is /proc mounted?"))?;
     let config = match &o.config {
         None => None,
-        Some(ConfigSource::Template) => {
-            Some((TEMPLATE_NAME.to_string(), TEMPLATE.as_bytes().to_vec()))
-        }
+        Some(ConfigSource::Template) => Some((
+            TEMPLATE_NAME.to_string(),
+            template(&o.cluster_cidrs).into_bytes(),
+        )),
         Some(ConfigSource::Conflist(file)) => Some(read_conflist(file)?),
     };
     report(
@@ -397,6 +460,7 @@ mod tests {
             bin_dir: bin.clone(),
             conf_dir: d.clone(),
             config: Some(ConfigSource::Conflist(d.join("bad.conflist"))),
+            cluster_cidrs: Vec::new(),
         };
         assert!(install(&o).is_err());
         assert!(
@@ -413,5 +477,97 @@ mod tests {
             "{TEMPLATE}"
         );
         assert!(TEMPLATE.contains(r#""type": "academy""#), "{TEMPLATE}");
+    }
+
+    /// The template as containerd renders it for one pod CIDR, parsed as libcni hands
+    /// the academy entry to the plugin (the list's cniVersion and name injected).
+    fn rendered(template: &str, pod_cidr: &str) -> (serde_json::Value, crate::config::Config) {
+        let start = template.find("{{- range").expect("the range block");
+        let end = template.find("{{- end}}").expect("its end") + "{{- end}}".len();
+        let text = format!(
+            "{}[{{ \"subnet\": \"{pod_cidr}\" }}]{}",
+            &template[..start],
+            &template[end..]
+        );
+        let list: serde_json::Value = serde_json::from_str(&text).expect("rendered JSON");
+        let mut plugin = list["plugins"][0].clone();
+        plugin["cniVersion"] = list["cniVersion"].clone();
+        plugin["name"] = list["name"].clone();
+        let conf = crate::config::Config::parse(plugin.to_string().as_bytes()).unwrap();
+        (list, conf)
+    }
+
+    /// CNI 1.1's version negotiation: libcni 1.2 and later take the highest of
+    /// cniVersions it knows (1.1.0); older ones read cniVersion (1.0.0) and ignore it.
+    #[test]
+    fn the_template_declares_cni_versions_beside_cni_version() {
+        let (list, conf) = rendered(TEMPLATE, "10.244.1.0/24");
+        assert_eq!(list["cniVersion"], "1.0.0");
+        assert_eq!(list["cniVersions"], serde_json::json!(["1.0.0", "1.1.0"]));
+        assert_eq!(template(&[]), TEMPLATE);
+        // Without --cluster-cidr, no masquerade (as before).
+        assert!(!conf.ip_masq && conf.non_masquerade_cidrs.is_empty());
+    }
+
+    #[test]
+    fn cluster_cidrs_make_the_template_masquerade_except_to_the_cluster() {
+        let o = parse(&args(&[
+            "--template",
+            "--cluster-cidr",
+            "10.244.0.0/16,fd00:10:244::/56",
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--cluster-cidr",
+            "10.96.0.0/12",
+        ]))
+        .unwrap()
+        .unwrap();
+        let want: Vec<IpNetwork> = ["10.244.0.0/16", "fd00:10:244::/56", "10.96.0.0/12"]
+            .iter()
+            .map(|c| c.parse().unwrap())
+            .collect();
+        assert_eq!(o.cluster_cidrs, want);
+        let text = template(&o.cluster_cidrs);
+        assert!(
+            text.contains(concat!(
+                "      \"isDefaultGateway\": true,\n",
+                "      \"ipMasq\": true,\n",
+                "      \"nonMasqueradeCIDRs\": [\"10.244.0.0/16\", \"fd00:10:244::/56\", \"10.96.0.0/12\"],\n"
+            )),
+            "{text}"
+        );
+        let (list, conf) = rendered(&text, "10.244.1.0/24");
+        assert_eq!(list["cniVersions"], serde_json::json!(["1.0.0", "1.1.0"]));
+        assert!(conf.ip_masq);
+        assert_eq!(conf.non_masquerade_cidrs, want);
+
+        for (bad, needle) in [
+            (
+                &["--template", "--cluster-cidr", "10.244.0.0"][..],
+                "not a CIDR",
+            ),
+            (
+                &["--template", "--cluster-cidr", "10.244.0.0/16,"],
+                "not a CIDR",
+            ),
+            (
+                &["--template", "--cluster-cidr", "10.244.1.0/16"],
+                "host bits",
+            ),
+            (&["--template", "--cluster-cidr"], "needs a value"),
+            (&["--cluster-cidr", "10.244.0.0/16"], "goes with --template"),
+            (
+                &[
+                    "--conflist",
+                    "a.conflist",
+                    "--cluster-cidr",
+                    "10.244.0.0/16",
+                ],
+                "goes with --template",
+            ),
+        ] {
+            let e = parse(&args(bad)).unwrap_err();
+            assert!(e.contains(needle), "{bad:?}: {e}");
+        }
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod layer2;
 mod mtu;
+mod non_masquerade;
 mod port;
 mod port_mappings;
 mod ranges;
@@ -58,6 +59,9 @@ pub struct Config {
     pub promisc_mode: bool,
     /// Masquerade the containers' traffic to anything outside the network's subnets.
     pub ip_masq: bool,
+    /// `nonMasqueradeCIDRs`: destinations the masquerade also leaves alone (only with
+    /// ip_masq; never with ip_masq false).
+    pub non_masquerade_cidrs: Vec<IpNetwork>,
     /// `enabledad`: the container's IPv6 addresses go through duplicate address
     /// detection, and ADD waits for it.
     pub enable_dad: bool,
@@ -168,6 +172,7 @@ impl Config {
             .details("hairpin sends a port's frames back to it; promiscuous mode on the bridge already does, and both together duplicate every frame"));
         }
         let ip_masq = f.boolean("ipMasq")?.unwrap_or(false);
+        let non_masquerade_cidrs = non_masquerade::parse(&f, ip_masq)?;
         // academy always programs nf_tables itself, over netlink; both values mean that.
         match f.string("ipMasqBackend")?.as_deref() {
             None | Some("") | Some("iptables") | Some("nftables") => {}
@@ -217,6 +222,7 @@ impl Config {
             hairpin_mode,
             promisc_mode,
             ip_masq,
+            non_masquerade_cidrs,
             enable_dad: f.boolean("enabledad")?.unwrap_or(false),
             disable_container_interface,
             mac_spoof_check: f.boolean("macspoofchk")?.unwrap_or(false),
@@ -301,6 +307,9 @@ impl Config {
             hairpin_mode: false,
             promisc_mode: false,
             ip_masq: map.get("ipMasq") == Some(&Value::Bool(true)),
+            // DEL takes elements by owner and a last DEL the rules by set: it never
+            // needs the exclusions.
+            non_masquerade_cidrs: Vec::new(),
             enable_dad: false,
             disable_container_interface: false,
             mac_spoof_check: map.get("macspoofchk") == Some(&Value::Bool(true)),

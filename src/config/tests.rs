@@ -337,3 +337,90 @@ fn mtu_is_a_number_auto_or_the_kernel_s_default() {
         assert!(e.to_string().contains("\"auto\""), "{bad}: {e}");
     }
 }
+
+#[test]
+fn non_masquerade_cidrs_are_prefixes_of_either_family_and_need_ip_masq() {
+    let masq = with(GOOD, "ipMasq", "true");
+    assert!(parse(&masq).unwrap().non_masquerade_cidrs.is_empty());
+    let c = parse(&with(
+        &masq,
+        "nonMasqueradeCIDRs",
+        r#"["10.244.0.0/16", "fd00:10:244::/56", "10.244.0.0/16", "10.96.0.0/12"]"#,
+    ))
+    .unwrap();
+    let want: Vec<IpNetwork> = ["10.244.0.0/16", "fd00:10:244::/56", "10.96.0.0/12"]
+        .iter()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert_eq!(c.non_masquerade_cidrs, want, "in order, repeats dropped");
+    // An empty list asks for nothing, with or without ipMasq.
+    assert!(parse(&with(GOOD, "nonMasqueradeCIDRs", "[]")).is_ok());
+
+    let cases = [
+        (r#""10.244.0.0/16""#, "must be a list"),
+        ("[16]", "nonMasqueradeCIDRs[0] must be a string"),
+        (r#"["10.244.0.0"]"#, "needs a prefix length"),
+        (
+            r#"["10.244.0.0/16", "10.244.0.0/33"]"#,
+            "nonMasqueradeCIDRs[1]",
+        ),
+        (r#"["10.244.1.0/16"]"#, "host bits"),
+        (r#"["cluster"]"#, "not a CIDR"),
+    ];
+    for (value, needle) in cases {
+        let err = parse(&with(&masq, "nonMasqueradeCIDRs", value)).unwrap_err();
+        assert_eq!(err.code, 7, "{value}: {err}");
+        assert!(err.msg.contains(needle), "{value}: {}", err.msg);
+    }
+    // The rule's length: 16 per family pass, 17 do not.
+    let many = |n: usize, v6: bool| {
+        let list: Vec<String> = (0..n)
+            .map(|i| match v6 {
+                false => format!("172.{}.0.0/16", 16 + i),
+                true => format!("fd00:{i:x}::/32"),
+            })
+            .collect();
+        with(
+            &masq,
+            "nonMasqueradeCIDRs",
+            &serde_json::to_string(&list).unwrap(),
+        )
+    };
+    assert_eq!(
+        parse(&many(16, false)).unwrap().non_masquerade_cidrs.len(),
+        16
+    );
+    assert_eq!(
+        parse(&many(16, true)).unwrap().non_masquerade_cidrs.len(),
+        16
+    );
+    for v6 in [false, true] {
+        let err = parse(&many(17, v6)).unwrap_err();
+        assert_eq!(err.code, 7);
+        assert!(err.msg.contains("at most 16 per family"), "{err}");
+    }
+    let err = parse(&with(GOOD, "nonMasqueradeCIDRs", r#"["10.244.0.0/16"]"#)).unwrap_err();
+    assert_eq!(err.code, 7, "{err}");
+    assert_eq!(err.msg, "nonMasqueradeCIDRs needs ipMasq");
+    let off = with(
+        &with(GOOD, "ipMasq", "false"),
+        "nonMasqueradeCIDRs",
+        r#"["10.0.0.0/8"]"#,
+    );
+    assert_eq!(
+        parse(&off).unwrap_err().msg,
+        "nonMasqueradeCIDRs needs ipMasq"
+    );
+    // DEL never needs them, and never refuses over them.
+    let c = Config::parse_for_del(with(GOOD, "nonMasqueradeCIDRs", "7").as_bytes()).unwrap();
+    assert!(c.non_masquerade_cidrs.is_empty());
+}
+
+/// libcni 1.2's version negotiation: a conflist's `cniVersions` beside `cniVersion`.
+/// libcni passes each plugin only the negotiated `cniVersion`; a plugin config that
+/// carries the list anyway (a single-plugin file) is read by its `cniVersion`.
+#[test]
+fn a_config_with_cni_versions_is_read_by_its_cni_version() {
+    let c = parse(&with(GOOD, "cniVersions", r#"["1.0.0", "1.1.0"]"#)).unwrap();
+    assert_eq!(c.cni_version, "1.0.0");
+}

@@ -153,11 +153,15 @@ pub fn check(
 }
 
 /// Whether a rule of academy's for the network's set excludes what it should. With
-/// academy's own IPAM, exactly the network's current ranges; a delegated IPAM's
-/// subnets are only known from the addresses of each ADD, which would make every ADD
-/// from another subnet rewrite the rule, so there any rule of academy's will do.
+/// academy's own IPAM, exactly the network's current ranges and nonMasqueradeCIDRs; a
+/// delegated IPAM's subnets are only known from the addresses of each ADD, which would
+/// make every ADD from another subnet rewrite the rule, so there any rule of academy's
+/// made for the config's nonMasqueradeCIDRs will do.
 pub(super) fn is_current(conf: &Config, rule: &MasqRule, network: &MasqNetwork) -> bool {
-    conf.builtin().is_none() || rule.comment == network.rule_comment()
+    match conf.builtin() {
+        Some(_) => rule.comment == network.rule_comment(),
+        None => network.non_masquerade_matches(&rule.comment),
+    }
 }
 
 /// GC: removes every element of the network's sets whose owner is not live, judged by
@@ -230,9 +234,10 @@ pub fn objects(nft: &mut Nftables, conf: &Config) -> Result<Option<Vec<Object>>>
     Ok(Some(objects))
 }
 
-/// Per family of `addresses`, the network's subnets in that family: all of academy's
-/// own ranges (the rule's exclusions follow the network's current ranges), or the
-/// addresses' own subnets for a delegated IPAM.
+/// Per family of `addresses`, what the rule leaves alone in that family: the network's
+/// subnets (all of academy's own ranges, so the rule's exclusions follow the network's
+/// current ranges, or the addresses' own subnets for a delegated IPAM) and the config's
+/// nonMasqueradeCIDRs.
 pub(crate) fn networks(conf: &Config, addresses: &[IpNetwork]) -> Vec<MasqNetwork> {
     let own: Vec<IpNetwork> = match &conf.ipam {
         Ipam::Builtin(b) => b.range_sets.iter().flatten().map(|p| p.subnet()).collect(),
@@ -244,11 +249,14 @@ pub(crate) fn networks(conf: &Config, addresses: &[IpNetwork]) -> Vec<MasqNetwor
         let network = match networks.iter().position(|n| n.family == family) {
             Some(i) => &mut networks[i],
             None => {
-                let subnets = own.iter().filter(|s| Family::of(s.ip()) == family);
+                let of_family = |s: &&IpNetwork| Family::of(s.ip()) == family;
+                let subnets = own.iter().filter(of_family);
+                let kept = conf.non_masquerade_cidrs.iter().filter(of_family);
                 networks.push(MasqNetwork {
                     network: conf.name.clone(),
                     family,
                     subnets: subnets.copied().collect(),
+                    non_masquerade: kept.copied().collect(),
                 });
                 networks.last_mut().expect("just pushed")
             }
@@ -286,12 +294,43 @@ mod tests {
             network: "n".into(),
             family,
             subnets: subnets.iter().map(|s| s.parse().unwrap()).collect(),
+            non_masquerade: Vec::new(),
         };
         assert_eq!(
             got,
             vec![
                 want(Family::V4, &["10.1.0.0/24", "10.2.0.0/24"]),
                 want(Family::V6, &["fd00::/64"]),
+            ]
+        );
+        // The nonMasqueradeCIDRs of each family go with that family.
+        let k = conf(
+            r#"{"cniVersion":"1.0.0","name":"n","type":"academy","ipMasq":true,
+            "nonMasqueradeCIDRs":["10.244.0.0/16","fd00:10:244::/56","10.96.0.0/12"],
+            "ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.1.0/24"}],[{"subnet":"fd00:10:244:1::/64"}]]}}"#,
+        );
+        let got = networks(
+            &k,
+            &[
+                "10.244.1.5/24".parse().unwrap(),
+                "fd00:10:244:1::5/64".parse().unwrap(),
+            ],
+        );
+        let kept = |n: MasqNetwork, kept: &[&str]| MasqNetwork {
+            non_masquerade: kept.iter().map(|s| s.parse().unwrap()).collect(),
+            ..n
+        };
+        assert_eq!(
+            got,
+            vec![
+                kept(
+                    want(Family::V4, &["10.244.1.0/24"]),
+                    &["10.244.0.0/16", "10.96.0.0/12"]
+                ),
+                kept(
+                    want(Family::V6, &["fd00:10:244:1::/64"]),
+                    &["fd00:10:244::/56"]
+                ),
             ]
         );
         // A delegated IPAM: the subnets of the addresses it gave.

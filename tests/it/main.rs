@@ -14,6 +14,9 @@
 //! | `leaks/`      | leaks: self-healing, `academy list` and `academy reclaim`      |
 //! | `hardening`   | what a hostile or unlucky host puts in academy's way           |
 //! | `masquerade`  | ipMasq end to end, against an outside the test makes           |
+//! | `non_masquerade` | nonMasqueradeCIDRs: a pod keeps its address to another     |
+//! |               | node's pods and is masqueraded to the internet; the rule follows |
+//! |               | the config through CHECK, STATUS, ADD and restore-nat           |
 //! | `macspoof`    | macspoofchk end to end, and beside the reference bridge 1.1.1  |
 //! | `dropin/`     | academy as a drop-in for the reference bridge + host-local,    |
 //! |               | one file per subject (addresses, static requests, keys, ...)   |
@@ -35,6 +38,8 @@
 //! | `portmap/`    | ports published by academy itself: outside, host, hairpin,     |
 //! |               | podman -p, a CRI hostPort                                     |
 //! | `cri`         | academy under containerd's CRI plugin, as kubelet drives it    |
+//! | `cri_cluster` | the `install --template --cluster-cidr` template under containerd |
+//! |               | 1.6: cniVersions ignored (1.0.0), the cluster left unmasqueraded |
 //! | `installer`   | the installer image (FROM scratch) and its DaemonSet           |
 //! | `reference_switch` | a live reference network switched by `academy convert`: DEL |
 //! |               | removes the reference's leftovers; convert's report and --in-place |
@@ -76,6 +81,7 @@ mod common;
 
 mod cli_inputs;
 mod cri;
+mod cri_cluster;
 mod dropin;
 mod failure;
 mod foreign_sys;
@@ -96,6 +102,7 @@ mod nat_identity;
 mod nat_repair;
 mod netns_entry;
 mod network_lifetime;
+mod non_masquerade;
 mod podman;
 mod podman_multinet;
 mod portmap;

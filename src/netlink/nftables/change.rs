@@ -254,6 +254,7 @@ mod tests {
             network: "n".into(),
             family: Family::V4,
             subnets: vec!["10.1.0.0/16".parse().unwrap()],
+            non_masquerade: Vec::new(),
         };
         let element = SetElement {
             set: network.set_name(),

@@ -90,12 +90,16 @@ impl Family {
 }
 
 /// One network's masquerade in one family: traffic from the set's addresses to anything
-/// outside `subnets` (and not multicast) leaves with the host's address.
+/// outside `subnets` and `non_masquerade` (and not multicast) leaves with the host's
+/// address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MasqNetwork {
     pub network: String,
     pub family: Family,
+    /// The network's own subnets.
     pub subnets: Vec<IpNetwork>,
+    /// The config's `nonMasqueradeCIDRs` of this family (other nodes' pods, the cluster).
+    pub non_masquerade: Vec<IpNetwork>,
 }
 
 impl MasqNetwork {
@@ -104,16 +108,66 @@ impl MasqNetwork {
     }
 
     /// The rule's comment: academy's mark (RULE_PREFIX), the set, and the destinations
-    /// the rule leaves alone, so that a rule made for other ranges reads as outdated.
-    /// Capped as every stored comment is (a network name may be 128 bytes).
+    /// the rule leaves alone, so that a rule made for other ranges reads as outdated:
+    /// `academy ipMasq <set> except <subnets>`, then ` nonMasqueradeCIDRs <prefixes>`
+    /// when the config has some of this family (without any, the comment is the one
+    /// academy wrote before the key existed, so such rules stay current). Capped as
+    /// every stored comment is (a network name may be 128 bytes).
     pub fn rule_comment(&self) -> String {
-        let excluded: Vec<String> = self.subnets.iter().map(|s| s.to_string()).collect();
         stored_comment(&format!(
-            "{RULE_PREFIX}{} except {}",
+            "{RULE_PREFIX}{} except {}{}",
             self.set_name(),
-            excluded.join(",")
+            joined(&self.subnets),
+            self.non_masquerade_tail()
         ))
     }
+
+    /// The part of the rule's comment that names `non_masquerade` ("" without any).
+    pub fn non_masquerade_tail(&self) -> String {
+        match self.non_masquerade.as_slice() {
+            [] => String::new(),
+            some => format!(" {NON_MASQUERADE_WORD} {}", joined(some)),
+        }
+    }
+
+    /// Whether a rule `comment` of academy's for this set was made for this network's
+    /// nonMasqueradeCIDRs, whatever subnets it names (a delegated IPAM's subnets are
+    /// known only from each ADD's addresses, so only this part is compared there). A
+    /// comment capped to nft's 127 bytes no longer shows its tail: it is taken as
+    /// current, as any rule of academy's is for such a network's subnets.
+    pub fn non_masquerade_matches(&self, comment: &str) -> bool {
+        let tail = self.non_masquerade_tail();
+        if is_capped(comment) {
+            return true;
+        }
+        match tail.as_str() {
+            "" => !comment.contains(&format!(" {NON_MASQUERADE_WORD} ")),
+            tail => comment.ends_with(tail),
+        }
+    }
+
+    /// Every destination the rule leaves alone, in the rule's order: the network's
+    /// subnets, the nonMasqueradeCIDRs, multicast.
+    pub(super) fn excluded(&self) -> Vec<IpNetwork> {
+        let mut all = self.subnets.clone();
+        all.extend(self.non_masquerade.iter().copied());
+        all.push(self.family.multicast());
+        all
+    }
+}
+
+/// The word of a rule comment before its nonMasqueradeCIDRs.
+const NON_MASQUERADE_WORD: &str = "nonMasqueradeCIDRs";
+
+/// Whether `comment` is a capped one (stored_comment's `#` and 32 hex digits).
+fn is_capped(comment: &str) -> bool {
+    let b = comment.as_bytes();
+    b.len() > 33 && b[b.len() - 33] == b'#' && b[b.len() - 32..].iter().all(u8::is_ascii_hexdigit)
+}
+
+fn joined(prefixes: &[IpNetwork]) -> String {
+    let texts: Vec<String> = prefixes.iter().map(|s| s.to_string()).collect();
+    texts.join(",")
 }
 
 pub fn set_name(network: &str, family: Family) -> String {
@@ -308,6 +362,53 @@ fn decode_elements(payload: &[u8], family: Family) -> Vec<MasqElement> {
 mod tests {
     use super::*;
     use crate::netlink::nftables::attrs::comment_udata;
+
+    fn network(name: &str, subnets: &[&str], kept: &[&str]) -> MasqNetwork {
+        let parse = |l: &[&str]| l.iter().map(|s| s.parse().unwrap()).collect();
+        MasqNetwork {
+            network: name.into(),
+            family: Family::V4,
+            subnets: parse(subnets),
+            non_masquerade: parse(kept),
+        }
+    }
+
+    /// The comment names every exclusion, so a rule made for other nonMasqueradeCIDRs
+    /// reads as outdated; without any, it is the comment rules had before the key.
+    #[test]
+    fn the_rule_comment_names_the_non_masquerade_cidrs() {
+        let plain = network("n", &["10.244.1.0/24"], &[]);
+        assert_eq!(
+            plain.rule_comment(),
+            "academy ipMasq n-v4 except 10.244.1.0/24"
+        );
+        let kept = network("n", &["10.244.1.0/24"], &["10.244.0.0/16", "10.96.0.0/12"]);
+        assert_eq!(
+            kept.rule_comment(),
+            "academy ipMasq n-v4 except 10.244.1.0/24 nonMasqueradeCIDRs 10.244.0.0/16,10.96.0.0/12"
+        );
+        let other = network("n", &["10.244.1.0/24"], &["10.244.0.0/16"]);
+        assert_ne!(kept.rule_comment(), other.rule_comment());
+
+        // A delegated IPAM compares the nonMasqueradeCIDRs only.
+        let from_other_subnet = network("n", &["10.9.0.0/24"], &["10.244.0.0/16", "10.96.0.0/12"]);
+        assert!(kept.non_masquerade_matches(&from_other_subnet.rule_comment()));
+        assert!(!kept.non_masquerade_matches(&other.rule_comment()));
+        assert!(!kept.non_masquerade_matches(&plain.rule_comment()));
+        assert!(!plain.non_masquerade_matches(&kept.rule_comment()));
+        assert!(plain.non_masquerade_matches(&network("n", &["10.9.0.0/24"], &[]).rule_comment()));
+
+        // A long one is capped like every comment (and then taken as current by a
+        // delegated IPAM, which cannot read its tail).
+        let long = network(&"x".repeat(100), &["10.244.1.0/24"], &["10.244.0.0/16"]);
+        let capped = long.rule_comment();
+        assert_eq!(capped.len(), 127, "{capped}");
+        assert_ne!(
+            capped,
+            network(&"x".repeat(100), &["10.244.1.0/24"], &[]).rule_comment()
+        );
+        assert!(plain.non_masquerade_matches(&capped));
+    }
 
     #[test]
     fn elements_decode_from_a_set_element_reply() {

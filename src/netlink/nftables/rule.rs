@@ -12,8 +12,14 @@ use super::MasqNetwork;
 use crate::netlink::nfnetlink::Attrs;
 
 /// The rule, as `nft --debug=netlink` shows it for
-/// `meta nfproto ipv4 ip saddr @set ip daddr != SUBNET ... ip daddr != 224.0.0.0/4 masquerade`.
+/// `meta nfproto ipv4 ip saddr @set ip daddr != SUBNET ... ip daddr != NONMASQ ...
+/// ip daddr != 224.0.0.0/4 masquerade`.
 /// `set_id` is the set's NFTA_SET_ID when the same batch creates it (0: it exists).
+///
+/// One bitwise and one cmp per excluded prefix. A nat chain sees only the first packet
+/// of each connection (conntrack keeps the verdict for the rest), and the list is the
+/// config's, not the node's containers', so the rule costs O(prefixes in the config)
+/// per new connection and nothing per later packet.
 pub(super) fn masquerade_rule(list: &mut Attrs, network: &MasqNetwork, set_id: u32) {
     let (nfproto, len, saddr, daddr) = network.family.layout();
     expr(list, "meta", |e| {
@@ -31,7 +37,7 @@ pub(super) fn masquerade_rule(list: &mut Attrs, network: &MasqNetwork, set_id: u
         }
     });
     payload(list, daddr, len);
-    for subnet in network.subnets.iter().chain([&network.family.multicast()]) {
+    for subnet in &network.excluded() {
         let mask = address_bytes(subnet.mask());
         expr(list, "bitwise", |e| {
             e.be32(NFTA_BITWISE_SREG, NFT_REG_1);
@@ -91,6 +97,7 @@ mod tests {
                 network: "n".into(),
                 family,
                 subnets: subnets.iter().map(|s| s.parse().unwrap()).collect(),
+                non_masquerade: Vec::new(),
             };
             let mut list = Attrs::default();
             masquerade_rule(&mut list, &network, set_id);
@@ -104,5 +111,30 @@ mod tests {
             digest(Family::V6, &["fd00::/64", "fd01::/64"], 0),
             "d6c2fab164b65d5aa4ba5585a1c8a70a1244df97002ca6fc6c208af7f705479f"
         );
+    }
+
+    /// The nonMasqueradeCIDRs are one more `daddr != PREFIX` each, after the network's
+    /// own subnets and before multicast: the rule for subnets [a] and nonMasqueradeCIDRs
+    /// [b, c] is, byte for byte, the rule for subnets [a, b, c].
+    #[test]
+    fn non_masquerade_cidrs_are_excluded_like_the_network_s_subnets() {
+        let bytes = |subnets: &[&str], kept: &[&str]| {
+            let parse = |l: &[&str]| l.iter().map(|s| s.parse().unwrap()).collect();
+            let network = MasqNetwork {
+                network: "n".into(),
+                family: Family::V4,
+                subnets: parse(subnets),
+                non_masquerade: parse(kept),
+            };
+            let mut list = Attrs::default();
+            masquerade_rule(&mut list, &network, 0);
+            list.0
+        };
+        let with_kept = bytes(&["10.244.1.0/24"], &["10.244.0.0/16", "10.96.0.0/12"]);
+        assert_eq!(
+            with_kept,
+            bytes(&["10.244.1.0/24", "10.244.0.0/16", "10.96.0.0/12"], &[])
+        );
+        assert_ne!(with_kept, bytes(&["10.244.1.0/24"], &[]));
     }
 }
