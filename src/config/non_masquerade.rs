@@ -13,14 +13,13 @@ use crate::cni::{Error, Result};
 pub const KEY: &str = "nonMasqueradeCIDRs";
 
 /// At most this many prefixes per family. Each is two expressions of the masquerade
-/// rule (a bitwise and a cmp, about 115 bytes on the wire), and a long rule is lost:
-/// the first dump on a fresh netlink socket gets a buffer of about one page
-/// (NLMSG_GOODSIZE), and the kernel leaves a rule larger than that out of the dump
-/// without an error, so CHECK would call it missing and ADD would add it again
-/// (measured here: 24 prefixes with a 128-character network name read back, 28 with a
-/// 5-character one did not; the kernel's own limit, 128 expressions, is about 60).
-/// 16 leaves room for the longest network name and a few more subnets of the network.
-pub const MAX_PER_FAMILY: usize = 16;
+/// rule (a bitwise and a cmp, about 115 bytes on the wire), and the kernel takes at most
+/// 128 expressions in a rule (NFT_RULE_MAXEXPRS; 60 prefixes were refused with EINVAL
+/// here). 32 leaves room for the network's own subnets. A rule this long is larger than
+/// a page, which a socket's first dump would silently leave out: academy's dumps never
+/// come first on a socket (`NlSocket::has_received`; 40 prefixes with a 128-character
+/// network name read back here).
+pub const MAX_PER_FAMILY: usize = 32;
 
 /// The list, each entry a prefix with its length and without host bits, in the order
 /// given, exact repeats dropped. An empty list (or none) asks for nothing; a non-empty

@@ -372,7 +372,7 @@ fn non_masquerade_cidrs_are_prefixes_of_either_family_and_need_ip_masq() {
         assert_eq!(err.code, 7, "{value}: {err}");
         assert!(err.msg.contains(needle), "{value}: {}", err.msg);
     }
-    // The rule's length: 16 per family pass, 17 do not.
+    // The rule's length: 32 per family pass, 33 do not.
     let many = |n: usize, v6: bool| {
         let list: Vec<String> = (0..n)
             .map(|i| match v6 {
@@ -387,17 +387,17 @@ fn non_masquerade_cidrs_are_prefixes_of_either_family_and_need_ip_masq() {
         )
     };
     assert_eq!(
-        parse(&many(16, false)).unwrap().non_masquerade_cidrs.len(),
-        16
+        parse(&many(32, false)).unwrap().non_masquerade_cidrs.len(),
+        32
     );
     assert_eq!(
-        parse(&many(16, true)).unwrap().non_masquerade_cidrs.len(),
-        16
+        parse(&many(32, true)).unwrap().non_masquerade_cidrs.len(),
+        32
     );
     for v6 in [false, true] {
-        let err = parse(&many(17, v6)).unwrap_err();
+        let err = parse(&many(33, v6)).unwrap_err();
         assert_eq!(err.code, 7);
-        assert!(err.msg.contains("at most 16 per family"), "{err}");
+        assert!(err.msg.contains("at most 32 per family"), "{err}");
     }
     let err = parse(&with(GOOD, "nonMasqueradeCIDRs", r#"["10.244.0.0/16"]"#)).unwrap_err();
     assert_eq!(err.code, 7, "{err}");

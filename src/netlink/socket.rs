@@ -140,6 +140,8 @@ pub struct NlSocket {
     subsystem: Subsystem,
     sequence: u32,
     buffer: Vec<u8>,
+    /// Whether a datagram was received on it yet (see `has_received`).
+    received: bool,
 }
 
 impl NlSocket {
@@ -162,7 +164,16 @@ impl NlSocket {
             subsystem,
             sequence: 0,
             buffer: Vec::with_capacity(RECV_BUFFER),
+            received: false,
         })
+    }
+
+    /// The kernel sizes a dump's messages by the largest buffer a receive on the socket
+    /// has filled (at most 32 KiB); before the first, one page. nf_tables ends a dump
+    /// early, silently, at an object that does not fit an empty message (a masquerade
+    /// rule with many excluded prefixes): a dump should not be a socket's first receive.
+    pub fn has_received(&self) -> bool {
+        self.received
     }
 
     pub fn next_sequence(&mut self) -> u32 {
@@ -270,6 +281,7 @@ impl NlSocket {
                 .socket
                 .recv(&mut self.buffer, libc::MSG_TRUNC)
                 .map_err(|e| NlError::io(what, e))?;
+            self.received = true;
             if len > self.buffer.len() {
                 return Err(NlError {
                     reason: Some(format!("reply of {len} bytes truncated")),

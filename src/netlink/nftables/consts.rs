@@ -55,6 +55,7 @@ pub const NFT_MSG_DELSET: u8 = 11;
 pub const NFT_MSG_NEWSETELEM: u8 = 12;
 pub const NFT_MSG_GETSETELEM: u8 = 13;
 pub const NFT_MSG_DELSETELEM: u8 = 14;
+pub const NFT_MSG_GETGEN: u8 = 16;
 
 // enum nft_registers
 pub const NFT_REG_VERDICT: u32 = 0;

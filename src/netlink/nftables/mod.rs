@@ -54,7 +54,7 @@ pub use consts::CHAIN;
 use consts::{
     NFPROTO_INET, NFPROTO_IPV4, NFPROTO_IPV6, NFTA_DATA_VALUE, NFTA_LIST_ELEM, NFTA_SET_ELEM_KEY,
     NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE,
-    NFTA_SET_ELEM_USERDATA, NFT_MSG_GETSETELEM, TABLE,
+    NFTA_SET_ELEM_USERDATA, NFT_MSG_GETGEN, NFT_MSG_GETSETELEM, TABLE,
 };
 pub use inspect::{MasqRule, SetShape, RULE_PREFIX};
 pub use macspoof::{guard_sets, GuardedPort};
@@ -285,6 +285,9 @@ impl Nftables {
         what: &str,
         mut collect: impl FnMut(&[u8], &mut Vec<T>),
     ) -> NlResult<Vec<T>> {
+        if !self.socket.has_received() {
+            self.generation()?;
+        }
         let mut found = Vec::new();
         let result = self.request_in(family, kind, NLM_F_DUMP, attrs, Await::Dump, what, |p| {
             collect(p, &mut found)
@@ -293,6 +296,20 @@ impl Nftables {
             Err(e) if e.is(libc::ENOENT) => Ok(Vec::new()),
             other => other.map(|()| found),
         }
+    }
+
+    /// One small round trip (the ruleset's generation), so that the socket's next dump
+    /// comes in messages large enough for any rule (`NlSocket::has_received`).
+    fn generation(&mut self) -> NlResult<()> {
+        self.request_in(
+            0,
+            NFT_MSG_GETGEN,
+            0,
+            Attrs::default(),
+            Await::One,
+            "read the nf_tables generation",
+            |_| {},
+        )
     }
 
     /// [`Nftables::request`] to the tables of another family (macspoofchk's bridge).
