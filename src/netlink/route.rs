@@ -484,7 +484,7 @@ impl Netlink {
         self.request_flags(msg, 0, reply, what)
     }
 
-    fn request_flags(
+    pub(super) fn request_flags(
         &mut self,
         msg: RouteNetlinkMessage,
         extra_flags: u16,
