@@ -1,7 +1,8 @@
 //! ADD: reserve addresses, wire the container to the bridge, report what was done.
 //!
-//! Order: reserve, wire (with the MAC filter of macspoofchk as soon as the pair exists),
-//! then the masquerade (ipMasq) and the published ports (portMappings) in one nf_tables
+//! Order: reserve, wire (with the MAC filter of macspoofchk as soon as the pair exists,
+//! and the bandwidth capability's shaping on the host side before the container's
+//! interface is configured), then the masquerade (ipMasq) and the published ports (portMappings) in one nf_tables
 //! batch (firewall/nat.rs), then check nothing was taken away. A failure at any step runs the attachment's
 //! removal (removal.rs, the same as DEL's) before the error is printed (the bridge stays:
 //! it is shared). A kill leaves at most a reservation whose holder index names it, a
@@ -19,7 +20,7 @@ use crate::cni::env::Env;
 use crate::cni::result::{format_mac, CniResult, Interface};
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
-use crate::firewall::{forward, macspoof, nat, network};
+use crate::firewall::{bandwidth, forward, macspoof, nat, network};
 use crate::leaks;
 use crate::netlink::{Netlink, NftablesOnDemand};
 use crate::netns::{Netns, OpenError};
@@ -213,6 +214,9 @@ fn wire_up(
             .ok_or_else(|| wire::vanished(&host.name))?;
         port::configure(nl, index, &conf.port)?;
     }
+    // Host side only (the reference's way: a TBF on the veth, an ifb for egress), before
+    // the container has an address: none of its traffic goes unshaped.
+    let ifb = bandwidth::add(nl, conf, who, &host.name)?;
     let addresses: Vec<IpNetwork> = assigned.ips.iter().map(|ip| ip.address).collect();
     let routes: Vec<ContainerRoute> = assigned
         .routes
@@ -265,6 +269,8 @@ fn wire_up(
         mtu: link.mtu,
         sandbox: String::new(),
     }));
+    // Last, as the reference bandwidth plugin appends it.
+    interfaces.extend(ifb);
     Ok(interfaces)
 }
 
