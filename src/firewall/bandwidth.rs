@@ -85,9 +85,14 @@ fn foreign(name: &str, why: &str) -> Error {
     .details("academy will not delete a link it did not make; remove it by hand if it is stale")
 }
 
-/// ADD's step, on the host side, once the pair exists: the TBF of ingress on the host
-/// veth, and for egress the ifb, its TBF, then the redirect to it. Returns the ifb as
-/// the reference reports it (appended to the result's interfaces).
+/// ADD's step, on the host side, once the pair exists with its host end down: the TBF of
+/// ingress on the host veth, and for egress the ifb, its TBF, then the redirect to it;
+/// then the host veth up. Each qdisc goes on a device that is down: on an up one the
+/// kernel waits out an RCU grace period per qdisc (qdisc_graft's dev_deactivate): with
+/// both directions shaped, ADD took 1.01 to 3.27 times an unshaped ADD that way, and
+/// 0.97 to 1.27 times this way (medians of 20 to 40 interleaved runs of each, paired, on
+/// a shared 2-CPU node). Returns the ifb as the reference reports it (appended to the
+/// result's interfaces).
 pub fn add(
     nl: &mut Netlink,
     conf: &Config,
@@ -101,9 +106,16 @@ pub fn add(
     if let Some(s) = bw.ingress {
         nl.add_tbf(veth.index, &tbf(s))?;
     }
-    let Some(s) = bw.egress else {
-        return Ok(None);
+    let ifb = match bw.egress {
+        Some(s) => Some(add_egress(nl, who, &veth, s)?),
+        None => None,
     };
+    nl.set_up(veth.index)?;
+    Ok(ifb)
+}
+
+/// The ifb, its TBF, the host veth's ingress qdisc and the redirect.
+fn add_egress(nl: &mut Netlink, who: &Attachment, veth: &Link, s: Shape) -> Result<Interface> {
     let name = ifb_name(who);
     match nl.create_ifb(&name, veth.mtu) {
         Err(e) if e.is(libc::EEXIST) => match ifb_of(nl, who)? {
@@ -118,18 +130,19 @@ pub fn add(
         },
         other => other?,
     }
-    nl.set_alias(&name, &who.alias())?;
     let ifb = nl.link(&name)?.ok_or_else(|| wire::vanished(&name))?;
-    // Shaped before anything is redirected to it.
+    // Shaped while down (no grace period to wait out), labelled and up before anything
+    // is redirected to it.
     nl.add_tbf(ifb.index, &tbf(s))?;
+    nl.label_and_up(ifb.index, &who.alias())?;
     nl.add_ingress_qdisc(veth.index)?;
     nl.add_redirect(veth.index, ifb.index)?;
-    Ok(Some(Interface {
+    Ok(Interface {
         name,
         mac: ifb.mac.map(format_mac).unwrap_or_default(),
         mtu: None,
         sandbox: String::new(),
-    }))
+    })
 }
 
 fn tbf(s: Shape) -> Tbf {

@@ -166,12 +166,12 @@ pub struct Qdisc {
 }
 
 impl Netlink {
-    /// Creates an ifb link, up, with `mtu` (`ip link add NAME mtu MTU up type ifb`).
-    /// EEXIST when a link of that name exists.
+    /// Creates an ifb link, down, with `mtu` (`ip link add NAME mtu MTU type ifb`).
+    /// EEXIST when a link of that name exists. Down, so that its qdisc is added without
+    /// the grace period a qdisc change on an up device waits out (qdisc_graft's
+    /// dev_deactivate); `label_and_up` then brings it up.
     pub fn create_ifb(&mut self, name: &str, mtu: Option<u32>) -> NlResult<()> {
         let mut msg = LinkMessage::default();
-        msg.header.flags |= LinkFlags::Up;
-        msg.header.change_mask |= LinkFlags::Up;
         msg.attributes.push(LinkAttribute::IfName(name.to_string()));
         if let Some(mtu) = mtu {
             msg.attributes.push(LinkAttribute::Mtu(mtu));
@@ -185,6 +185,18 @@ impl Netlink {
             &format!("create ifb {name}"),
         )
         .map(drop)
+    }
+
+    /// Sets link `index`'s alias and brings it up, in one request (the kernel ignores an
+    /// alias given at creation).
+    pub fn label_and_up(&mut self, index: u32, alias: &str) -> NlResult<()> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        msg.header.flags |= LinkFlags::Up;
+        msg.header.change_mask |= LinkFlags::Up;
+        msg.attributes
+            .push(LinkAttribute::IfAlias(alias.to_string()));
+        self.change_link(msg, &format!("label link #{index} {alias} and set it up"))
     }
 
     /// Makes a tbf the root qdisc of link `index` (`tc qdisc add dev DEV root handle 1:

@@ -178,7 +178,9 @@ fn wire_up(
         )?),
         _ => None,
     };
-    let mut created = wire::create_pair(nl, netns, who, &bridge, conf.mtu, mac)?;
+    // A shaped attachment's host veth comes up once its qdiscs are on (bandwidth.rs).
+    let up = conf.bandwidth.is_none();
+    let mut created = wire::create_pair(nl, netns, who, &bridge, conf.mtu, mac, up)?;
     if let Created::Stale = created {
         // A killed or repeated ADD of this attachment left its pair: removed the one way
         // (its nf_tables state too; this ADD adds its own), the reservations kept.
@@ -187,7 +189,7 @@ fn wire_up(
             reservations: Reservations::Kept,
         };
         removal::attachment(conf, stale)?;
-        created = wire::create_pair(nl, netns, who, &bridge, conf.mtu, mac)?;
+        created = wire::create_pair(nl, netns, who, &bridge, conf.mtu, mac, up)?;
     }
     let Created::Pair(host) = created else {
         return Err(Error::new(
