@@ -2,12 +2,15 @@
 //! podman and containerd write them) collapsed into one academy entry where academy
 //! does the job itself: `type` bridge becomes academy, a plain `portmap` becomes the
 //! entry's `portMappings` capability, a bare `tuning` (nothing but the `mac`
-//! capability) is dropped, and so is an iptables `firewall` (academy accepts its
+//! capability) is dropped, a `bandwidth` of nothing but its capability and its four
+//! rate and burst keys becomes the same in academy's entry (academy shapes the same
+//! way, src/firewall/bandwidth.rs), and so is an iptables `firewall` (academy accepts its
 //! bridge's forwarded traffic itself where iptables' FORWARD policy drops it, as on a
 //! host with Docker: src/firewall/forward.rs) unless academy cannot accept there
 //! (iptables-legacy, no nf_tables). Whatever academy does not replace stays in the
-//! chain, said so on stderr: a `portmap`, `tuning` or `firewall` with options of their
-//! own (a firewalld backend, an admin chain of another name).
+//! chain, said so on stderr: a `portmap`, `tuning`, `bandwidth` or `firewall` with options
+//! of their own (a firewalld backend, an admin chain of another name, subnets left
+//! unshaped).
 //!
 //! Before anything is written, stderr lists the live state the reference left for the
 //! network's containers (their iptables chains, the store's reservations, the bridge's
@@ -324,7 +327,22 @@ pub fn convert(list: &Value, firewall_stays: Option<&str>) -> Result<(Value, Vec
                 }
                 notes.push("tuning: dropped, it set nothing academy does not".into());
             }
-            ("portmap" | "tuning", _) => {
+            ("bandwidth", Some(p)) if plain_bandwidth(p) && !shapes(&entry) => {
+                if p.get("capabilities").and_then(|c| c.get("bandwidth")) == Some(&json!(true)) {
+                    capability(&mut entry, "bandwidth");
+                }
+                for key in BANDWIDTH_KEYS {
+                    if let Some(v) = p.get(key) {
+                        entry.insert(key.into(), v.clone());
+                    }
+                }
+                notes.push("bandwidth: dropped, academy shapes the container's traffic itself (its keys and capability are academy's now)".into());
+            }
+            ("bandwidth", Some(p)) if plain_bandwidth(p) => {
+                notes.push("bandwidth: kept, the academy entry has shaping keys of its own".into());
+                kept.push(plugin.clone());
+            }
+            ("portmap" | "tuning" | "bandwidth", _) => {
                 notes.push(format!("{kind}: kept, its options are not academy's"));
                 kept.push(plugin.clone());
             }
@@ -363,6 +381,30 @@ fn plain_portmap(p: &Map<String, Value>) -> bool {
             .is_some_and(|c| c.keys().all(|k| k == "portMappings")),
         _ => false,
     })
+}
+
+/// The reference bandwidth plugin's keys, which academy's entry takes as they are.
+const BANDWIDTH_KEYS: [&str; 4] = ["ingressRate", "ingressBurst", "egressRate", "egressBurst"];
+
+/// A bandwidth academy replaces: its capability and its four keys, nothing else (the
+/// unshaped or shaped subnets some releases had are not academy's).
+fn plain_bandwidth(p: &Map<String, Value>) -> bool {
+    p.iter().all(|(k, v)| match k.as_str() {
+        "type" => true,
+        "capabilities" => v
+            .as_object()
+            .is_some_and(|c| c.keys().all(|k| k == "bandwidth")),
+        k => BANDWIDTH_KEYS.contains(&k),
+    })
+}
+
+/// Whether academy's entry shapes already (a key or the capability of its own).
+fn shapes(entry: &Map<String, Value>) -> bool {
+    BANDWIDTH_KEYS.iter().any(|k| entry.contains_key(*k))
+        || entry
+            .get("capabilities")
+            .and_then(|c| c.get("bandwidth"))
+            .is_some()
 }
 
 /// A firewall academy replaces: the iptables backend (the default) and nothing else.
@@ -525,6 +567,76 @@ mod tests {
             notes.contains(&"firewall: kept, iptables-legacy tables are in use".to_string()),
             "{notes:?}"
         );
+    }
+
+    #[test]
+    fn a_chained_bandwidth_becomes_the_entry_s_keys_or_capability() {
+        let chain = |bandwidth: Value| {
+            json!({"cniVersion": "1.0.0", "name": "bw", "plugins": [
+                {"type": "bridge", "bridge": "cni0",
+                 "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.89.0.0/24"}]]}},
+                {"type": "portmap", "capabilities": {"portMappings": true}},
+                bandwidth
+            ]})
+        };
+        let types = |v: &Value| -> Vec<String> {
+            v["plugins"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["type"].as_str().unwrap().to_string())
+                .collect()
+        };
+        // The capability (containerd's and CRI-O's, for a pod's bandwidth annotations).
+        let (got, notes) = convert(
+            &chain(json!({"type": "bandwidth", "capabilities": {"bandwidth": true}})),
+            None,
+        )
+        .unwrap();
+        assert_eq!(types(&got), ["academy"]);
+        assert_eq!(
+            got["plugins"][0]["capabilities"],
+            json!({"portMappings": true, "bandwidth": true})
+        );
+        assert!(
+            notes.iter().any(|n| n.starts_with("bandwidth: dropped")),
+            "{notes:?}"
+        );
+        accepted(&got).unwrap();
+        // The keys.
+        let (got, _) = convert(
+            &chain(
+                json!({"type": "bandwidth", "ingressRate": 8000000, "ingressBurst": 80000,
+                          "egressRate": 4000000, "egressBurst": 40000}),
+            ),
+            None,
+        )
+        .unwrap();
+        assert_eq!(types(&got), ["academy"]);
+        assert_eq!(got["plugins"][0]["egressRate"], 4000000);
+        assert_eq!(got["plugins"][0]["ingressBurst"], 80000);
+        let conf = accepted(&got).unwrap();
+        assert_eq!(conf.bandwidth.unwrap().egress.unwrap().burst, 40000);
+        // Options academy does not have stay with their plugin.
+        let (got, _) = convert(
+            &chain(
+                json!({"type": "bandwidth", "ingressRate": 8000000, "ingressBurst": 80000,
+                          "unshapedSubnets": ["10.0.0.0/8"]}),
+            ),
+            None,
+        )
+        .unwrap();
+        assert_eq!(types(&got), ["academy", "bandwidth"]);
+        assert!(got["plugins"][0].get("ingressRate").is_none());
+        // Keys the reference refuses are refused for academy too.
+        let (bad, _) = convert(
+            &chain(json!({"type": "bandwidth", "ingressRate": 8000000})),
+            None,
+        )
+        .unwrap();
+        assert!(accepted(&bad)
+            .unwrap_err()
+            .contains("if rate is set, burst must also be set"));
     }
 
     #[test]

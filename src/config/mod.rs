@@ -6,6 +6,7 @@
 //! form with an `ipam` block, so that a bridge + host-local conflist works with only its
 //! `type` changed.
 
+mod bandwidth;
 pub mod layer2;
 mod mtu;
 mod non_masquerade;
@@ -27,6 +28,7 @@ use crate::cni::env::interface_name_problem;
 use crate::cni::{code, version, Error, Result};
 use crate::ipam::Pool;
 
+pub use bandwidth::{Bandwidth, Shape};
 pub use mtu::Mtu;
 pub use port::{gateway_name as vlan_gateway_name, PortSpec};
 pub use port_mappings::PortMapping;
@@ -76,6 +78,12 @@ pub struct Config {
     pub publishes_ports: bool,
     /// runtimeConfig.portMappings; None when the runtime sent none at all.
     pub port_mappings: Option<Vec<PortMapping>>,
+    /// The shaping of the reference bandwidth plugin's keys or the `bandwidth`
+    /// capability; None when nothing is limited.
+    pub bandwidth: Option<Bandwidth>,
+    /// The entry declares the `bandwidth` capability or sets one of its keys: an
+    /// attachment may have an ifb, which DEL looks for.
+    pub shapes: bool,
     pub ipam: Ipam,
     /// `dns` of the network config, copied into the result as the reference plugin does.
     pub dns: Option<Value>,
@@ -229,6 +237,8 @@ impl Config {
             port,
             publishes_ports: port_mappings::declared(&map),
             port_mappings: port_mappings::from_config(&map)?,
+            bandwidth: bandwidth::from_config(&map)?,
+            shapes: bandwidth::declared(&map),
             ipam,
             dns: f.get("dns").cloned(),
             requests,
@@ -316,6 +326,8 @@ impl Config {
             port: PortSpec::default(),
             publishes_ports: port_mappings::declared(&map),
             port_mappings: port_mappings::lenient(&map),
+            bandwidth: None,
+            shapes: bandwidth::declared(&map),
             reclaim_leaked_after: DEFAULT_RECLAIM_LEAKED_AFTER,
             ipam,
             dns: None,

@@ -1,8 +1,10 @@
 //! The nf_tables state academy keeps, as one table of kinds.
 //!
 //! Each kind is state academy adds for its attachments and their networks: masquerade
-//! elements (ipMasq), published ports (portMappings), the MAC filter (macspoofchk) and
-//! the bridge's FORWARD accepts. Each answers the same operations, one `match` each, so
+//! elements (ipMasq), published ports (portMappings), the MAC filter (macspoofchk), the
+//! bridge's FORWARD accepts, and the bandwidth capability's traffic shaping (tc, not
+//! nf_tables, but per-attachment state all the same: its operations ignore the nf_tables
+//! socket and open an rtnetlink one). Each answers the same operations, one `match` each, so
 //! a new kind is one variant here plus its module, and the compiler names every
 //! operation it must answer:
 //!
@@ -28,6 +30,7 @@ use crate::cni::{Error, Result};
 use crate::config::Config;
 use crate::netlink::{Nftables, Object};
 
+pub mod bandwidth;
 pub mod forward;
 pub mod macspoof;
 pub mod masquerade;
@@ -45,14 +48,16 @@ pub enum Kind {
     Ports,
     MacFilter,
     Forward,
+    Bandwidth,
 }
 
 /// Every kind, in the order the walks visit them.
-pub const KINDS: [Kind; 4] = [
+pub const KINDS: [Kind; 5] = [
     Kind::Masquerade,
     Kind::Ports,
     Kind::MacFilter,
     Kind::Forward,
+    Kind::Bandwidth,
 ];
 
 impl fmt::Display for Kind {
@@ -62,6 +67,7 @@ impl fmt::Display for Kind {
             Kind::Ports => "published ports",
             Kind::MacFilter => "MAC filter",
             Kind::Forward => "FORWARD accepts",
+            Kind::Bandwidth => "bandwidth shaping",
         })
     }
 }
@@ -114,6 +120,8 @@ impl Kind {
             Kind::Ports => conf.publishes_ports || traced,
             Kind::MacFilter => conf.mac_spoof_check || traced,
             Kind::Forward => false, // nothing per attachment
+            // Its ifb is found by name: no config names where else to look.
+            Kind::Bandwidth => conf.shapes || traced,
         }
     }
 
@@ -125,6 +133,7 @@ impl Kind {
             Kind::Ports => ports::remove(nft, conf, r),
             Kind::MacFilter => macspoof::remove(nft, conf, r),
             Kind::Forward => Ok(()),
+            Kind::Bandwidth => bandwidth::remove(nft, conf, r),
         }
     }
 
@@ -142,6 +151,7 @@ impl Kind {
             Kind::Ports => ports::check(nft, conf, who, addresses),
             Kind::MacFilter if conf.mac_spoof_check => macspoof::check(nft, conf, who, mac),
             Kind::Forward => forward::check(nft, conf),
+            Kind::Bandwidth => bandwidth::check(nft, conf, who),
             Kind::Masquerade | Kind::MacFilter => Ok(Vec::new()),
         }
     }
@@ -154,6 +164,7 @@ impl Kind {
             Kind::Ports => ports::sweep(nft, conf, live, errors),
             Kind::MacFilter => macspoof::sweep(nft, conf, live, errors),
             Kind::Forward => {}
+            Kind::Bandwidth => bandwidth::sweep(nft, conf, live, errors),
         }
     }
 
@@ -164,6 +175,7 @@ impl Kind {
             Kind::Ports => ports::missing(nft, conf, wired),
             Kind::MacFilter => macspoof::missing(nft, conf, wired),
             Kind::Forward => forward::missing(nft, conf, wired),
+            Kind::Bandwidth => bandwidth::missing(nft, conf, wired),
         }
     }
 
@@ -174,6 +186,7 @@ impl Kind {
             Kind::Ports => ports::restore(nft, conf, wired),
             Kind::MacFilter => macspoof::restore(nft, conf, wired),
             Kind::Forward => forward::restore(nft, conf, wired),
+            Kind::Bandwidth => bandwidth::restore(nft, conf, wired),
         }
     }
 
@@ -186,6 +199,7 @@ impl Kind {
             Kind::Ports => ports::objects(nft, conf),
             Kind::MacFilter => macspoof::objects(nft, conf),
             Kind::Forward => forward::objects(nft, conf).map(Some),
+            Kind::Bandwidth => bandwidth::objects(nft, conf),
         }
     }
 }
@@ -253,11 +267,16 @@ mod tests {
             Kind::Ports,
             Kind::MacFilter,
             Kind::Forward,
+            Kind::Bandwidth,
         ] {
             // The exhaustive match: a new variant must be added here too, which leads
             // to the list.
             match kind {
-                Kind::Masquerade | Kind::Ports | Kind::MacFilter | Kind::Forward => {}
+                Kind::Masquerade
+                | Kind::Ports
+                | Kind::MacFilter
+                | Kind::Forward
+                | Kind::Bandwidth => {}
             }
             assert_eq!(KINDS.iter().filter(|k| **k == kind).count(), 1, "{kind}");
         }

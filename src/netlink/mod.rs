@@ -6,8 +6,11 @@
 //! - `route`: rtnetlink (links, addresses, routes), with `decode` holding the address and
 //!   route types and reading its replies into them.
 //! - `bridge`: bridge VLAN filtering, a port's VLAN entries and its isolated flag
-//!   (rtnetlink's AF_BRIDGE family). With `route` and `decode`, the only users of
-//!   netlink-packet-route, whose API breaks in almost every minor release.
+//!   (rtnetlink's AF_BRIDGE family).
+//! - `tc`: traffic control (the bandwidth capability's TBF qdiscs, the ingress qdisc and
+//!   its mirred redirect to an ifb) and the ifb links. With `route`, `bridge` and
+//!   `decode`, the only users of netlink-packet-route, whose API breaks in almost every
+//!   minor release.
 //! - `nftables`: nf_tables over NETLINK_NETFILTER, the masquerade of `ipMasq` and the
 //!   published ports of `portMappings` (with their bridges' loopback guard). Its
 //!   messages are encoded here by hand (no crate covers nf_tables). Its `monitor`
@@ -27,6 +30,7 @@ mod nfnetlink;
 mod nftables;
 mod route;
 mod socket;
+mod tc;
 
 pub use bridge::VlanEntry;
 pub use conntrack::{flush_udp as flush_udp_conntrack, Flushed, UdpDestination};
@@ -41,3 +45,4 @@ pub use nftables::{Commit as NftCommit, Monitor as NftMonitor, Notice as NftNoti
 pub use nftables::{Expr, IptablesRemoval, IptablesRule, Verdict};
 pub use route::{Link, LinkKind, Netlink, RouteAttrs, VethPair, MAIN_TABLE};
 pub use socket::{NlError, Subsystem};
+pub use tc::Tbf;

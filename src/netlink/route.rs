@@ -80,6 +80,9 @@ pub struct VethPair<'a> {
     pub peer_mac: [u8; 6],
     pub peer_netns: BorrowedFd<'a>,
     pub mtu: Option<u32>,
+    /// The host end is created up; down for a caller that adds qdiscs first (a qdisc
+    /// change on an up device waits out an RCU grace period) and sets it up after.
+    pub host_up: bool,
 }
 
 pub struct Netlink {
@@ -227,8 +230,8 @@ impl Netlink {
         )
     }
 
-    /// Creates the pair in one request: the host end up and already a port of `controller`,
-    /// the peer down inside its netns.
+    /// Creates the pair in one request: the host end up (unless `host_up` is false) and
+    /// already a port of `controller`, the peer down inside its netns.
     pub fn create_veth(&mut self, pair: &VethPair) -> NlResult<()> {
         // The peer cannot be created up: veth_open() answers ENOTCONN until both ends
         // exist, and the kernel configures the peer first.
@@ -240,7 +243,7 @@ impl Netlink {
         peer.attributes
             .push(LinkAttribute::NetNsFd(pair.peer_netns.as_raw_fd()));
         let mut host = LinkMessage::default();
-        set_flags(&mut host, LinkFlags::Up, true);
+        set_flags(&mut host, LinkFlags::Up, pair.host_up);
         host.attributes
             .push(LinkAttribute::IfName(pair.host_name.to_string()));
         host.attributes
@@ -525,7 +528,7 @@ impl Netlink {
         self.request_flags(msg, 0, reply, what)
     }
 
-    fn request_flags(
+    pub(super) fn request_flags(
         &mut self,
         msg: RouteNetlinkMessage,
         extra_flags: u16,

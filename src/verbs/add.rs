@@ -1,7 +1,8 @@
 //! ADD: reserve addresses, wire the container to the bridge, report what was done.
 //!
-//! Order: reserve, wire (with the MAC filter of macspoofchk as soon as the pair exists),
-//! then the masquerade (ipMasq) and the published ports (portMappings) in one nf_tables
+//! Order: reserve, wire (with the MAC filter of macspoofchk as soon as the pair exists,
+//! and the bandwidth capability's shaping on the host side before the container's
+//! interface is configured), then the masquerade (ipMasq) and the published ports (portMappings) in one nf_tables
 //! batch (firewall/nat.rs), then check nothing was taken away. A failure at any step runs the attachment's
 //! removal (removal.rs, the same as DEL's) before the error is printed (the bridge stays:
 //! it is shared). A kill leaves at most a reservation whose holder index names it, a
@@ -19,7 +20,7 @@ use crate::cni::env::Env;
 use crate::cni::result::{format_mac, CniResult, Interface};
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
-use crate::firewall::{forward, macspoof, nat, network};
+use crate::firewall::{bandwidth, forward, macspoof, nat, network};
 use crate::leaks;
 use crate::netlink::{Netlink, NftablesOnDemand};
 use crate::netns::{Netns, OpenError};
@@ -179,7 +180,9 @@ fn wire_up(
         )?),
         _ => None,
     };
-    let mut created = wire::create_pair(nl, netns, who, &bridge, mtu.mtu, mac)?;
+    // A shaped attachment's host veth comes up once its qdiscs are on (bandwidth.rs).
+    let up = conf.bandwidth.is_none();
+    let mut created = wire::create_pair(nl, netns, who, &bridge, mtu.mtu, mac, up)?;
     if let Created::Stale = created {
         // A killed or repeated ADD of this attachment left its pair: removed the one way
         // (its nf_tables state too; this ADD adds its own), the reservations kept.
@@ -188,7 +191,7 @@ fn wire_up(
             reservations: Reservations::Kept,
         };
         removal::attachment(conf, stale)?;
-        created = wire::create_pair(nl, netns, who, &bridge, mtu.mtu, mac)?;
+        created = wire::create_pair(nl, netns, who, &bridge, mtu.mtu, mac, up)?;
     }
     let Created::Pair(host) = created else {
         return Err(Error::new(
@@ -215,6 +218,9 @@ fn wire_up(
             .ok_or_else(|| wire::vanished(&host.name))?;
         port::configure(nl, index, &conf.port)?;
     }
+    // Host side only (the reference's way: a TBF on the veth, an ifb for egress), before
+    // the container has an address: none of its traffic goes unshaped.
+    let ifb = bandwidth::add(nl, conf, who, &host.name)?;
     let addresses: Vec<IpNetwork> = assigned.ips.iter().map(|ip| ip.address).collect();
     let routes: Vec<ContainerRoute> = assigned
         .routes
@@ -267,6 +273,8 @@ fn wire_up(
         mtu: link.mtu,
         sandbox: String::new(),
     }));
+    // Last, as the reference bandwidth plugin appends it.
+    interfaces.extend(ifb);
     Ok(interfaces)
 }
 

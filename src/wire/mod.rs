@@ -181,7 +181,8 @@ pub struct HostVeth {
 /// BRIDGE up`): one request creates both ends, the container's already inside its netns.
 /// A stale pair of this same attachment is reported, for ADD to remove; any other link
 /// in the way is an error, never deleted. A pair whose alias could not be set is left
-/// unlabelled for the failed ADD's removal, which knows it by its derived name.
+/// unlabelled for the failed ADD's removal, which knows it by its derived name. The host
+/// end is left down when `host_up` is false (the bandwidth step adds its qdiscs first).
 pub fn create_pair(
     nl: &mut Netlink,
     netns: &Netns,
@@ -189,6 +190,7 @@ pub fn create_pair(
     bridge: &Link,
     mtu: Option<u32>,
     container_mac: Option<[u8; 6]>,
+    host_up: bool,
 ) -> Result<Created> {
     let host = HostVeth {
         name: who.host_name(),
@@ -203,6 +205,7 @@ pub fn create_pair(
         peer_mac: host.container_mac,
         peer_netns: netns.fd(),
         mtu,
+        host_up,
     };
     match nl.create_veth(&pair) {
         Ok(()) => {}

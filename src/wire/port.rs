@@ -202,6 +202,7 @@ fn create_vlan_gateway(nl: &mut Netlink, bridge: &Link, name: &str) -> Result<Li
         peer_mac: random_mac(),
         peer_netns: host_ns.as_fd(),
         mtu: bridge.mtu,
+        host_up: true,
     };
     match nl.create_veth(&pair) {
         // Another ADD of this VLAN made it first.

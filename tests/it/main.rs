@@ -27,6 +27,8 @@
 //! | `iface_keys`  | enabledad, disableContainerInterface, ipam.resolvConf          |
 //! | `layer2`      | a network without ipam: interfaces on the bridge, no address   |
 //! | `forward`     | a dropping iptables FORWARD policy (Docker's): the bridge accepted |
+//! | `bandwidth`   | the bandwidth capability and keys: TCP flows measured against  |
+//! |               | the rate, every operation of its kind, refusals, netns budget  |
 //! | `kinds`       | each kind of nf_tables state through every operation of the    |
 //! |               | table of kinds: CHECK, STATUS, restore-nat, GC, the last DEL   |
 //! | `network_lifetime` | a network's own objects go with its last attachment: a   |
@@ -79,6 +81,7 @@
 
 mod common;
 
+mod bandwidth;
 mod cli_inputs;
 mod cri;
 mod cri_cluster;
