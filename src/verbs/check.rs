@@ -119,7 +119,7 @@ pub fn check(env: &Env, conf: &Config) -> Result<()> {
     }
     let details = if restorable {
         format!(
-            "the nf_tables state is not as ADD left it: {}",
+            "academy's packet-path state (nf_tables, traffic control) is not as ADD left it: {}",
             firewall::RESTORE_HINT
         )
     } else {

@@ -56,7 +56,7 @@ fn firewall_complete(conf: &Config) -> Result<()> {
     Err(Error::new(
         code::NOT_AVAILABLE,
         format!(
-            "network {}'s nf_tables state is incomplete: missing {}",
+            "network {}'s packet-path state (nf_tables, traffic control) is incomplete: missing {}",
             conf.name,
             what.join("; ")
         ),
