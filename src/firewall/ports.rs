@@ -339,27 +339,34 @@ pub fn check(
 /// the maps (after a deletion of the table the maps are gone too, and each container's
 /// ports come back with its next ADD: academy keeps no other record of them).
 pub fn missing(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<String>> {
-    let prefix = format!("{}:", conf.name);
-    if wired.attachments.is_empty()
-        || !nft
-            .port_elements()?
-            .iter()
-            .any(|e| e.comment.starts_with(&prefix))
-    {
-        return Ok(Vec::new());
-    }
     let mut missing = Vec::new();
-    let rules = nft.missing_portmap_rules()?;
-    if !rules.is_empty() {
-        missing.push(format!("port mapping's rules ({} of them)", rules.len()));
+    if wired.attachments.is_empty() {
+        return Ok(missing);
     }
-    if !nft.has_hairpin(&conf.bridge)? {
-        missing.push(format!("the hairpin mark of bridge {}", conf.bridge));
+    if published_here(nft, conf)? {
+        let rules = nft.missing_portmap_rules()?;
+        if !rules.is_empty() {
+            missing.push(format!("port mapping's rules ({} of them)", rules.len()));
+        }
+        if !nft.has_hairpin(&conf.bridge)? {
+            missing.push(format!("the hairpin mark of bridge {}", conf.bridge));
+        }
     }
+    // The bridge routes 127.0.0.0/8 as long as route_localnet is on, ports or not (after
+    // a deletion of the table, its ports are gone and the bridge is still open).
     if localnet_on(&conf.bridge) {
         missing.extend(localnet_missing(nft, &conf.bridge)?);
     }
     Ok(missing)
+}
+
+/// Whether the maps hold a port of this network.
+fn published_here(nft: &mut Nftables, conf: &Config) -> Result<bool> {
+    let prefix = format!("{}:", conf.name);
+    Ok(nft
+        .port_elements()?
+        .iter()
+        .any(|e| e.comment.starts_with(&prefix)))
 }
 
 /// Puts port mapping's rules back (and the bridge's hairpin mark and loopback guard)
@@ -370,8 +377,10 @@ pub fn restore(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<S
         return Ok(missing);
     }
     let _lock = super::network::repair_lock();
-    nft.ensure_portmap()?;
-    nft.mark_hairpin(&conf.bridge)?;
+    if published_here(nft, conf)? {
+        nft.ensure_portmap()?;
+        nft.mark_hairpin(&conf.bridge)?;
+    }
     if localnet_on(&conf.bridge) {
         nft.ensure_localnet(&conf.bridge, || ())?; // the repair lock is held
     }

@@ -224,7 +224,8 @@ fn without_ports(state: &State) -> State {
         let name = o["name"].as_str().unwrap_or("");
         o["family"] == "inet"
             && match kind.as_str() {
-                "map" | "set" => name.starts_with('_'),
+                // The loopback guard stays: it is the bridge's, not a port's.
+                "map" | "set" => name.starts_with('_') && name != "_localnet",
                 "chain" => matches!(name, "prerouting" | "output" | "forward"),
                 "rule" => o["comment"]
                     .as_str()
