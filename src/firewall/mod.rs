@@ -38,6 +38,7 @@ pub mod nat;
 pub mod network;
 pub mod ports;
 pub mod reference;
+pub mod services;
 mod wired;
 
 pub use wired::Wired;

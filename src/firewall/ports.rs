@@ -343,7 +343,7 @@ pub fn missing(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<S
     if wired.attachments.is_empty() {
         return Ok(missing);
     }
-    if published_here(nft, conf)? {
+    if published_here(nft, conf)? || super::services::need_hairpin(conf) {
         let rules = nft.missing_portmap_rules()?;
         if !rules.is_empty() {
             missing.push(format!("port mapping's rules ({} of them)", rules.len()));
@@ -377,7 +377,7 @@ pub fn restore(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<S
         return Ok(missing);
     }
     let _lock = super::network::repair_lock();
-    if published_here(nft, conf)? {
+    if published_here(nft, conf)? || super::services::need_hairpin(conf) {
         nft.ensure_portmap()?;
         nft.mark_hairpin(&conf.bridge)?;
     }
@@ -392,19 +392,18 @@ pub fn restore(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<S
 /// up route_localnet with its guard: a container attached later without a published
 /// port (so without the guard) must not find 127.0.0.0/8 routed.
 pub fn objects(nft: &mut Nftables, conf: &Config) -> Result<Option<Vec<Object>>> {
-    if !conf.publishes_ports {
+    if !conf.publishes_ports && !conf.is_gateway {
         return Ok(Some(Vec::new()));
     }
-    let prefix = format!("{}:", conf.name);
-    if nft
-        .port_elements()?
-        .iter()
-        .any(|e| e.comment.starts_with(&prefix))
-    {
+    if published_here(nft, conf)? {
         return Ok(None);
     }
-    let mut objects = vec![Object::Hairpin(conf.bridge.clone())];
-    if localhost_off(&conf.bridge) {
+    let mut objects = Vec::new();
+    // Set for published ports, or for Services (services.rs).
+    if nft.has_hairpin(&conf.bridge)? {
+        objects.push(Object::Hairpin(conf.bridge.clone()));
+    }
+    if conf.publishes_ports && localhost_off(&conf.bridge) {
         objects.push(Object::Localnet(conf.bridge.clone()));
     }
     Ok(Some(objects))

@@ -20,7 +20,7 @@ use crate::cni::env::Env;
 use crate::cni::result::{format_mac, CniResult, Interface};
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
-use crate::firewall::{bandwidth, forward, macspoof, nat, network};
+use crate::firewall::{bandwidth, forward, macspoof, nat, network, services};
 use crate::leaks;
 use crate::netlink::{Netlink, NftablesOnDemand};
 use crate::netns::{Netns, OpenError};
@@ -123,6 +123,11 @@ fn make(
     if conf.ip_masq || conf.port_mappings.as_ref().is_some_and(|m| !m.is_empty()) {
         let addresses: Vec<IpNetwork> = assigned.ips.iter().map(|ip| ip.address).collect();
         nat::add(nft.get()?, conf, who, &addresses)?;
+    }
+    // A Service whose endpoint is a pod of this bridge, where bridged traffic bypasses
+    // netfilter: its answers are made to come back through the node.
+    if conf.is_gateway && !services::bridged_traffic_filtered() {
+        services::add(nft.get()?, conf)?;
     }
     // Last, after everything is made: a concurrent GC that does not list this attachment
     // (another runtime sharing the network) may have removed part of it. Checking both

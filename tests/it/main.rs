@@ -33,6 +33,8 @@
 //! |               | table of kinds: CHECK, STATUS, restore-nat, GC, the last DEL   |
 //! | `network_lifetime` | a network's own objects go with its last attachment: a   |
 //! |               | thousand networks used and emptied, a DEL racing a first ADD   |
+//! | `services`    | Services between pods of one bridge through a kube-proxy-like DNAT, |
+//! |               | with and without bridged traffic passing netfilter             |
 //! | `netns_entry` | how often, and from which thread, the netns is entered         |
 //! | `podman/`     | academy under a real runtime (podman 4.3, CNI backend), as     |
 //! |               | named phases of one run                                        |
@@ -112,5 +114,6 @@ mod portmap;
 mod protocol;
 mod reference_switch;
 mod route_attrs;
+mod services;
 mod vlan;
 mod watch;

@@ -1,0 +1,52 @@
+//! Services between pods of one bridge. kube-proxy DNATs a pod's connection to a Service
+//! address in the node's prerouting, and the chosen endpoint may be a pod of the same
+//! bridge: its answer then goes straight over the bridge to the client, which never sees
+//! the reverse NAT and drops it — unless bridged traffic passes netfilter (br_netfilter,
+//! `net.bridge.bridge-nf-call-iptables`), which kubeadm requires and academy cannot turn
+//! on without exec (a module load).
+//!
+//! Where bridged traffic does not pass netfilter, ADD marks its bridge for hairpin in
+//! port mapping's `_hairpin` set: DNATed traffic leaving by the bridge it came from is
+//! masqueraded (the rule port mapping already has for its own ports), so the endpoint
+//! answers the gateway and the answer comes back through the node's conntrack, from the
+//! Service address. The price is that the endpoint sees the gateway's address, not the
+//! client pod's; with br_netfilter it sees the pod's, and academy leaves it to it. The
+//! mark is the Ports kind's network state (checked, reported, restored and released
+//! with it: ports.rs).
+
+use crate::cni::Result;
+use crate::config::Config;
+use crate::netlink::Nftables;
+
+/// Whether bridged IPv4 and IPv6 traffic passes netfilter in the calling netns (the
+/// sysctls are per netns, and /proc/sys/net is the reader's).
+pub fn bridged_traffic_filtered() -> bool {
+    ["iptables", "ip6tables"].iter().all(|family| {
+        std::fs::read(format!("/proc/sys/net/bridge/bridge-nf-call-{family}"))
+            .is_ok_and(|v| v.starts_with(b"1"))
+    })
+}
+
+/// Whether the network's bridge needs the hairpin mark for Services.
+pub fn need_hairpin(conf: &Config) -> bool {
+    conf.is_gateway && !bridged_traffic_filtered()
+}
+
+/// ADD: marks the bridge (and makes sure of port mapping's rules that use the mark) where
+/// bridged traffic does not pass netfilter. Nothing is sent when the mark is there.
+pub fn add(nft: &mut Nftables, conf: &Config) -> Result<()> {
+    if !need_hairpin(conf) {
+        return Ok(());
+    }
+    if nft.has_hairpin(&conf.bridge)? && nft.missing_portmap_rules()?.is_empty() {
+        return Ok(());
+    }
+    let _lock = super::network::repair_lock();
+    nft.ensure_portmap()?;
+    nft.mark_hairpin(&conf.bridge)?;
+    eprintln!(
+        "academy: bridged traffic on {} does not pass netfilter (br_netfilter not loaded, or net.bridge.bridge-nf-call-iptables / -ip6tables is 0): a Service whose endpoint is a pod of this bridge is reached through a masquerade, so the endpoint sees the gateway's address; `modprobe br_netfilter` and `sysctl -w net.bridge.bridge-nf-call-iptables=1 net.bridge.bridge-nf-call-ip6tables=1` keep the client's",
+        conf.bridge
+    );
+    Ok(())
+}
