@@ -1,8 +1,8 @@
 //! The nf_tables state academy keeps, as one table of kinds.
 //!
 //! Each kind is state academy adds for its attachments and their networks: masquerade
-//! elements (ipMasq), published ports (portMappings), the MAC filter (macspoofchk) and
-//! the bridge's FORWARD accepts. Each answers the same operations, one `match` each, so
+//! elements (ipMasq), published ports (portMappings), the MAC filter (macspoofchk), the
+//! bridge's FORWARD accepts and the network's isolation (ingressPolicy same-bridge). Each answers the same operations, one `match` each, so
 //! a new kind is one variant here plus its module, and the compiler names every
 //! operation it must answer:
 //!
@@ -29,6 +29,7 @@ use crate::config::Config;
 use crate::netlink::{Nftables, Object};
 
 pub mod forward;
+pub mod isolation;
 pub mod macspoof;
 pub mod masquerade;
 pub mod nat;
@@ -45,14 +46,16 @@ pub enum Kind {
     Ports,
     MacFilter,
     Forward,
+    Isolation,
 }
 
 /// Every kind, in the order the walks visit them.
-pub const KINDS: [Kind; 4] = [
+pub const KINDS: [Kind; 5] = [
     Kind::Masquerade,
     Kind::Ports,
     Kind::MacFilter,
     Kind::Forward,
+    Kind::Isolation,
 ];
 
 impl fmt::Display for Kind {
@@ -62,6 +65,7 @@ impl fmt::Display for Kind {
             Kind::Ports => "published ports",
             Kind::MacFilter => "MAC filter",
             Kind::Forward => "FORWARD accepts",
+            Kind::Isolation => "network isolation",
         })
     }
 }
@@ -113,7 +117,7 @@ impl Kind {
             Kind::Masquerade => conf.ip_masq,
             Kind::Ports => conf.publishes_ports || traced,
             Kind::MacFilter => conf.mac_spoof_check || traced,
-            Kind::Forward => false, // nothing per attachment
+            Kind::Forward | Kind::Isolation => false, // nothing per attachment
         }
     }
 
@@ -124,7 +128,7 @@ impl Kind {
             Kind::Masquerade => masquerade::remove(nft, conf, r),
             Kind::Ports => ports::remove(nft, conf, r),
             Kind::MacFilter => macspoof::remove(nft, conf, r),
-            Kind::Forward => Ok(()),
+            Kind::Forward | Kind::Isolation => Ok(()),
         }
     }
 
@@ -142,6 +146,7 @@ impl Kind {
             Kind::Ports => ports::check(nft, conf, who, addresses),
             Kind::MacFilter if conf.mac_spoof_check => macspoof::check(nft, conf, who, mac),
             Kind::Forward => forward::check(nft, conf),
+            Kind::Isolation => isolation::check(nft, conf),
             Kind::Masquerade | Kind::MacFilter => Ok(Vec::new()),
         }
     }
@@ -153,7 +158,7 @@ impl Kind {
             Kind::Masquerade => masquerade::sweep(nft, conf, live, errors),
             Kind::Ports => ports::sweep(nft, conf, live, errors),
             Kind::MacFilter => macspoof::sweep(nft, conf, live, errors),
-            Kind::Forward => {}
+            Kind::Forward | Kind::Isolation => {}
         }
     }
 
@@ -164,6 +169,7 @@ impl Kind {
             Kind::Ports => ports::missing(nft, conf, wired),
             Kind::MacFilter => macspoof::missing(nft, conf, wired),
             Kind::Forward => forward::missing(nft, conf, wired),
+            Kind::Isolation => isolation::missing(nft, conf, wired),
         }
     }
 
@@ -174,6 +180,7 @@ impl Kind {
             Kind::Ports => ports::restore(nft, conf, wired),
             Kind::MacFilter => macspoof::restore(nft, conf, wired),
             Kind::Forward => forward::restore(nft, conf, wired),
+            Kind::Isolation => isolation::restore(nft, conf, wired),
         }
     }
 
@@ -186,6 +193,7 @@ impl Kind {
             Kind::Ports => ports::objects(nft, conf),
             Kind::MacFilter => macspoof::objects(nft, conf),
             Kind::Forward => forward::objects(nft, conf).map(Some),
+            Kind::Isolation => isolation::objects(nft, conf).map(Some),
         }
     }
 }
@@ -253,11 +261,16 @@ mod tests {
             Kind::Ports,
             Kind::MacFilter,
             Kind::Forward,
+            Kind::Isolation,
         ] {
             // The exhaustive match: a new variant must be added here too, which leads
             // to the list.
             match kind {
-                Kind::Masquerade | Kind::Ports | Kind::MacFilter | Kind::Forward => {}
+                Kind::Masquerade
+                | Kind::Ports
+                | Kind::MacFilter
+                | Kind::Forward
+                | Kind::Isolation => {}
             }
             assert_eq!(KINDS.iter().filter(|k| **k == kind).count(), 1, "{kind}");
         }
