@@ -6,7 +6,8 @@
 //! policy into academy's entry), each in a private node netns of its own with three
 //! networks and an outside netns behind the node, and the two outcome tables must be
 //! equal. Then academy alone: a flush is reported by STATUS and CHECK and undone by
-//! `academy restore-nat`, and a network's last DEL leaves nothing of its isolation.
+//! `academy restore-nat`, and a network's last DEL (or GC emptying it) leaves nothing of
+//! its isolation.
 //! Packets go only between namespaces the test made.
 
 use std::collections::BTreeSet;
@@ -25,13 +26,15 @@ enum Plugin {
     Academy,
 }
 
-/// One network of a site: its CNI name, bridge and /24, and whether it sets the key.
+/// One network of a site: its CNI name, bridge, subnet and gateway, and whether it sets
+/// the key.
 #[derive(Clone)]
 struct Net {
     key: &'static str,
     name: String,
     bridge: String,
-    prefix: String,
+    subnet: String,
+    gateway: String,
     isolated: bool,
 }
 
@@ -55,21 +58,9 @@ struct Site<'a> {
     conf_dir: PathBuf,
 }
 
-/// The networks' subnets and the outside's, one slot each, shared by the sites (each
-/// lives in its own node netns).
-struct Plan {
-    nets: Vec<(&'static str, bool, Slot)>,
-    outside: Slot,
-}
-
-impl Plan {
-    fn new(nets: &[(&'static str, bool)]) -> Plan {
-        Plan {
-            nets: nets.iter().map(|(k, i)| (*k, *i, Slot::take())).collect(),
-            outside: Slot::take(),
-        }
-    }
-}
+/// A site's networks, (key, isolated): the first three quarters of the lab's /24, the
+/// outside the last. Every site uses the same (each is a node of its own).
+type Plan = [(&'static str, bool)];
 
 fn in_ns(netns: &str, argv: &[&str], env: &[(&str, &str)]) -> Out {
     let mut all = vec!["netns", "exec", netns];
@@ -79,44 +70,24 @@ fn in_ns(netns: &str, argv: &[&str], env: &[(&str, &str)]) -> Out {
 
 impl<'a> Site<'a> {
     fn new(lab: &'a Lab, tag: &'static str, plugin: Plugin, plan: &Plan) -> (Site<'a>, Vec<Net>) {
+        assert!(plan.len() <= 3, "a site has three networks at most");
         let node = lab.add_netns(&format!("{tag}n"));
         let outside = lab.add_netns(&format!("{tag}o"));
+        let o = &lab.prefix;
+        let (near, far) = (format!("{o}.193"), format!("{o}.194"));
         ip(&["-n", &node, "link", "set", "lo", "up"]);
+        ip(&["-n", &outside, "link", "set", "lo", "up"]);
         ip(&[
             "-n", &node, "link", "add", "out0", "type", "veth", "peer", "name", "eth0", "netns",
             &outside,
         ]);
-        let o = plan.outside.v4_prefix();
-        ip(&[
-            "-n",
-            &node,
-            "addr",
-            "add",
-            &format!("{o}.1/24"),
-            "dev",
-            "out0",
-        ]);
+        let near_26 = format!("{near}/26");
+        let far_26 = format!("{far}/26");
+        ip(&["-n", &node, "addr", "add", &near_26, "dev", "out0"]);
         ip(&["-n", &node, "link", "set", "out0", "up"]);
-        ip(&[
-            "-n",
-            &outside,
-            "addr",
-            "add",
-            &format!("{o}.2/24"),
-            "dev",
-            "eth0",
-        ]);
+        ip(&["-n", &outside, "addr", "add", &far_26, "dev", "eth0"]);
         ip(&["-n", &outside, "link", "set", "eth0", "up"]);
-        ip(&["-n", &outside, "link", "set", "lo", "up"]);
-        ip(&[
-            "-n",
-            &outside,
-            "route",
-            "add",
-            "default",
-            "via",
-            &format!("{o}.1"),
-        ]);
+        ip(&["-n", &outside, "route", "add", "default", "via", &near]);
         let conf_dir = lab.root.join(format!("{tag}-net.d"));
         std::fs::create_dir_all(&conf_dir).unwrap();
         let site = Site {
@@ -125,17 +96,17 @@ impl<'a> Site<'a> {
             plugin,
             node,
             outside,
-            far: format!("{o}.2"),
+            far,
             conf_dir,
         };
-        let nets = plan
-            .nets
-            .iter()
-            .map(|(key, isolated, slot)| Net {
+        let nets = (0u8..)
+            .zip(plan)
+            .map(|(i, (key, isolated))| Net {
                 key,
                 name: format!("{}-{tag}{key}", lab.network),
-                bridge: slot.link_name("iso"),
-                prefix: slot.v4_prefix(),
+                bridge: format!("iso-{tag}{key}"),
+                subnet: format!("{o}.{}/26", 64 * i),
+                gateway: format!("{o}.{}", 64 * i + 1),
                 isolated: *isolated,
             })
             .collect();
@@ -152,7 +123,7 @@ impl<'a> Site<'a> {
         let data = self.lab.root.join(format!("{}-{}-data", self.tag, net.key));
         json!({"cniVersion": "1.0.0", "name": net.name, "plugins": [
             {"type": "bridge", "bridge": net.bridge, "isGateway": true,
-             "ipam": {"type": "host-local", "ranges": [[{"subnet": format!("{}.0/24", net.prefix)}]],
+             "ipam": {"type": "host-local", "ranges": [[{"subnet": net.subnet}]],
                       "routes": [{"dst": "0.0.0.0/0"}], "dataDir": data}},
             firewall
         ]})
@@ -324,7 +295,6 @@ fn observe(lab: &Lab, tag: &'static str, plugin: Plugin, plan: &Plan) -> Vec<boo
         site.add(b, 1),
         site.add(c, 1),
     );
-    let gw_a = format!("{}.1", a.prefix);
     let pairs: [(&str, &str); 9] = [
         (&a1.netns, &b1.address),
         (&b1.netns, &a1.address),
@@ -332,7 +302,7 @@ fn observe(lab: &Lab, tag: &'static str, plugin: Plugin, plan: &Plan) -> Vec<boo
         (&c1.netns, &a1.address),
         (&a1.netns, &a2.address),
         (&site.node, &a1.address),
-        (&a1.netns, &gw_a),
+        (&a1.netns, &a.gateway),
         (&a1.netns, &site.far),
         (&site.outside, &a1.address),
     ];
@@ -363,7 +333,7 @@ fn table(reference: &[bool], academy: &[bool]) -> String {
 #[test]
 fn isolated_networks_cannot_reach_each_other_as_with_the_reference() {
     let lab = Lab::new("isoref");
-    let plan = Plan::new(&[("a", true), ("b", true), ("c", false)]);
+    let plan = [("a", true), ("b", true), ("c", false)];
     let reference = observe(&lab, "r", Plugin::Reference, &plan);
     let academy = observe(&lab, "a", Plugin::Academy, &plan);
     let text = table(&reference, &academy);
@@ -382,7 +352,7 @@ fn isolated_networks_cannot_reach_each_other_as_with_the_reference() {
 #[test]
 fn a_flush_is_reported_and_restore_nat_puts_the_isolation_back() {
     let lab = Lab::new("isoflush");
-    let plan = Plan::new(&[("a", true), ("b", true)]);
+    let plan = [("a", true), ("b", true)];
     let (site, nets) = Site::new(&lab, "f", Plugin::Academy, &plan);
     for net in &nets {
         site.write(net);
@@ -472,7 +442,7 @@ fn a_flush_is_reported_and_restore_nat_puts_the_isolation_back() {
 #[test]
 fn the_last_del_of_a_network_leaves_nothing_of_its_isolation() {
     let lab = Lab::new("isodel");
-    let plan = Plan::new(&[("a", true), ("b", true)]);
+    let plan = [("a", true), ("b", true)];
     let (site, nets) = Site::new(&lab, "d", Plugin::Academy, &plan);
     for net in &nets {
         site.write(net);
@@ -519,6 +489,15 @@ fn the_last_del_of_a_network_leaves_nothing_of_its_isolation() {
         site.nft(&["list", "ruleset"]).stdout
     );
     site.del(&d, &d1);
+    // GC that lists none of B's attachments removes B1, and B's isolation with it.
+    let mut gc = site.entry(b);
+    gc["cni.dev/valid-attachments"] = json!([]);
+    Call::bare()
+        .env("CNI_COMMAND", "GC")
+        .env("CNI_PATH", &site.cni_path())
+        .config(&gc)
+        .spawn("ip", &["netns", "exec", &site.node, plugin()])
+        .expect_silent_success("GC listing nothing of B");
+    assert_eq!(site.isolated(), BTreeSet::new(), "after GC emptied B");
     site.del(b, &b1);
-    assert_eq!(site.isolated(), BTreeSet::new(), "after B's last DEL");
 }
