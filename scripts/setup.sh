@@ -3,7 +3,8 @@
 # Idempotent: a second run checks and changes nothing (a few seconds).
 #
 # Everything comes from Debian packages through apt (no git clone, no other download):
-#   containernetworking-plugins   the reference plugins (bridge, host-local, loopback, portmap)
+#   containernetworking-plugins   the reference plugins (bridge, host-local, loopback, portmap,
+#                                 firewall: its ingressPolicy beside academy's, tests/it/isolation.rs)
 #   golang-go + golang-github-appc-cni-dev + the golang-github-appc-cni source package
 #                                 cnitool, built offline against Debian's libcni
 #   iproute2 iputils-ping strace jq          the tests look at the kernel with these
@@ -19,7 +20,7 @@
 #                                 never installed
 # Produces:
 #   /usr/local/bin/cnitool                            (CNITOOL_DEST)
-#   /opt/cni/lab-bin/{bridge,host-local,loopback,portmap}   (LAB_BIN)
+#   /opt/cni/lab-bin/{bridge,host-local,loopback,portmap,firewall}   (LAB_BIN)
 #   /etc/cni/lab-net.d/                               (LAB_NETCONF_DIR, created empty)
 # Rust is not installed here: it comes from rustup (scripts/check-toolchain.sh says so).
 #
@@ -35,7 +36,7 @@ set -euo pipefail
 CNITOOL_DEST=${CNITOOL_DEST:-/usr/local/bin/cnitool}
 LAB_BIN=${LAB_BIN:-/opt/cni/lab-bin}
 LAB_NETCONF_DIR=${LAB_NETCONF_DIR:-/etc/cni/lab-net.d}
-PLUGINS=(bridge host-local loopback portmap)
+PLUGINS=(bridge host-local loopback portmap firewall)
 PKGS=(
   golang-go golang-github-appc-cni-dev containernetworking-plugins xz-utils
   iproute2 iputils-ping strace jq

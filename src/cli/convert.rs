@@ -7,7 +7,9 @@
 //! way, src/firewall/bandwidth.rs), and so is an iptables `firewall` (academy accepts its
 //! bridge's forwarded traffic itself where iptables' FORWARD policy drops it, as on a
 //! host with Docker: src/firewall/forward.rs) unless academy cannot accept there
-//! (iptables-legacy, no nf_tables). Whatever academy does not replace stays in the
+//! (iptables-legacy, no nf_tables); its `"ingressPolicy": "same-bridge"` (podman's
+//! `network create --opt isolate=true`) goes into the academy entry, which isolates the
+//! network itself (src/firewall/isolation.rs). Whatever academy does not replace stays in the
 //! chain, said so on stderr: a `portmap`, `tuning`, `bandwidth` or `firewall` with options
 //! of their own (a firewalld backend, an admin chain of another name, subnets left
 //! unshaped).
@@ -353,6 +355,10 @@ pub fn convert(list: &Value, firewall_stays: Option<&str>) -> Result<(Value, Vec
             }
             ("firewall", Some(p)) if plain_firewall(p) => {
                 notes.push("firewall: dropped, academy accepts the bridge's forwarded traffic itself where iptables' FORWARD policy drops it (e.g. with Docker installed)".into());
+                if p.get("ingressPolicy") == Some(&json!(SAME_BRIDGE)) {
+                    entry.insert("ingressPolicy".into(), json!(SAME_BRIDGE));
+                    notes.push(format!("firewall: its ingressPolicy {SAME_BRIDGE} is now academy's (the network's isolation from the other isolated networks)"));
+                }
             }
             ("firewall", _) => {
                 notes.push("firewall: kept, its options are not academy's".into());
@@ -408,10 +414,17 @@ fn shapes(entry: &Map<String, Value>) -> bool {
 }
 
 /// A firewall academy replaces: the iptables backend (the default) and nothing else.
+/// The firewall plugin's ingressPolicy that academy implements (its "isolated" stays
+/// the plugin's).
+const SAME_BRIDGE: &str = "same-bridge";
+
+/// A firewall academy replaces: the iptables backend (the default) and nothing else but
+/// an ingressPolicy academy implements ("open", the default, or "same-bridge").
 fn plain_firewall(p: &Map<String, Value>) -> bool {
     p.iter().all(|(k, v)| match k.as_str() {
         "type" => true,
         "backend" => v == &json!("") || v == &json!("iptables"),
+        "ingressPolicy" => v == &json!("") || v == &json!("open") || v == &json!(SAME_BRIDGE),
         _ => false,
     })
 }
@@ -567,6 +580,60 @@ mod tests {
             notes.contains(&"firewall: kept, iptables-legacy tables are in use".to_string()),
             "{notes:?}"
         );
+    }
+
+    /// What podman 4.3 writes for `network create --opt isolate=true` (args aside).
+    fn podman_isolated() -> Value {
+        let mut list = podman();
+        list["plugins"][2]["ingressPolicy"] = json!("same-bridge");
+        list
+    }
+
+    #[test]
+    fn an_isolating_firewall_becomes_the_entry_s_ingress_policy() {
+        let (got, notes) = convert(&podman_isolated(), None).unwrap();
+        let plugins = got["plugins"].as_array().unwrap();
+        assert_eq!(plugins.len(), 1, "{got}");
+        assert_eq!(plugins[0]["ingressPolicy"], "same-bridge");
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("ingressPolicy same-bridge")),
+            "{notes:?}"
+        );
+        assert!(accepted(&got).unwrap().same_bridge_ingress);
+        // The default policy, said or not, isolates nothing.
+        let mut open = podman();
+        open["plugins"][2]["ingressPolicy"] = json!("open");
+        let (got, _) = convert(&open, None).unwrap();
+        assert_eq!(got["plugins"].as_array().unwrap().len(), 1);
+        assert!(got["plugins"][0].get("ingressPolicy").is_none());
+    }
+
+    #[test]
+    fn a_firewall_with_a_policy_academy_does_not_implement_stays_whole() {
+        let mut list = podman();
+        list["plugins"][2]["ingressPolicy"] = json!("isolated");
+        let (got, _) = convert(&list, None).unwrap();
+        let plugins = got["plugins"].as_array().unwrap();
+        assert_eq!(plugins.len(), 2, "{got}");
+        assert_eq!(plugins[1]["ingressPolicy"], "isolated");
+        assert!(plugins[0].get("ingressPolicy").is_none());
+        // A firewall this host needs is kept with its policy, and academy does not
+        // isolate a second time.
+        let (got, _) = convert(
+            &podman_isolated(),
+            Some("iptables-legacy tables are in use"),
+        )
+        .unwrap();
+        let plugins = got["plugins"].as_array().unwrap();
+        assert_eq!(plugins[1]["ingressPolicy"], "same-bridge");
+        assert!(plugins[0].get("ingressPolicy").is_none());
+        // firewalld's backend stays the plugin's, policy and all.
+        let mut firewalld = podman_isolated();
+        firewalld["plugins"][2]["backend"] = json!("firewalld");
+        let (got, _) = convert(&firewalld, None).unwrap();
+        assert_eq!(got["plugins"].as_array().unwrap().len(), 2);
     }
 
     #[test]

@@ -72,6 +72,10 @@ pub struct Config {
     /// `macspoofchk`: drop frames from the container's port whose source MAC is not the
     /// one its interface was given.
     pub mac_spoof_check: bool,
+    /// `"ingressPolicy": "same-bridge"` (the reference firewall plugin's key): traffic
+    /// forwarded between this network's bridge and another network's that sets it too
+    /// is dropped, either way (firewall/isolation.rs).
+    pub same_bridge_ingress: bool,
     /// The container's bridge port: VLANs and isolation.
     pub port: PortSpec,
     /// Capability `portMappings` declared: academy publishes ports itself (portmap.rs).
@@ -234,6 +238,7 @@ impl Config {
             enable_dad: f.boolean("enabledad")?.unwrap_or(false),
             disable_container_interface,
             mac_spoof_check: f.boolean("macspoofchk")?.unwrap_or(false),
+            same_bridge_ingress: ingress_policy(&f)?,
             port,
             publishes_ports: port_mappings::declared(&map),
             port_mappings: port_mappings::from_config(&map)?,
@@ -323,6 +328,8 @@ impl Config {
             enable_dad: false,
             disable_container_interface: false,
             mac_spoof_check: map.get("macspoofchk") == Some(&Value::Bool(true)),
+            same_bridge_ingress: map.get("ingressPolicy").and_then(Value::as_str)
+                == Some(SAME_BRIDGE),
             port: PortSpec::default(),
             publishes_ports: port_mappings::declared(&map),
             port_mappings: port_mappings::lenient(&map),
@@ -461,6 +468,29 @@ fn ipam_block(map: &Map<String, Value>, requests: &Requests, cni_version: &str) 
         data_dir: data_dir(f.string("dataDir")?, "ipam.dataDir", HOST_LOCAL_DATA_DIR)?,
         resolv_conf,
     }))
+}
+
+/// `ingressPolicy`'s value that isolates the network.
+const SAME_BRIDGE: &str = "same-bridge";
+
+/// `ingressPolicy`, with the reference firewall plugin's values: "open" (or absent, or
+/// "") lets every network's containers in, "same-bridge" only the node, the outside and
+/// the networks that do not set it. Its third value, "isolated", also drops what is
+/// routed from the bridge back to itself, which stops nothing the bridge switches itself
+/// (unless br_netfilter hands that to the forward hook): refused, naming the key that
+/// does isolate a network's containers from each other.
+fn ingress_policy(f: &Fields) -> Result<bool> {
+    match f.string("ingressPolicy")?.as_deref() {
+        None | Some("") | Some("open") => Ok(false),
+        Some(SAME_BRIDGE) => Ok(true),
+        Some("isolated") => Err(Error::config(
+            "ingressPolicy \"isolated\" is not implemented by academy",
+        )
+        .details("use \"ingressPolicy\": \"same-bridge\" to isolate the network from the other isolated networks, and \"portIsolation\": true to isolate its containers from each other")),
+        Some(other) => Err(Error::config(format!(
+            "ingressPolicy {other:?} is not \"open\" or \"same-bridge\""
+        ))),
+    }
 }
 
 fn data_dir(value: Option<String>, field: &str, default: &str) -> Result<PathBuf> {

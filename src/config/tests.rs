@@ -60,6 +60,9 @@ fn bad_fields_name_the_field_and_value() {
         ("ipMasqBackend", r#""ebtables""#, 7, "ipMasqBackend"),
         ("vlan", "5000", 7, "invalid VLAN ID"),
         ("macspoofchk", r#""yes""#, 7, "macspoofchk"),
+        ("ingressPolicy", r#""isolated""#, 7, "not implemented"),
+        ("ingressPolicy", r#""closed""#, 7, "ingressPolicy"),
+        ("ingressPolicy", "true", 7, "ingressPolicy"),
         ("dataDir", r#""relative""#, 7, "absolute"),
         ("ipam", r#"{"type":"host-local"}"#, 7, "both"),
         ("hairpinMode", "true", 0, ""),
@@ -92,6 +95,23 @@ fn ip_masq_and_either_backend_are_accepted() {
         let conf = with(&with(GOOD, "ipMasq", "true"), "ipMasqBackend", backend);
         assert!(parse(&conf).unwrap().ip_masq, "{backend}");
     }
+}
+
+#[test]
+fn ingress_policy_same_bridge_isolates_and_open_does_not() {
+    assert!(!parse(GOOD).unwrap().same_bridge_ingress);
+    for open in ["\"open\"", "\"\"", "null"] {
+        let c = parse(&with(GOOD, "ingressPolicy", open)).unwrap();
+        assert!(!c.same_bridge_ingress, "{open}");
+    }
+    let isolated = with(GOOD, "ingressPolicy", "\"same-bridge\"");
+    assert!(parse(&isolated).unwrap().same_bridge_ingress);
+    // DEL of a config ADD refuses still knows the network was isolated, so that its
+    // last DEL releases the isolation.
+    let refused = with(&isolated, "vlan", "-3");
+    assert!(parse(&refused).is_err());
+    let c = Config::parse_for_del(refused.as_bytes()).unwrap();
+    assert!(c.same_bridge_ingress);
 }
 
 #[test]

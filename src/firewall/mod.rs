@@ -2,9 +2,10 @@
 //!
 //! Each kind is state academy adds for its attachments and their networks: masquerade
 //! elements (ipMasq), published ports (portMappings), the MAC filter (macspoofchk), the
-//! bridge's FORWARD accepts, and the bandwidth capability's traffic shaping (tc, not
-//! nf_tables, but per-attachment state all the same: its operations ignore the nf_tables
-//! socket and open an rtnetlink one). Each answers the same operations, one `match` each, so
+//! bridge's FORWARD accepts, the network's isolation (ingressPolicy same-bridge), and the
+//! bandwidth capability's traffic shaping (tc, not nf_tables, but per-attachment state all
+//! the same: its operations ignore the nf_tables socket and open an rtnetlink one). Each
+//! answers the same operations, one `match` each, so
 //! a new kind is one variant here plus its module, and the compiler names every
 //! operation it must answer:
 //!
@@ -32,6 +33,7 @@ use crate::netlink::{Nftables, Object};
 
 pub mod bandwidth;
 pub mod forward;
+pub mod isolation;
 pub mod macspoof;
 pub mod masquerade;
 pub mod nat;
@@ -50,15 +52,17 @@ pub enum Kind {
     MacFilter,
     Forward,
     Bandwidth,
+    Isolation,
 }
 
 /// Every kind, in the order the walks visit them.
-pub const KINDS: [Kind; 5] = [
+pub const KINDS: [Kind; 6] = [
     Kind::Masquerade,
     Kind::Ports,
     Kind::MacFilter,
     Kind::Forward,
     Kind::Bandwidth,
+    Kind::Isolation,
 ];
 
 impl fmt::Display for Kind {
@@ -69,6 +73,7 @@ impl fmt::Display for Kind {
             Kind::MacFilter => "MAC filter",
             Kind::Forward => "FORWARD accepts",
             Kind::Bandwidth => "bandwidth shaping",
+            Kind::Isolation => "network isolation",
         })
     }
 }
@@ -120,9 +125,9 @@ impl Kind {
             Kind::Masquerade => conf.ip_masq,
             Kind::Ports => conf.publishes_ports || traced,
             Kind::MacFilter => conf.mac_spoof_check || traced,
-            Kind::Forward => false, // nothing per attachment
             // Its ifb is found by name: no config names where else to look.
             Kind::Bandwidth => conf.shapes || traced,
+            Kind::Forward | Kind::Isolation => false, // nothing per attachment
         }
     }
 
@@ -133,8 +138,8 @@ impl Kind {
             Kind::Masquerade => masquerade::remove(nft, conf, r),
             Kind::Ports => ports::remove(nft, conf, r),
             Kind::MacFilter => macspoof::remove(nft, conf, r),
-            Kind::Forward => Ok(()),
             Kind::Bandwidth => bandwidth::remove(nft, conf, r),
+            Kind::Forward | Kind::Isolation => Ok(()),
         }
     }
 
@@ -153,6 +158,7 @@ impl Kind {
             Kind::MacFilter if conf.mac_spoof_check => macspoof::check(nft, conf, who, mac),
             Kind::Forward => forward::check(nft, conf),
             Kind::Bandwidth => bandwidth::check(nft, conf, who),
+            Kind::Isolation => isolation::check(nft, conf),
             Kind::Masquerade | Kind::MacFilter => Ok(Vec::new()),
         }
     }
@@ -164,8 +170,8 @@ impl Kind {
             Kind::Masquerade => masquerade::sweep(nft, conf, live, errors),
             Kind::Ports => ports::sweep(nft, conf, live, errors),
             Kind::MacFilter => macspoof::sweep(nft, conf, live, errors),
-            Kind::Forward => {}
             Kind::Bandwidth => bandwidth::sweep(nft, conf, live, errors),
+            Kind::Forward | Kind::Isolation => {}
         }
     }
 
@@ -177,6 +183,7 @@ impl Kind {
             Kind::MacFilter => macspoof::missing(nft, conf, wired),
             Kind::Forward => forward::missing(nft, conf, wired),
             Kind::Bandwidth => bandwidth::missing(nft, conf, wired),
+            Kind::Isolation => isolation::missing(nft, conf, wired),
         }
     }
 
@@ -188,6 +195,7 @@ impl Kind {
             Kind::MacFilter => macspoof::restore(nft, conf, wired),
             Kind::Forward => forward::restore(nft, conf, wired),
             Kind::Bandwidth => bandwidth::restore(nft, conf, wired),
+            Kind::Isolation => isolation::restore(nft, conf, wired),
         }
     }
 
@@ -201,6 +209,7 @@ impl Kind {
             Kind::MacFilter => macspoof::objects(nft, conf),
             Kind::Forward => forward::objects(nft, conf).map(Some),
             Kind::Bandwidth => bandwidth::objects(nft, conf),
+            Kind::Isolation => isolation::objects(nft, conf).map(Some),
         }
     }
 }
@@ -269,6 +278,7 @@ mod tests {
             Kind::MacFilter,
             Kind::Forward,
             Kind::Bandwidth,
+            Kind::Isolation,
         ] {
             // The exhaustive match: a new variant must be added here too, which leads
             // to the list.
@@ -277,7 +287,8 @@ mod tests {
                 | Kind::Ports
                 | Kind::MacFilter
                 | Kind::Forward
-                | Kind::Bandwidth => {}
+                | Kind::Bandwidth
+                | Kind::Isolation => {}
             }
             assert_eq!(KINDS.iter().filter(|k| **k == kind).count(), 1, "{kind}");
         }

@@ -1,6 +1,6 @@
 //! A network's own nf_tables objects (its masquerade rule and sets, its MAC filter's
-//! rule, map and sets, its bridge's hairpin element and FORWARD accepts) live as long as
-//! the network has attachments: ADD makes them with the first, and they are deleted once
+//! rule, map and sets, its bridge's hairpin and isolation elements and FORWARD accepts)
+//! live as long as the network has attachments: ADD makes them with the first, and they are deleted once
 //! the last one is removed (DEL, GC, reclaim) or GC finds the network with none. Without
 //! this, every network a node ever had leaves a rule in academy's postrouting chain, which
 //! every new outbound connection then walks.
@@ -95,6 +95,7 @@ fn describe(object: &Object) -> String {
         Object::Set(table, name) => format!("set {table} {name}"),
         Object::Hairpin(bridge) => format!("the hairpin mark of bridge {bridge}"),
         Object::Localnet(bridge) => format!("the loopback guard of bridge {bridge}"),
+        Object::Isolated(bridge) => format!("the isolation of bridge {bridge}"),
     }
 }
 

@@ -1,9 +1,10 @@
 //! ADD: reserve addresses, wire the container to the bridge, report what was done.
 //!
-//! Order: reserve, wire (with the MAC filter of macspoofchk as soon as the pair exists,
-//! and the bandwidth capability's shaping on the host side before the container's
-//! interface is configured), then the masquerade (ipMasq) and the published ports (portMappings) in one nf_tables
-//! batch (firewall/nat.rs), then check nothing was taken away. A failure at any step runs the attachment's
+//! Order: reserve, the network's isolation (ingressPolicy same-bridge), wire (with the
+//! MAC filter of macspoofchk as soon as the pair exists, and the bandwidth capability's
+//! shaping on the host side before the container's interface is configured), then the
+//! masquerade (ipMasq) and the published ports (portMappings) in one nf_tables batch
+//! (firewall/nat.rs), then check nothing was taken away. A failure at any step runs the attachment's
 //! removal (removal.rs, the same as DEL's) before the error is printed (the bridge stays:
 //! it is shared). A kill leaves at most a reservation whose holder index names it, a
 //! veth whose alias (or name and bridge) names it, and masquerade, port and MAC filter
@@ -20,7 +21,7 @@ use crate::cni::env::Env;
 use crate::cni::result::{format_mac, CniResult, Interface};
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
-use crate::firewall::{bandwidth, forward, macspoof, nat, network, services};
+use crate::firewall::{bandwidth, forward, isolation, macspoof, nat, network, services};
 use crate::leaks;
 use crate::netlink::{Netlink, NftablesOnDemand};
 use crate::netns::{Netns, OpenError};
@@ -114,6 +115,10 @@ fn make(
 ) -> Result<Vec<Interface>> {
     let mut nl = Netlink::open()?;
     let mut nft = NftablesOnDemand::default();
+    // Before the container is wired: its first packet already meets the isolation.
+    if conf.same_bridge_ingress {
+        isolation::add(nft.get()?, conf)?;
+    }
     let interfaces = wire_up(&mut nl, &mut nft, netns, who, conf, assigned, mac)?;
     // A network the host routes for: accepted by a FORWARD policy that drops (Docker's).
     if conf.is_gateway || conf.ip_masq || conf.publishes_ports {

@@ -29,6 +29,8 @@
 //! | `forward`     | a dropping iptables FORWARD policy (Docker's): the bridge accepted |
 //! | `bandwidth`   | the bandwidth capability and keys: TCP flows measured against  |
 //! |               | the rate, every operation of its kind, refusals, netns budget  |
+//! | `isolation`   | ingressPolicy same-bridge beside the reference firewall plugin: |
+//! |               | the outcome table, a flush restored, the last DEL's release    |
 //! | `kinds`       | each kind of nf_tables state through every operation of the    |
 //! |               | table of kinds: CHECK, STATUS, restore-nat, GC, the last DEL   |
 //! | `network_lifetime` | a network's own objects go with its last attachment: a   |
@@ -96,6 +98,7 @@ mod hardening;
 mod iface_keys;
 mod installer;
 mod ipam_lab;
+mod isolation;
 mod kinds;
 mod layer2;
 mod leaks;

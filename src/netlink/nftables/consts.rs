@@ -226,3 +226,5 @@ pub const CHAIN: &str = "postrouting";
 pub const HAIRPIN_SET: &str = "_hairpin";
 /// The loopback guard's set of bridges academy set route_localnet on (localnet.rs).
 pub const LOCALNET_SET: &str = "_localnet";
+/// The set of isolated bridges (`ingressPolicy` same-bridge), as `bridge . bridge` (isolation.rs).
+pub const ISOLATED_SET: &str = "_isolated";

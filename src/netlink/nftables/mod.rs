@@ -11,7 +11,8 @@
 //!   elements of attachments that are gone without the address store.
 //!
 //! Port mapping's maps, chains and rules share the table: portmap.rs; so does the
-//! loopback guard of the bridges port mapping sets route_localnet on: localnet.rs.
+//! loopback guard of the bridges port mapping sets route_localnet on: localnet.rs; and so
+//! does the isolation of the networks with `ingressPolicy` same-bridge: isolation.rs.
 //!
 //! Every change is one batch: one sendmsg, applied by the kernel all or nothing (split
 //! only when it would not fit a sendmsg: thousands of elements). A set and its rule are
@@ -35,6 +36,7 @@ mod consts;
 mod digest;
 mod forward;
 mod inspect;
+mod isolation;
 mod localnet;
 mod macspoof;
 mod monitor;

@@ -1,15 +1,16 @@
 //! A network's own objects, listed and deleted when its last attachment is gone (and by
 //! GC for a network left with none): its masquerade rule and sets in `inet academy`, its
-//! MAC filter's rule, map and sets in `bridge academy`, its bridge's hairpin and loopback
-//! guard elements and its accept rules in iptables' FORWARD. The tables and the shared
-//! chains and maps stay: other networks use them, and an empty chain costs a packet
-//! nothing.
+//! MAC filter's rule, map and sets in `bridge academy`, its bridge's hairpin, loopback
+//! guard and isolation elements and its accept rules in iptables' FORWARD. The tables and
+//! the shared chains, maps and rules stay: other networks use them, and an empty chain
+//! (or a rule whose set is empty) costs a packet nothing (one lookup).
 
 use super::batch::Batch;
 use super::consts::{
-    HAIRPIN_SET, LOCALNET_SET, NFPROTO_BRIDGE, NFPROTO_INET, NFTA_DATA_VALUE, NFTA_LIST_ELEM,
-    NFTA_RULE_CHAIN, NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_SET_ELEM_KEY, NFTA_SET_NAME,
-    NFTA_SET_TABLE, NFT_MSG_DELRULE, NFT_MSG_DELSET, NFT_MSG_DELSETELEM, NFT_MSG_GETSETELEM, TABLE,
+    HAIRPIN_SET, ISOLATED_SET, LOCALNET_SET, NFPROTO_BRIDGE, NFPROTO_INET, NFTA_DATA_VALUE,
+    NFTA_LIST_ELEM, NFTA_RULE_CHAIN, NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_SET_ELEM_KEY,
+    NFTA_SET_NAME, NFTA_SET_TABLE, NFT_MSG_DELRULE, NFT_MSG_DELSET, NFT_MSG_DELSETELEM,
+    NFT_MSG_GETSETELEM, TABLE,
 };
 use super::localnet::localnet_key;
 use super::portmap::{element_list, hairpin_key};
@@ -77,6 +78,9 @@ pub enum Object {
     /// The bridge's element of `_localnet`, the loopback guard of a bridge academy set
     /// route_localnet on (localnet.rs).
     Localnet(String),
+    /// The bridge's `bridge . bridge` element of `_isolated`, the isolation of a network
+    /// with `ingressPolicy` same-bridge (isolation.rs).
+    Isolated(String),
 }
 
 impl Object {
@@ -84,7 +88,7 @@ impl Object {
         match self {
             Object::Rule(r) => r.table,
             Object::Set(t, _) => *t,
-            Object::Hairpin(_) | Object::Localnet(_) => Table::Academy,
+            Object::Hairpin(_) | Object::Localnet(_) | Object::Isolated(_) => Table::Academy,
         }
     }
 }
@@ -114,7 +118,7 @@ impl Nftables {
             let mut mine: Vec<&Object> = objects.iter().filter(|o| o.table() == table).collect();
             mine.sort_by_key(|o| match o {
                 Object::Rule(_) => 0,
-                Object::Hairpin(_) | Object::Localnet(_) => 1,
+                Object::Hairpin(_) | Object::Localnet(_) | Object::Isolated(_) => 1,
                 Object::Set(..) => 2,
             });
             match self.delete_batch(table, &mine) {
@@ -194,6 +198,15 @@ impl Nftables {
                         0,
                         attrs,
                         format!("remove {bridge} from set {table} {LOCALNET_SET}"),
+                    );
+                }
+                Object::Isolated(bridge) => {
+                    batch.add(
+                        Step::RemoveElement,
+                        NFT_MSG_DELSETELEM,
+                        0,
+                        super::isolation::element(bridge),
+                        format!("remove {bridge} . {bridge} from set {table} {ISOLATED_SET}"),
                     );
                 }
             }

@@ -1,0 +1,91 @@
+//! Network isolation (`"ingressPolicy": "same-bridge"`, as podman's `network create
+//! --opt isolate=true` asks the reference firewall plugin for): what is forwarded between
+//! two networks that both set it is dropped, either way; the node, the outside, a
+//! network's own bridge and the networks without the key are not touched. The state is
+//! the network's, not an attachment's: the bridge's element in the shared set of
+//! isolated bridges, looked up by one shared rule (netlink/nftables/isolation.rs). ADD
+//! makes sure of both before the container is wired; CHECK and STATUS report what a
+//! flush took, the restore command puts it back, and the network's last attachment takes
+//! the element with it (network.rs). Where the reference leaves its per-bridge rules
+//! behind for good (its DEL cannot know whether the bridge is still in use), academy's
+//! release runs once nothing is attached.
+
+use super::{Diff, Wired};
+use crate::cni::Result;
+use crate::config::Config;
+use crate::netlink::{Nftables, Object};
+
+/// ADD's step: the rule and the bridge's element (one dump and one batch; the host's
+/// repair lock only when the rule must be written).
+pub fn add(nft: &mut Nftables, conf: &Config) -> Result<()> {
+    let lock = super::network::repair_lock;
+    // A release deleting the table between the look and the batch: look again.
+    match nft.ensure_isolation(&conf.bridge, lock) {
+        Err(e) if e.is(libc::ENOENT) => nft.ensure_isolation(&conf.bridge, lock).map(drop)?,
+        other => other.map(drop)?,
+    }
+    Ok(())
+}
+
+/// What of the network's isolation nf_tables lacks, in words; nothing for a network
+/// without the key.
+fn lacking(nft: &mut Nftables, conf: &Config) -> Result<Vec<String>> {
+    let mut lacking = Vec::new();
+    if !conf.same_bridge_ingress {
+        return Ok(lacking);
+    }
+    let open = format!(
+        "bridge {} (ingressPolicy same-bridge) is reachable from the other isolated networks",
+        conf.bridge
+    );
+    if nft.isolation_rule_missing()? {
+        lacking.push(format!(
+            "the isolation rule is missing from nf_tables chain inet academy forward: {open}"
+        ));
+    }
+    if !nft.is_isolated(&conf.bridge)? {
+        lacking.push(format!(
+            "bridge {b} . {b} is missing from nf_tables set inet academy _isolated: {open}",
+            b = conf.bridge
+        ));
+    }
+    Ok(lacking)
+}
+
+/// CHECK: the rule and the bridge's element are there; each lack is what a flush takes.
+pub fn check(nft: &mut Nftables, conf: &Config) -> Result<Vec<Diff>> {
+    Ok(lacking(nft, conf)?
+        .into_iter()
+        .map(|text| Diff {
+            text,
+            restorable: true,
+        })
+        .collect())
+}
+
+/// STATUS: the same, for a network with wired attachments.
+pub fn missing(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<String>> {
+    if !wired.bridge_in_use {
+        return Ok(Vec::new());
+    }
+    lacking(nft, conf)
+}
+
+/// Puts back what `missing` names; returns it.
+pub fn restore(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<String>> {
+    let missing = missing(nft, conf, wired)?;
+    if !missing.is_empty() {
+        add(nft, conf)?;
+    }
+    Ok(missing)
+}
+
+/// The bridge's element, once the network has no attachment left. Looked up when the
+/// config no longer sets the key (an admin took it out of a live network's conflist):
+/// left behind, it would isolate whatever network used the bridge next.
+pub fn objects(nft: &mut Nftables, conf: &Config) -> Result<Vec<Object>> {
+    if conf.same_bridge_ingress || nft.is_isolated(&conf.bridge)? {
+        return Ok(vec![Object::Isolated(conf.bridge.clone())]);
+    }
+    Ok(Vec::new())
+}
