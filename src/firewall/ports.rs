@@ -9,6 +9,8 @@
 //! removes only elements whose comment names its attachment: the kernel deletes by key
 //! alone, and the key may by then be another container's.
 
+use std::collections::{HashMap, HashSet};
+
 use ipnetwork::IpNetwork;
 
 use super::{Diff, Live, Removing, Wired};
@@ -57,6 +59,43 @@ pub(super) fn flush_stale_udp(ports: &[PortElement]) {
     }
 }
 
+/// Keys looked up one by one before one dump of their map is cheaper (a lookup and a
+/// dump are one round trip each; a dump's cost grows with what the map holds).
+const LOOKUPS_BEFORE_DUMP: usize = 16;
+
+/// The elements under `keys` now, by key: each looked up when a map has few of them,
+/// else from one dump of that map, so any number of keys costs at most four dumps.
+fn held<'k>(
+    nft: &mut Nftables,
+    keys: impl IntoIterator<Item = &'k PortKey>,
+) -> Result<HashMap<PortKey, PortElement>> {
+    let mut by_map: HashMap<(Family, bool), Vec<&PortKey>> = HashMap::new();
+    for key in keys {
+        by_map
+            .entry((key.family, key.host_ip.is_some()))
+            .or_default()
+            .push(key);
+    }
+    let mut found = HashMap::new();
+    for ((family, by_host_ip), keys) in by_map {
+        if keys.len() <= LOOKUPS_BEFORE_DUMP {
+            for key in keys {
+                if let Some(e) = nft.port_element(key)? {
+                    found.insert(key.clone(), e);
+                }
+            }
+        } else {
+            let wanted: HashSet<&PortKey> = keys.into_iter().collect();
+            for e in nft.port_elements_of(family, by_host_ip)? {
+                if wanted.contains(&e.key) {
+                    found.insert(e.key.clone(), e);
+                }
+            }
+        }
+    }
+    Ok(found)
+}
+
 /// The keys of `ports` whose element names this holder but points elsewhere.
 pub(super) fn own_stale(nft: &mut Nftables, ports: &[PortElement]) -> Result<Vec<PortKey>> {
     let mut stale = Vec::new();
@@ -89,6 +128,7 @@ fn elements_of(
 ) -> Vec<PortElement> {
     let comment = who.owner();
     let mut found = Vec::new();
+    let mut keys = HashSet::new();
     for m in mappings {
         for address in addresses.iter().map(IpNetwork::ip) {
             let family = Family::of(address);
@@ -96,7 +136,7 @@ fn elements_of(
                 continue;
             }
             let key = key(m, family);
-            if found.iter().any(|e: &PortElement| e.key == key) {
+            if !keys.insert(key.clone()) {
                 continue; // a second address of the family: the first one takes the port
             }
             found.push(PortElement {
@@ -215,31 +255,37 @@ fn describe_holder(comment: &str) -> String {
 /// A runtime that sent an empty list is believed: GC sweeps what it forgot.
 pub fn remove(nft: &mut Nftables, conf: &Config, r: &Removing) -> Result<()> {
     let mine = r.who.owner();
-    let mut keys = Vec::new();
-    match &conf.port_mappings {
+    let keys: Vec<PortKey> = match &conf.port_mappings {
         // The runtime says there were none (containerd sends an empty list for a
         // pod without hostPort): nothing to look for.
         Some(known) if known.is_empty() && !r.traced => return Ok(()),
         Some(known) if !r.traced => {
+            let mut candidates = Vec::new();
+            let mut seen = HashSet::new();
             for m in known {
                 for family in [Family::V4, Family::V6] {
                     if m.host_ip.is_some_and(|h| Family::of(h) != family) {
                         continue;
                     }
                     let key = key(m, family);
-                    if let Some(held) = nft.port_element(&key)? {
-                        if held.comment == mine && !keys.contains(&key) {
-                            keys.push(key);
-                        }
+                    if seen.insert(key.clone()) {
+                        candidates.push(key);
                     }
                 }
             }
+            let now = held(nft, &candidates)?;
+            candidates
+                .into_iter()
+                .filter(|k| now.get(k).is_some_and(|e| e.comment == mine))
+                .collect()
         }
-        _ => {
-            let all = nft.port_elements()?;
-            keys.extend(all.into_iter().filter(|e| e.comment == mine).map(|e| e.key));
-        }
-    }
+        _ => nft
+            .port_elements()?
+            .into_iter()
+            .filter(|e| e.comment == mine)
+            .map(|e| e.key)
+            .collect(),
+    };
     if keys.is_empty() {
         return Ok(());
     }
@@ -262,16 +308,28 @@ pub fn sweep(nft: &mut Nftables, conf: &Config, live: &Live, errors: &mut Vec<Er
     }
     let keys: Vec<PortKey> = stale.iter().map(|e| e.key.clone()).collect();
     match nft.delete_port_elements(&keys) {
-        Ok(()) => stale.iter().for_each(|e| {
-            eprintln!(
-                "academy: GC unpublished host port {} (held by {})",
-                key_text(&e.key),
-                e.comment
-            )
-        }),
+        Ok(()) => {
+            for e in stale.iter().take(LOGGED) {
+                eprintln!(
+                    "academy: GC unpublished host port {} (held by {})",
+                    key_text(&e.key),
+                    e.comment
+                );
+            }
+            if stale.len() > LOGGED {
+                eprintln!(
+                    "academy: GC unpublished {} more host ports of network {}",
+                    stale.len() - LOGGED,
+                    conf.name
+                );
+            }
+        }
         Err(e) => errors.push(e.into()),
     }
 }
+
+/// Lines a verb writes about single ports before it counts the rest.
+pub(super) const LOGGED: usize = 8;
 
 /// CHECK: each mapping is in its map, held by this attachment, going to its address,
 /// and port mapping's rules are all there (an admin's flush of the chains keeps the
@@ -293,9 +351,10 @@ pub fn check(
             restorable: false,
         })
     };
+    let now = held(nft, wanted.iter().map(|w| &w.key))?;
     for want in &wanted {
         let text = key_text(&want.key);
-        match nft.port_element(&want.key)? {
+        match now.get(&want.key) {
             None => diff(format!("host port {text} is not published")),
             Some(held) if held.comment != want.comment => diff(format!(
                 "host port {text} is published by {}",
