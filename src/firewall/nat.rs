@@ -33,7 +33,7 @@ pub fn add(
     who: &Attachment,
     addresses: &[IpNetwork],
 ) -> Result<()> {
-    let published = ports::elements(conf, who, addresses);
+    let published = ports::elements(conf, who, addresses)?;
     if !conf.ip_masq && published.is_empty() {
         return Ok(());
     }

@@ -10,6 +10,7 @@
 //! alone, and the key may by then be another container's.
 
 use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 
@@ -110,12 +111,14 @@ pub(super) fn own_stale(nft: &mut Nftables, ports: &[PortElement]) -> Result<Vec
     Ok(stale)
 }
 
-/// The elements ADD publishes for the runtime's mappings.
+/// The elements ADD publishes for the runtime's mappings. A hostIP of a family the
+/// container has no address of could never be published: refused (code 7), never
+/// silently left out.
 pub(super) fn elements(
     conf: &Config,
     who: &Attachment,
     addresses: &[IpNetwork],
-) -> Vec<PortElement> {
+) -> Result<Vec<PortElement>> {
     elements_of(mappings(conf), who, addresses)
 }
 
@@ -125,11 +128,19 @@ fn elements_of(
     mappings: &[PortMapping],
     who: &Attachment,
     addresses: &[IpNetwork],
-) -> Vec<PortElement> {
+) -> Result<Vec<PortElement>> {
     let comment = who.owner();
     let mut found = Vec::new();
     let mut keys = HashSet::new();
-    for m in mappings {
+    for (i, m) in mappings.iter().enumerate() {
+        if let Some(h) = m.host_ip {
+            if !addresses
+                .iter()
+                .any(|a| Family::of(a.ip()) == Family::of(h))
+            {
+                return Err(unpublishable(i, h, who, addresses));
+            }
+        }
         for address in addresses.iter().map(IpNetwork::ip) {
             let family = Family::of(address);
             if m.host_ip.is_some_and(|h| Family::of(h) != family) {
@@ -147,7 +158,31 @@ fn elements_of(
             });
         }
     }
-    found
+    Ok(found)
+}
+
+/// A mapping whose hostIP is of a family the container has no address of.
+fn unpublishable(i: usize, host_ip: IpAddr, who: &Attachment, addresses: &[IpNetwork]) -> Error {
+    let (family, other) = match host_ip {
+        IpAddr::V4(_) => ("IPv4", "IPv6"),
+        IpAddr::V6(_) => ("IPv6", "IPv4"),
+    };
+    let has: Vec<String> = addresses.iter().map(|a| a.ip().to_string()).collect();
+    let has = match has.is_empty() {
+        true => "no address".to_string(),
+        false => has.join(", "),
+    };
+    let what = match host_ip.is_unspecified() {
+        true => format!("hostIP {host_ip} asks for {family} only"),
+        false => format!("hostIP {host_ip} is an {family} address"),
+    };
+    Error::config(format!(
+        "runtimeConfig.portMappings[{i}]: {what}, and the container has no {family} address on network {} ({has}): academy cannot publish it",
+        who.network
+    ))
+    .details(format!(
+        "give a hostIP of the network's family ({other}), leave hostIP out to publish on every host address, or give the network an {family} range"
+    ))
 }
 
 /// The runtime's mappings, none when it sent none.
@@ -340,7 +375,7 @@ pub fn check(
     who: &Attachment,
     addresses: &[IpNetwork],
 ) -> Result<Vec<Diff>> {
-    let wanted = elements(conf, who, addresses);
+    let wanted = elements(conf, who, addresses)?;
     let mut diffs = Vec::new();
     if wanted.is_empty() {
         return Ok(diffs);
@@ -506,7 +541,8 @@ mod tests {
             ],
             &who,
             &addresses,
-        );
+        )
+        .unwrap();
         let summary: Vec<String> = got
             .iter()
             .map(|e| format!("{} {} {}", key_text(&e.key), e.address, e.comment))
