@@ -27,6 +27,19 @@ use crate::netlink::{
 /// repaired by the next ADD, and when the set itself had to be re-created, the elements
 /// of the network's other wired attachments are put back from the store in the same
 /// batch. Costs one small dump of academy's chain before the batch.
+///
+/// Published ports are first looked at in the map the kernel does not compare (a
+/// hostIP mapping against the ports published on every address, and the reverse:
+/// `ports::cross_conflict`), under the host's publish lock held until the batch is in.
+///
+/// Any number of ports: a batch past BATCH_BYTES (about 1,400 ports) is sent as several
+/// (batch.rs), in order, each all or nothing, since one nfnetlink batch is one
+/// sendmsg and the socket's send buffer caps it. ADD stays all or nothing all the same:
+/// the masquerade's elements and the first ports go in the first batch, and when a
+/// later batch is refused ADD fails, and its undo (the one removal, removal.rs) removes
+/// the earlier batches' ports by their holder's comment, as it removes everything else
+/// the failed ADD made (tests/it/portmap/limits.rs: a refusal in the last batch leaves
+/// none of the earlier ones' ports).
 pub fn add(
     nft: &mut Nftables,
     conf: &Config,
@@ -40,7 +53,15 @@ pub fn add(
     if published.iter().any(|p| p.key.family == Family::V4) {
         ports::allow_localhost(nft, &conf.bridge)?;
     }
+    let lock = match published.is_empty() {
+        true => None,
+        false => ports::publish_lock(),
+    };
+    if let Some(conflict) = ports::cross_conflict(nft, who, &published)? {
+        return Err(conflict);
+    }
     send(nft, conf, who, addresses, &published)?;
+    drop(lock);
     ports::flush_stale_udp(&published);
     Ok(())
 }

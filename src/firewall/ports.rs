@@ -10,14 +10,19 @@
 //! alone, and the key may by then be another container's.
 
 use std::collections::{HashMap, HashSet};
+use std::fs::File;
 use std::net::IpAddr;
+use std::os::unix::fs::OpenOptionsExt;
+use std::time::Duration;
 
 use ipnetwork::IpNetwork;
+use nix::fcntl::Flock;
 
 use super::{Diff, Live, Removing, Wired};
 use crate::attachment::Attachment;
 use crate::cni::{code, Error, Result};
 use crate::config::{Config, PortMapping};
+use crate::ipam::store::files;
 use crate::netlink::{
     flush_udp_conntrack, key_text, Family, Flushed, Nftables, Object, PortElement, PortKey,
     UdpDestination,
@@ -96,6 +101,88 @@ fn held<'k>(
     }
     Ok(found)
 }
+
+/// The container id a holder's comment `<network>:<container id>:<ifname>` names, when
+/// it names one whole (a capped comment may have lost it: then it names none).
+fn container_of(comment: &str) -> Option<&str> {
+    let mut parts = comment.splitn(3, ':');
+    let (_network, cid, _ifname) = (parts.next()?, parts.next()?, parts.next()?);
+    Some(cid)
+}
+
+/// The one check the kernel cannot make: a mapping with hostIP and one without, of the
+/// same protocol and port, live in different maps, and the hostIP map wins on its
+/// address. Held by different containers they are a conflict, whichever came first:
+/// the second ADD fails with code 105 naming the holder. A hostIP key is looked up in
+/// the map of every address (its one wildcard key); a wildcard key needs the hostIP map
+/// of its family dumped (any address may hold it; that map holds only hostIP mappings,
+/// usually few). Called under `publish_lock`, so no other ADD publishes in between.
+pub(super) fn cross_conflict(
+    nft: &mut Nftables,
+    who: &Attachment,
+    ports: &[PortElement],
+) -> Result<Option<Error>> {
+    let wildcard_of = |k: &PortKey| PortKey {
+        host_ip: None,
+        ..k.clone()
+    };
+    let specific: Vec<&PortElement> = ports.iter().filter(|p| p.key.host_ip.is_some()).collect();
+    let wildcards: Vec<PortKey> = specific.iter().map(|p| wildcard_of(&p.key)).collect();
+    let now = held(nft, &wildcards)?;
+    for (port, wildcard) in specific.iter().zip(&wildcards) {
+        if let Some(holder) = now.get(wildcard) {
+            if other_container(who, &holder.comment) {
+                return Ok(Some(taken_error(port, holder)));
+            }
+        }
+    }
+    for family in [Family::V4, Family::V6] {
+        let mine: Vec<&PortElement> = ports
+            .iter()
+            .filter(|p| p.key.host_ip.is_none() && p.key.family == family)
+            .collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let mut by_port: HashMap<(u8, u16), PortElement> = HashMap::new();
+        for e in nft.port_elements_of(family, true)? {
+            if other_container(who, &e.comment) {
+                by_port
+                    .entry((e.key.protocol, e.key.host_port))
+                    .or_insert(e);
+            }
+        }
+        for port in mine {
+            if let Some(holder) = by_port.get(&(port.key.protocol, port.key.host_port)) {
+                return Ok(Some(taken_error(port, holder)));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Whether `comment` names another container than `who`'s.
+fn other_container(who: &Attachment, comment: &str) -> bool {
+    comment != who.owner() && container_of(comment) != Some(who.container_id)
+}
+
+/// The host's lock on publishing: `cross_conflict`'s look and ADD's batch are one step
+/// for every other publishing ADD (the kernel's EEXIST covers one map, not two). Held
+/// for the batch only, by ADDs that publish; best effort like the repair lock: without
+/// /run, or after 5 s, ADD goes on unlocked.
+pub(super) fn publish_lock() -> Option<Flock<File>> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(PUBLISH_LOCK)
+        .ok()?;
+    files::lock_exclusive(file, Duration::from_secs(5)).ok()
+}
+
+const PUBLISH_LOCK: &str = "/run/academy-ports.lock";
 
 /// The keys of `ports` whose element names this holder but points elsewhere.
 pub(super) fn own_stale(nft: &mut Nftables, ports: &[PortElement]) -> Result<Vec<PortKey>> {
@@ -253,22 +340,25 @@ pub(super) fn taken(nft: &mut Nftables, ports: &[PortElement]) -> Result<Option<
         if !elsewhere || held.comment == port.comment {
             continue;
         }
-        return Ok(Some(
-            Error::new(
-                code::PORT_TAKEN,
-                format!(
-                    "host port {} is already published by {}",
-                    key_text(&port.key),
-                    describe_holder(&held.comment)
-                ),
-            )
-            .details(format!(
-                "it goes to {} port {}; remove that container or publish another host port",
-                held.address, held.port
-            )),
-        ));
+        return Ok(Some(taken_error(port, &held)));
     }
     Ok(None)
+}
+
+/// The error of a port another container holds: 105, naming the holder.
+fn taken_error(port: &PortElement, held: &PortElement) -> Error {
+    let mut msg = format!(
+        "host port {} is already published by {}",
+        key_text(&port.key),
+        describe_holder(&held.comment)
+    );
+    if held.key != port.key {
+        msg.push_str(&format!(" as {}", key_text(&held.key)));
+    }
+    Error::new(code::PORT_TAKEN, msg).details(format!(
+        "it goes to {} port {}; remove that container or publish another host port",
+        held.address, held.port
+    ))
 }
 
 /// "container C (interface I, network N)" from a comment, or the comment as it is.

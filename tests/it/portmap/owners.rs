@@ -1,4 +1,5 @@
-//! Who may hold a host port: a hostIP that the network's families cannot carry. Each in a private node netns (common/node.rs),
+//! Who may hold a host port: a hostIP mapping and a wildcard mapping of the same port
+//! held by different containers, and a hostIP that the network's families cannot carry. Each in a private node netns (common/node.rs),
 //! whose maps are the test's alone; no packet is sent.
 
 use std::collections::BTreeSet;
@@ -33,6 +34,64 @@ fn held_in_node(node: &Node, network: &str) -> BTreeSet<String> {
         }
     }
     found
+}
+
+#[test]
+fn portmap_host_ip_and_wildcard_mappings_of_one_port_conflict_whichever_comes_first() {
+    let lab = Lab::new("pmxmap");
+    let node = Node::new(&lab);
+    let port = host_ports(&lab);
+    // An address of the node's own: the hostIP mapping's key.
+    let host_ip = lab.gateway();
+    let (x, y, z) = (
+        lab.attachment("x"),
+        lab.attachment("y"),
+        lab.attachment("z"),
+    );
+    let wildcard = direct_config(&lab, "1.1.0", &[mapping(port, None)]);
+    let on_ip = direct_config(&lab, "1.1.0", &[mapping(port, Some(&host_ip))]);
+
+    // The wildcard first: the hostIP mapping of another container is refused.
+    node.call("ADD", &x, &wildcard)
+        .expect_result("the wildcard mapping");
+    let held = held_in_node(&node, &lab.network);
+    let refused = node.call("ADD", &y, &on_ip);
+    let error = assert_cni_error(
+        &refused,
+        105,
+        &[&format!("tcp/{host_ip}:{port}"), &x.cid, "eth0"],
+    );
+    assert!(
+        error["msg"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("as tcp/{port} (v4)")),
+        "{error}"
+    );
+    assert_eq!(held_in_node(&node, &lab.network), held, "the refused ADD");
+    node.call("DEL", &y, &on_ip).expect_silent_success("DEL");
+    node.call("DEL", &x, &wildcard).expect_silent_success("DEL");
+
+    // The hostIP mapping first: the wildcard mapping of another container is refused.
+    node.call("ADD", &y, &on_ip)
+        .expect_result("the hostIP mapping");
+    let held = held_in_node(&node, &lab.network);
+    let refused = node.call("ADD", &x, &wildcard);
+    assert_cni_error(&refused, 105, &[&format!("tcp/{port} (v4)"), &y.cid]);
+    assert_eq!(held_in_node(&node, &lab.network), held, "the refused ADD");
+    node.call("DEL", &x, &wildcard).expect_silent_success("DEL");
+
+    // The same container may hold both: the hostIP one wins on its address.
+    let both = direct_config(
+        &lab,
+        "1.1.0",
+        &[mapping(port + 1, None), mapping(port + 1, Some(&host_ip))],
+    );
+    node.call("ADD", &z, &both)
+        .expect_result("one container, both mappings");
+    node.call("DEL", &z, &both).expect_silent_success("DEL");
+    node.call("DEL", &y, &on_ip).expect_silent_success("DEL");
+    assert_eq!(held_in_node(&node, &lab.network), BTreeSet::new());
 }
 
 #[test]
