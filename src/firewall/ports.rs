@@ -110,6 +110,52 @@ fn container_of(comment: &str) -> Option<&str> {
     Some(cid)
 }
 
+/// Whether `comment` names another attachment of the same container (podman passes the
+/// same portMappings to every network of a container: its other networks' elements are
+/// its own, not a conflict).
+fn same_container(who: &Attachment, comment: &str) -> bool {
+    comment != who.owner() && container_of(comment) == Some(who.container_id)
+}
+
+/// Who holds the keys ADD's batch was refused for (EEXIST on publishing), in one look:
+/// the first other container holding one (an error naming it), the keys the same
+/// container holds on another network (left to it: see `resolve_published` in nat.rs),
+/// and this attachment's own stale elements pointing elsewhere (to be removed).
+pub(super) struct Holders {
+    pub conflict: Option<Error>,
+    pub shared: Vec<PortElement>,
+    pub stale: Vec<PortKey>,
+}
+
+pub(super) fn holders(
+    nft: &mut Nftables,
+    who: &Attachment,
+    ports: &[PortElement],
+) -> Result<Holders> {
+    let now = held(nft, ports.iter().map(|p| &p.key))?;
+    let mut found = Holders {
+        conflict: None,
+        shared: Vec::new(),
+        stale: Vec::new(),
+    };
+    for port in ports {
+        let Some(held) = now.get(&port.key) else {
+            continue;
+        };
+        let elsewhere = (held.address, held.port) != (port.address, port.port);
+        if held.comment == port.comment {
+            if elsewhere {
+                found.stale.push(port.key.clone());
+            }
+        } else if same_container(who, &held.comment) {
+            found.shared.push(held.clone());
+        } else if elsewhere && found.conflict.is_none() {
+            found.conflict = Some(taken_error(port, held));
+        }
+    }
+    Ok(found)
+}
+
 /// The one check the kernel cannot make: a mapping with hostIP and one without, of the
 /// same protocol and port, live in different maps, and the hostIP map wins on its
 /// address. Held by different containers they are a conflict, whichever came first:
@@ -183,20 +229,6 @@ pub(super) fn publish_lock() -> Option<Flock<File>> {
 }
 
 const PUBLISH_LOCK: &str = "/run/academy-ports.lock";
-
-/// The keys of `ports` whose element names this holder but points elsewhere.
-pub(super) fn own_stale(nft: &mut Nftables, ports: &[PortElement]) -> Result<Vec<PortKey>> {
-    let mut stale = Vec::new();
-    for port in ports {
-        if let Some(held) = nft.port_element(&port.key)? {
-            let elsewhere = (held.address, held.port) != (port.address, port.port);
-            if elsewhere && held.comment == port.comment {
-                stale.push(port.key.clone());
-            }
-        }
-    }
-    Ok(stale)
-}
 
 /// The elements ADD publishes for the runtime's mappings. A hostIP of a family the
 /// container has no address of could never be published: refused (code 7), never
@@ -328,21 +360,6 @@ fn localnet_missing(nft: &mut Nftables, bridge: &str) -> Result<Vec<String>> {
         ));
     }
     Ok(missing)
-}
-
-/// Why the batch was refused: the first requested key another attachment holds.
-pub(super) fn taken(nft: &mut Nftables, ports: &[PortElement]) -> Result<Option<Error>> {
-    for port in ports {
-        let Some(held) = nft.port_element(&port.key)? else {
-            continue;
-        };
-        let elsewhere = (held.address, held.port) != (port.address, port.port);
-        if !elsewhere || held.comment == port.comment {
-            continue;
-        }
-        return Ok(Some(taken_error(port, &held)));
-    }
-    Ok(None)
 }
 
 /// The error of a port another container holds: 105, naming the holder.
@@ -481,6 +498,8 @@ pub fn check(
         let text = key_text(&want.key);
         match now.get(&want.key) {
             None => diff(format!("host port {text} is not published")),
+            // The same container's on another of its networks: that one serves it.
+            Some(held) if same_container(who, &held.comment) => {}
             Some(held) if held.comment != want.comment => diff(format!(
                 "host port {text} is published by {}",
                 describe_holder(&held.comment)

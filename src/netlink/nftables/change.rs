@@ -44,8 +44,10 @@ pub struct NatChange {
     pub exclusive: Vec<SetElement>,
     /// Added if missing, left alone if present (whatever their comment).
     pub if_missing: Vec<SetElement>,
-    /// Published ports (portMappings), with the bridge their hairpin is marked on: in
-    /// the same batch as the masquerade's elements (portmap.rs).
+    /// Published ports (portMappings), with the bridge their hairpin is marked on
+    /// (none: empty) when the attachment publishes, even when its ports are all held
+    /// by the same container on another network: in the same batch as the
+    /// masquerade's elements (portmap.rs).
     pub ports: Vec<PortElement>,
     pub hairpin_bridge: String,
 }
@@ -108,7 +110,8 @@ impl Nftables {
             NLM_F_CREATE,
             &change.if_missing,
         );
-        changes.extend(port_changes(&change.ports, &change.hairpin_bridge, false));
+        let hairpin = !change.hairpin_bridge.is_empty();
+        changes.extend(port_changes(&change.ports, &change.hairpin_bridge, hairpin));
         commit_all(&mut self.socket, changes)
     }
 }

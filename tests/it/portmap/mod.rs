@@ -7,7 +7,8 @@
 //! - `stale_udp`: a UDP client whose conntrack entry predates the container it must reach.
 //! - `localnet`: the loopback guard, a container's crafted frame to 127.0.0.1 and ::1.
 //! - `limits`: the whole port range in one ADD, 10,000 stale ports in one GC.
-//! - `owners`: who may hold a port.
+//! - `owners`: one container on two networks; hostIP against wildcard; a hostIP the
+//!   network's families cannot carry.
 //!
 //! Packets go only to addresses of the tests' own namespaces and to the host's own
 //! addresses (the outside veth's host end, 127.0.0.1, the lab's gateway).

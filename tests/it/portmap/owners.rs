@@ -1,6 +1,8 @@
-//! Who may hold a host port: a hostIP mapping and a wildcard mapping of the same port
-//! held by different containers, and a hostIP that the network's families cannot carry. Each in a private node netns (common/node.rs),
-//! whose maps are the test's alone; no packet is sent.
+//! Who may hold a host port: one container on two networks with the same mappings
+//! (podman passes them to every network), a hostIP mapping and a wildcard mapping of
+//! the same port held by different containers, and a hostIP that the network's families
+//! cannot carry. Each in a private node netns (common/node.rs), whose maps are the
+//! test's alone; no packet is sent.
 
 use std::collections::BTreeSet;
 
@@ -34,6 +36,78 @@ fn held_in_node(node: &Node, network: &str) -> BTreeSet<String> {
         }
     }
     found
+}
+
+#[test]
+fn portmap_one_container_on_two_networks_publishes_its_port_once_and_del_of_one_keeps_it() {
+    let (a, b) = (Lab::new("pmown"), Lab::new("pmowb"));
+    let node = Node::new(&a);
+    let port = host_ports(&a);
+    let ports = [mapping(port, None)];
+    let (config_a, config_b) = (
+        direct_config(&a, "1.1.0", &ports),
+        direct_config(&b, "1.1.0", &ports),
+    );
+    // One container (one id, one netns) on both networks, as `podman run --network a,b
+    // -p PORT:8080` attaches it: eth0 on a, eth1 on b, the same portMappings to each.
+    let on_a = a.attachment("c");
+    let on_b = Attach {
+        ifname: "eth1".into(),
+        ..on_a.clone()
+    };
+    let call = |lab: &Lab, verb: &str, who: &Attach, config: &Value| {
+        node.run(&lab.call_for(verb, who).config(config))
+    };
+    call(&a, "ADD", &on_a, &config_a).expect_result("ADD on the first network");
+    let first = held_in_node(&node, &a.network);
+    assert_eq!(first.len(), 2, "v4 and v6 on the first network: {first:?}");
+
+    let out = call(&b, "ADD", &on_b, &config_b);
+    let second = out.expect_result("ADD of the same container on the second network");
+    assert!(
+        out.stderr.contains("already published for this container")
+            && out
+                .stderr
+                .contains(&format!("{}:{}:eth0", a.network, on_a.cid)),
+        "the second ADD does not say which network keeps the port:\n{out}"
+    );
+    assert_eq!(
+        held_in_node(&node, &a.network),
+        first,
+        "the first network's"
+    );
+    assert_eq!(
+        held_in_node(&node, &b.network),
+        BTreeSet::new(),
+        "the second network took a port the first one holds"
+    );
+    // CHECK on the second network: its port is served, by the first network's element.
+    let mut check = config_b.clone();
+    check["prevResult"] = second;
+    call(&b, "CHECK", &on_b, &check).expect_silent_success("CHECK on the second network");
+
+    // Another container still cannot take the port, on either network.
+    let other = Attach {
+        ifname: "eth0".into(),
+        ..b.attachment("d")
+    };
+    let refused = call(&b, "ADD", &other, &config_b);
+    assert_cni_error(
+        &refused,
+        105,
+        &[&format!("tcp/{port}"), &on_a.cid, &a.network],
+    );
+    call(&b, "DEL", &other, &config_b).expect_silent_success("DEL of the refused one");
+
+    // DEL on the second network (podman network disconnect) keeps the first one's port.
+    call(&b, "DEL", &on_b, &config_b).expect_silent_success("DEL on the second network");
+    assert_eq!(
+        held_in_node(&node, &a.network),
+        first,
+        "DEL of b took a's port"
+    );
+    call(&a, "DEL", &on_a, &config_a).expect_silent_success("DEL on the first network");
+    assert_eq!(held_in_node(&node, &a.network), BTreeSet::new());
 }
 
 #[test]
