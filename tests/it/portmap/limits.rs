@@ -96,6 +96,28 @@ fn portmap_the_whole_port_range_in_one_add_and_ten_thousand_stale_ports_in_one_g
         assert_eq!(held_in(&node, map, &holder), (0, 0), "{map} after DEL");
     }
 
+    // A port held by another container in the last of the ADD's batches: the ADD is
+    // refused with 105 and its undo removes what its earlier batches published.
+    let last = lab.attachment("last");
+    let config_last = direct_config(&lab, "1.1.0", &mappings(65535, 1, "tcp"));
+    node.call("ADD", &last, &config_last)
+        .expect_result("ADD of tcp/65535");
+    let config = direct_config(&lab, "1.1.0", &mappings(1, 65535, "tcp"));
+    let refused = node.call("ADD", &all, &config);
+    assert_cni_error(&refused, 105, &["tcp/65535", &last.cid]);
+    let last_holder = format!("{}:{}:eth0", lab.network, last.cid);
+    for map in ["_ports-v4", "_ports-v6"] {
+        assert_eq!(
+            held_in(&node, map, &last_holder),
+            (1, 1),
+            "{map}: the refused ADD's earlier batches were left"
+        );
+    }
+    node.call("DEL", &all, &config)
+        .expect_silent_success("DEL of the refused one");
+    node.call("DEL", &last, &config_last)
+        .expect_silent_success("DEL of tcp/65535");
+
     // 10,000 stale elements (5,000 mappings, both families) in one GC.
     let stale = lab.attachment("stale");
     let config = direct_config(&lab, "1.1.0", &mappings(20000, 5000, "udp"));
