@@ -143,10 +143,22 @@ fn parse(item: &Value, at: &str) -> Result<PortMapping> {
     let host_ip = match field(item, "hostIP") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) if s.is_empty() => None,
-        Some(Value::String(s)) => Some(
-            s.parse::<IpAddr>()
-                .map_err(|_| Error::config(format!("{at}.hostIP {s:?} is not an IP address")))?,
-        ),
+        Some(Value::String(s)) => {
+            let ip = s
+                .parse::<IpAddr>()
+                .map_err(|_| Error::config(format!("{at}.hostIP {s:?} is not an IP address")))?;
+            // No packet is addressed to ::ffff:a.b.c.d (the kernel's IPv4 sockets see
+            // a.b.c.d): a key on it would be published and never reached.
+            if let IpAddr::V6(v6) = ip {
+                if let Some(v4) = v6.to_ipv4_mapped() {
+                    return Err(Error::config(format!(
+                        "{at}.hostIP {s} is an IPv4-mapped IPv6 address, which no packet is addressed to"
+                    ))
+                    .details(format!("write it as the IPv4 address {v4}")));
+                }
+            }
+            Some(ip)
+        }
         Some(other) => {
             return Err(Error::config(format!(
                 "{at}.hostIP must be a string, got {other}"
@@ -227,6 +239,10 @@ mod tests {
             (
                 r#"[{"hostPort":80,"containerPort":80,"hostIP":"nope"}]"#,
                 "hostIP",
+            ),
+            (
+                r#"[{"hostPort":80,"containerPort":80,"hostIP":"::ffff:10.0.0.1"}]"#,
+                "IPv4-mapped",
             ),
             (r#"{"hostPort":80}"#, "must be a list"),
             (

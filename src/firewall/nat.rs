@@ -3,6 +3,7 @@
 //! repairs take, and the masquerade's restore from the store (`academy restore-nat`,
 //! STATUS through the table of kinds).
 
+use std::collections::HashSet;
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
@@ -16,8 +17,8 @@ use crate::cni::{code, Error, Result};
 use crate::config::Config;
 use crate::ipam::Holder;
 use crate::netlink::{
-    nftables_set_name, Family, MasqElement, MasqNetwork, MasqRule, NatChange, Nftables, NlError,
-    PortElement, SetElement, SetShape, Step,
+    key_text, nftables_set_name, Family, MasqElement, MasqNetwork, MasqRule, NatChange, Nftables,
+    NlError, PortElement, PortKey, SetElement, SetShape, Step,
 };
 
 /// ADD: the attachment's masquerade elements (ipMasq) and published ports
@@ -27,20 +28,41 @@ use crate::netlink::{
 /// repaired by the next ADD, and when the set itself had to be re-created, the elements
 /// of the network's other wired attachments are put back from the store in the same
 /// batch. Costs one small dump of academy's chain before the batch.
+///
+/// Published ports are first looked at in the map the kernel does not compare (a
+/// hostIP mapping against the ports published on every address, and the reverse:
+/// `ports::cross_conflict`), under the host's publish lock held until the batch is in.
+///
+/// Any number of ports: a batch past BATCH_BYTES (about 1,400 ports) is sent as several
+/// (batch.rs), in order, each all or nothing, since one nfnetlink batch is one
+/// sendmsg and the socket's send buffer caps it. ADD stays all or nothing all the same:
+/// the masquerade's elements and the first ports go in the first batch, and when a
+/// later batch is refused ADD fails, and its undo (the one removal, removal.rs) removes
+/// the earlier batches' ports by their holder's comment, as it removes everything else
+/// the failed ADD made (tests/it/portmap/limits.rs: a refusal in the last batch leaves
+/// none of the earlier ones' ports).
 pub fn add(
     nft: &mut Nftables,
     conf: &Config,
     who: &Attachment,
     addresses: &[IpNetwork],
 ) -> Result<()> {
-    let published = ports::elements(conf, who, addresses);
+    let mut published = ports::elements(conf, who, addresses)?;
     if !conf.ip_masq && published.is_empty() {
         return Ok(());
     }
     if published.iter().any(|p| p.key.family == Family::V4) {
         ports::allow_localhost(nft, &conf.bridge)?;
     }
-    send(nft, conf, who, addresses, &published)?;
+    let lock = match published.is_empty() {
+        true => None,
+        false => ports::publish_lock(),
+    };
+    if let Some(conflict) = ports::cross_conflict(nft, who, &published)? {
+        return Err(conflict);
+    }
+    send(nft, conf, who, addresses, &mut published)?;
+    drop(lock);
     ports::flush_stale_udp(&published);
     Ok(())
 }
@@ -50,7 +72,7 @@ fn send(
     conf: &Config,
     who: &Attachment,
     addresses: &[IpNetwork],
-    published: &[PortElement],
+    published: &mut Vec<PortElement>,
 ) -> Result<()> {
     let (networks, own): (Vec<MasqNetwork>, Vec<IpAddr>) = if conf.ip_masq {
         let own = addresses.iter().map(|a| a.ip()).collect();
@@ -59,6 +81,9 @@ fn send(
         (Vec::new(), Vec::new())
     };
     let key = who.owner();
+    // Whether the ADD publishes at all: its ports may all be left to the same
+    // container's other network (resolve_published), its bridge's hairpin mark not.
+    let publishes = !published.is_empty();
     if !published.is_empty() {
         // Port mapping's rules as an admin's flush may have left them (one small dump);
         // a concurrent repair's deletions make one attempt fail with ENOENT.
@@ -85,7 +110,10 @@ fn send(
         };
         let mut change = NatChange {
             ports: published.to_vec(),
-            hairpin_bridge: conf.bridge.clone(),
+            hairpin_bridge: match publishes {
+                true => conf.bridge.clone(),
+                false => String::new(),
+            },
             ..NatChange::default()
         };
         // A repair of what was there (an outdated rule, a set that lost its rule):
@@ -139,7 +167,7 @@ fn send(
             // A host port someone holds: the other's is a conflict (an error naming it),
             // this attachment's own stale one is removed and the batch sent again.
             Err(e) if attempt < 3 && e.is(libc::EEXIST) && e.refused_in(&[Step::Publish]) => {
-                resolve_published(nft, published, e)?;
+                resolve_published(nft, who, published, e)?;
             }
             Err(e) if attempt < 3 && e.is(libc::EEXIST) && e.refused_in(&[Step::AddElement]) => {
                 (present, retake) = existing(nft, conf, who, &own)?;
@@ -163,21 +191,43 @@ fn send(
 }
 
 /// A key of `published` is already in a map with other data: Ok after removing this
-/// attachment's own stale element (an ADD whose DEL never came, its address since
-/// changed; the batch is sent again), or the error naming the other holder.
+/// attachment's own stale elements (an ADD whose DEL never came, its address since
+/// changed) and leaving out the keys the same container holds on another network
+/// (podman passes the same portMappings to every network of a container: the first
+/// network's element keeps the port, as the reference's first rule wins); the batch is
+/// then sent again. Otherwise the error naming the other holder.
 fn resolve_published(
     nft: &mut Nftables,
-    published: &[PortElement],
+    who: &Attachment,
+    published: &mut Vec<PortElement>,
     refused: NlError,
 ) -> Result<()> {
-    if let Some(conflict) = ports::taken(nft, published)? {
+    let holders = ports::holders(nft, who, published)?;
+    if let Some(conflict) = holders.conflict {
         return Err(conflict);
     }
-    let stale = ports::own_stale(nft, published)?;
-    if stale.is_empty() {
+    if holders.stale.is_empty() && holders.shared.is_empty() {
         return Err(refused.into());
     }
-    Ok(nft.delete_port_elements(&stale)?)
+    for held in holders.shared.iter().take(ports::LOGGED) {
+        eprintln!(
+            "academy: host port {} is already published for this container by {:?}: left to it",
+            key_text(&held.key),
+            held.comment
+        );
+    }
+    if holders.shared.len() > ports::LOGGED {
+        eprintln!(
+            "academy: {} more host ports already published for this container on another network: left to it",
+            holders.shared.len() - ports::LOGGED
+        );
+    }
+    let shared: HashSet<&PortKey> = holders.shared.iter().map(|h| &h.key).collect();
+    published.retain(|p| !shared.contains(&p.key));
+    if holders.stale.is_empty() {
+        return Ok(());
+    }
+    Ok(nft.delete_port_elements(&holders.stale)?)
 }
 
 /// Whether the network's rule needs (re-)making: None when academy's one rule for the

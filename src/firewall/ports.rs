@@ -9,12 +9,20 @@
 //! removes only elements whose comment names its attachment: the kernel deletes by key
 //! alone, and the key may by then be another container's.
 
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::net::IpAddr;
+use std::os::unix::fs::OpenOptionsExt;
+use std::time::Duration;
+
 use ipnetwork::IpNetwork;
+use nix::fcntl::Flock;
 
 use super::{Diff, Live, Removing, Wired};
 use crate::attachment::Attachment;
 use crate::cni::{code, Error, Result};
 use crate::config::{Config, PortMapping};
+use crate::ipam::store::files;
 use crate::netlink::{
     flush_udp_conntrack, key_text, Family, Flushed, Nftables, Object, PortElement, PortKey,
     UdpDestination,
@@ -57,26 +65,179 @@ pub(super) fn flush_stale_udp(ports: &[PortElement]) {
     }
 }
 
-/// The keys of `ports` whose element names this holder but points elsewhere.
-pub(super) fn own_stale(nft: &mut Nftables, ports: &[PortElement]) -> Result<Vec<PortKey>> {
-    let mut stale = Vec::new();
-    for port in ports {
-        if let Some(held) = nft.port_element(&port.key)? {
-            let elsewhere = (held.address, held.port) != (port.address, port.port);
-            if elsewhere && held.comment == port.comment {
-                stale.push(port.key.clone());
+/// Keys looked up one by one before one dump of their map is cheaper (a lookup and a
+/// dump are one round trip each; a dump's cost grows with what the map holds).
+const LOOKUPS_BEFORE_DUMP: usize = 16;
+
+/// The elements under `keys` now, by key: each looked up when a map has few of them,
+/// else from one dump of that map, so any number of keys costs at most four dumps.
+fn held<'k>(
+    nft: &mut Nftables,
+    keys: impl IntoIterator<Item = &'k PortKey>,
+) -> Result<HashMap<PortKey, PortElement>> {
+    let mut by_map: HashMap<(Family, bool), Vec<&PortKey>> = HashMap::new();
+    for key in keys {
+        by_map
+            .entry((key.family, key.host_ip.is_some()))
+            .or_default()
+            .push(key);
+    }
+    let mut found = HashMap::new();
+    for ((family, by_host_ip), keys) in by_map {
+        if keys.len() <= LOOKUPS_BEFORE_DUMP {
+            for key in keys {
+                if let Some(e) = nft.port_element(key)? {
+                    found.insert(key.clone(), e);
+                }
+            }
+        } else {
+            let wanted: HashSet<&PortKey> = keys.into_iter().collect();
+            for e in nft.port_elements_of(family, by_host_ip)? {
+                if wanted.contains(&e.key) {
+                    found.insert(e.key.clone(), e);
+                }
             }
         }
     }
-    Ok(stale)
+    Ok(found)
 }
 
-/// The elements ADD publishes for the runtime's mappings.
+/// The container id a holder's comment `<network>:<container id>:<ifname>` names, when
+/// it names one whole (a capped comment may have lost it: then it names none).
+fn container_of(comment: &str) -> Option<&str> {
+    let mut parts = comment.splitn(3, ':');
+    let (_network, cid, _ifname) = (parts.next()?, parts.next()?, parts.next()?);
+    Some(cid)
+}
+
+/// Whether `comment` names another attachment of the same container (podman passes the
+/// same portMappings to every network of a container: its other networks' elements are
+/// its own, not a conflict).
+fn same_container(who: &Attachment, comment: &str) -> bool {
+    comment != who.owner() && container_of(comment) == Some(who.container_id)
+}
+
+/// Who holds the keys ADD's batch was refused for (EEXIST on publishing), in one look:
+/// the first other container holding one (an error naming it), the keys the same
+/// container holds on another network (left to it: see `resolve_published` in nat.rs),
+/// and this attachment's own stale elements pointing elsewhere (to be removed).
+pub(super) struct Holders {
+    pub conflict: Option<Error>,
+    pub shared: Vec<PortElement>,
+    pub stale: Vec<PortKey>,
+}
+
+pub(super) fn holders(
+    nft: &mut Nftables,
+    who: &Attachment,
+    ports: &[PortElement],
+) -> Result<Holders> {
+    let now = held(nft, ports.iter().map(|p| &p.key))?;
+    let mut found = Holders {
+        conflict: None,
+        shared: Vec::new(),
+        stale: Vec::new(),
+    };
+    for port in ports {
+        let Some(held) = now.get(&port.key) else {
+            continue;
+        };
+        let elsewhere = (held.address, held.port) != (port.address, port.port);
+        if held.comment == port.comment {
+            if elsewhere {
+                found.stale.push(port.key.clone());
+            }
+        } else if same_container(who, &held.comment) {
+            found.shared.push(held.clone());
+        } else if elsewhere && found.conflict.is_none() {
+            found.conflict = Some(taken_error(port, held));
+        }
+    }
+    Ok(found)
+}
+
+/// The one check the kernel cannot make: a mapping with hostIP and one without, of the
+/// same protocol and port, live in different maps, and the hostIP map wins on its
+/// address. Held by different containers they are a conflict, whichever came first:
+/// the second ADD fails with code 105 naming the holder. A hostIP key is looked up in
+/// the map of every address (its one wildcard key); a wildcard key needs the hostIP map
+/// of its family dumped (any address may hold it; that map holds only hostIP mappings,
+/// usually few). Called under `publish_lock`, so no other ADD publishes in between.
+pub(super) fn cross_conflict(
+    nft: &mut Nftables,
+    who: &Attachment,
+    ports: &[PortElement],
+) -> Result<Option<Error>> {
+    let wildcard_of = |k: &PortKey| PortKey {
+        host_ip: None,
+        ..k.clone()
+    };
+    let specific: Vec<&PortElement> = ports.iter().filter(|p| p.key.host_ip.is_some()).collect();
+    let wildcards: Vec<PortKey> = specific.iter().map(|p| wildcard_of(&p.key)).collect();
+    let now = held(nft, &wildcards)?;
+    for (port, wildcard) in specific.iter().zip(&wildcards) {
+        if let Some(holder) = now.get(wildcard) {
+            if other_container(who, &holder.comment) {
+                return Ok(Some(taken_error(port, holder)));
+            }
+        }
+    }
+    for family in [Family::V4, Family::V6] {
+        let mine: Vec<&PortElement> = ports
+            .iter()
+            .filter(|p| p.key.host_ip.is_none() && p.key.family == family)
+            .collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let mut by_port: HashMap<(u8, u16), PortElement> = HashMap::new();
+        for e in nft.port_elements_of(family, true)? {
+            if other_container(who, &e.comment) {
+                by_port
+                    .entry((e.key.protocol, e.key.host_port))
+                    .or_insert(e);
+            }
+        }
+        for port in mine {
+            if let Some(holder) = by_port.get(&(port.key.protocol, port.key.host_port)) {
+                return Ok(Some(taken_error(port, holder)));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Whether `comment` names another container than `who`'s.
+fn other_container(who: &Attachment, comment: &str) -> bool {
+    comment != who.owner() && container_of(comment) != Some(who.container_id)
+}
+
+/// The host's lock on publishing: `cross_conflict`'s look and ADD's batch are one step
+/// for every other publishing ADD (the kernel's EEXIST covers one map, not two). Held
+/// for the batch only, by ADDs that publish; best effort like the repair lock: without
+/// /run, or after 5 s, ADD goes on unlocked.
+pub(super) fn publish_lock() -> Option<Flock<File>> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(PUBLISH_LOCK)
+        .ok()?;
+    files::lock_exclusive(file, Duration::from_secs(5)).ok()
+}
+
+const PUBLISH_LOCK: &str = "/run/academy-ports.lock";
+
+/// The elements ADD publishes for the runtime's mappings. A hostIP of a family the
+/// container has no address of could never be published: refused (code 7), never
+/// silently left out.
 pub(super) fn elements(
     conf: &Config,
     who: &Attachment,
     addresses: &[IpNetwork],
-) -> Vec<PortElement> {
+) -> Result<Vec<PortElement>> {
     elements_of(mappings(conf), who, addresses)
 }
 
@@ -86,17 +247,26 @@ fn elements_of(
     mappings: &[PortMapping],
     who: &Attachment,
     addresses: &[IpNetwork],
-) -> Vec<PortElement> {
+) -> Result<Vec<PortElement>> {
     let comment = who.owner();
     let mut found = Vec::new();
-    for m in mappings {
+    let mut keys = HashSet::new();
+    for (i, m) in mappings.iter().enumerate() {
+        if let Some(h) = m.host_ip {
+            if !addresses
+                .iter()
+                .any(|a| Family::of(a.ip()) == Family::of(h))
+            {
+                return Err(unpublishable(i, h, who, addresses));
+            }
+        }
         for address in addresses.iter().map(IpNetwork::ip) {
             let family = Family::of(address);
             if m.host_ip.is_some_and(|h| Family::of(h) != family) {
                 continue;
             }
             let key = key(m, family);
-            if found.iter().any(|e: &PortElement| e.key == key) {
+            if !keys.insert(key.clone()) {
                 continue; // a second address of the family: the first one takes the port
             }
             found.push(PortElement {
@@ -107,7 +277,31 @@ fn elements_of(
             });
         }
     }
-    found
+    Ok(found)
+}
+
+/// A mapping whose hostIP is of a family the container has no address of.
+fn unpublishable(i: usize, host_ip: IpAddr, who: &Attachment, addresses: &[IpNetwork]) -> Error {
+    let (family, other) = match host_ip {
+        IpAddr::V4(_) => ("IPv4", "IPv6"),
+        IpAddr::V6(_) => ("IPv6", "IPv4"),
+    };
+    let has: Vec<String> = addresses.iter().map(|a| a.ip().to_string()).collect();
+    let has = match has.is_empty() {
+        true => "no address".to_string(),
+        false => has.join(", "),
+    };
+    let what = match host_ip.is_unspecified() {
+        true => format!("hostIP {host_ip} asks for {family} only"),
+        false => format!("hostIP {host_ip} is an {family} address"),
+    };
+    Error::config(format!(
+        "runtimeConfig.portMappings[{i}]: {what}, and the container has no {family} address on network {} ({has}): academy cannot publish it",
+        who.network
+    ))
+    .details(format!(
+        "give a hostIP of the network's family ({other}), leave hostIP out to publish on every host address, or give the network an {family} range"
+    ))
 }
 
 /// The runtime's mappings, none when it sent none.
@@ -168,32 +362,20 @@ fn localnet_missing(nft: &mut Nftables, bridge: &str) -> Result<Vec<String>> {
     Ok(missing)
 }
 
-/// Why the batch was refused: the first requested key another attachment holds.
-pub(super) fn taken(nft: &mut Nftables, ports: &[PortElement]) -> Result<Option<Error>> {
-    for port in ports {
-        let Some(held) = nft.port_element(&port.key)? else {
-            continue;
-        };
-        let elsewhere = (held.address, held.port) != (port.address, port.port);
-        if !elsewhere || held.comment == port.comment {
-            continue;
-        }
-        return Ok(Some(
-            Error::new(
-                code::PORT_TAKEN,
-                format!(
-                    "host port {} is already published by {}",
-                    key_text(&port.key),
-                    describe_holder(&held.comment)
-                ),
-            )
-            .details(format!(
-                "it goes to {} port {}; remove that container or publish another host port",
-                held.address, held.port
-            )),
-        ));
+/// The error of a port another container holds: 105, naming the holder.
+fn taken_error(port: &PortElement, held: &PortElement) -> Error {
+    let mut msg = format!(
+        "host port {} is already published by {}",
+        key_text(&port.key),
+        describe_holder(&held.comment)
+    );
+    if held.key != port.key {
+        msg.push_str(&format!(" as {}", key_text(&held.key)));
     }
-    Ok(None)
+    Error::new(code::PORT_TAKEN, msg).details(format!(
+        "it goes to {} port {}; remove that container or publish another host port",
+        held.address, held.port
+    ))
 }
 
 /// "container C (interface I, network N)" from a comment, or the comment as it is.
@@ -215,31 +397,37 @@ fn describe_holder(comment: &str) -> String {
 /// A runtime that sent an empty list is believed: GC sweeps what it forgot.
 pub fn remove(nft: &mut Nftables, conf: &Config, r: &Removing) -> Result<()> {
     let mine = r.who.owner();
-    let mut keys = Vec::new();
-    match &conf.port_mappings {
+    let keys: Vec<PortKey> = match &conf.port_mappings {
         // The runtime says there were none (containerd sends an empty list for a
         // pod without hostPort): nothing to look for.
         Some(known) if known.is_empty() && !r.traced => return Ok(()),
         Some(known) if !r.traced => {
+            let mut candidates = Vec::new();
+            let mut seen = HashSet::new();
             for m in known {
                 for family in [Family::V4, Family::V6] {
                     if m.host_ip.is_some_and(|h| Family::of(h) != family) {
                         continue;
                     }
                     let key = key(m, family);
-                    if let Some(held) = nft.port_element(&key)? {
-                        if held.comment == mine && !keys.contains(&key) {
-                            keys.push(key);
-                        }
+                    if seen.insert(key.clone()) {
+                        candidates.push(key);
                     }
                 }
             }
+            let now = held(nft, &candidates)?;
+            candidates
+                .into_iter()
+                .filter(|k| now.get(k).is_some_and(|e| e.comment == mine))
+                .collect()
         }
-        _ => {
-            let all = nft.port_elements()?;
-            keys.extend(all.into_iter().filter(|e| e.comment == mine).map(|e| e.key));
-        }
-    }
+        _ => nft
+            .port_elements()?
+            .into_iter()
+            .filter(|e| e.comment == mine)
+            .map(|e| e.key)
+            .collect(),
+    };
     if keys.is_empty() {
         return Ok(());
     }
@@ -262,16 +450,28 @@ pub fn sweep(nft: &mut Nftables, conf: &Config, live: &Live, errors: &mut Vec<Er
     }
     let keys: Vec<PortKey> = stale.iter().map(|e| e.key.clone()).collect();
     match nft.delete_port_elements(&keys) {
-        Ok(()) => stale.iter().for_each(|e| {
-            eprintln!(
-                "academy: GC unpublished host port {} (held by {})",
-                key_text(&e.key),
-                e.comment
-            )
-        }),
+        Ok(()) => {
+            for e in stale.iter().take(LOGGED) {
+                eprintln!(
+                    "academy: GC unpublished host port {} (held by {})",
+                    key_text(&e.key),
+                    e.comment
+                );
+            }
+            if stale.len() > LOGGED {
+                eprintln!(
+                    "academy: GC unpublished {} more host ports of network {}",
+                    stale.len() - LOGGED,
+                    conf.name
+                );
+            }
+        }
         Err(e) => errors.push(e.into()),
     }
 }
+
+/// Lines a verb writes about single ports before it counts the rest.
+pub(super) const LOGGED: usize = 8;
 
 /// CHECK: each mapping is in its map, held by this attachment, going to its address,
 /// and port mapping's rules are all there (an admin's flush of the chains keeps the
@@ -282,7 +482,7 @@ pub fn check(
     who: &Attachment,
     addresses: &[IpNetwork],
 ) -> Result<Vec<Diff>> {
-    let wanted = elements(conf, who, addresses);
+    let wanted = elements(conf, who, addresses)?;
     let mut diffs = Vec::new();
     if wanted.is_empty() {
         return Ok(diffs);
@@ -293,10 +493,13 @@ pub fn check(
             restorable: false,
         })
     };
+    let now = held(nft, wanted.iter().map(|w| &w.key))?;
     for want in &wanted {
         let text = key_text(&want.key);
-        match nft.port_element(&want.key)? {
+        match now.get(&want.key) {
             None => diff(format!("host port {text} is not published")),
+            // The same container's on another of its networks: that one serves it.
+            Some(held) if same_container(who, &held.comment) => {}
             Some(held) if held.comment != want.comment => diff(format!(
                 "host port {text} is published by {}",
                 describe_holder(&held.comment)
@@ -455,7 +658,8 @@ mod tests {
             ],
             &who,
             &addresses,
-        );
+        )
+        .unwrap();
         let summary: Vec<String> = got
             .iter()
             .map(|e| format!("{} {} {}", key_text(&e.key), e.address, e.comment))

@@ -26,9 +26,53 @@ pub(super) struct Batch<'a> {
 }
 
 /// Bytes per sendmsg, well below the socket's default send buffer (212,992 bytes: a
-/// larger message fails with EMSGSIZE). Only a batch this large (a GC removing thousands
-/// of elements, a restore of a big node) is split, each part applied all or nothing.
+/// larger message fails with EMSGSIZE). Only a batch this large (an ADD publishing more
+/// than about 1,400 ports, a GC removing thousands of elements, a restore of a big node)
+/// is split, each part applied all or nothing: nfnetlink's batch is the kernel's
+/// transaction, and one batch is one sendmsg. How a split ADD stays whole: nat.rs.
 pub(super) const BATCH_BYTES: usize = 128 * 1024;
+
+/// Bytes of one message's element list (NFTA_SET_ELEM_LIST_ELEMENTS): an attribute's
+/// length is 16 bits, so a longer list cannot be sent at all; this leaves room for the
+/// rest of the message and keeps a few messages in one batch.
+pub(super) const ELEMENT_LIST_BYTES: usize = 48 * 1024;
+
+/// How many items a description names before "and N more": an error names its request,
+/// and a request of thousands of elements must not make an error of hundreds of KB.
+pub(super) const NAMED_IN_DESCRIPTION: usize = 8;
+
+/// `items` grouped so that each group's encoded elements (`encode` writes one
+/// NFTA_LIST_ELEM) fit ELEMENT_LIST_BYTES: (the encoded list, the group's range).
+pub(super) fn element_groups<T>(
+    items: &[T],
+    encode: impl Fn(&mut Attrs, &T),
+) -> Vec<(Vec<u8>, std::ops::Range<usize>)> {
+    let mut groups = Vec::new();
+    let (mut bytes, mut start) = (Vec::new(), 0);
+    for (i, item) in items.iter().enumerate() {
+        let mut one = Attrs::default();
+        encode(&mut one, item);
+        if !bytes.is_empty() && bytes.len() + one.0.len() > ELEMENT_LIST_BYTES {
+            groups.push((std::mem::take(&mut bytes), start..i));
+            start = i;
+        }
+        bytes.extend_from_slice(&one.0);
+    }
+    if !bytes.is_empty() {
+        groups.push((bytes, start..items.len()));
+    }
+    groups
+}
+
+/// "a, b, c" for a few, "a, b, ... and 598 more" for many.
+pub(super) fn named(items: impl ExactSizeIterator<Item = String>) -> String {
+    let total = items.len();
+    let mut names: Vec<String> = items.take(NAMED_IN_DESCRIPTION).collect();
+    if total > names.len() {
+        names.push(format!("and {} more", total - names.len()));
+    }
+    names.join(", ")
+}
 
 /// One change of a batch, not yet encoded.
 pub(super) struct Change {

@@ -6,7 +6,7 @@
 use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_EXCL};
 
 use super::attrs::{address_bytes, comment_udata};
-use super::batch::{commit_all, Change};
+use super::batch::{commit_all, element_groups, named, Change};
 use super::consts::{
     CHAIN, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_CHAIN_TYPE, NFTA_DATA_VALUE,
     NFTA_HOOK_HOOKNUM, NFTA_HOOK_PRIORITY, NFTA_LIST_ELEM, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS,
@@ -22,10 +22,6 @@ use super::portmap::port_changes;
 use super::rule::masquerade_rule;
 use super::step::Step;
 use super::*;
-
-/// Elements per NEWSETELEM/DELSETELEM message: each is at most ~160 bytes (key and a
-/// 127-byte comment), so a message's element list stays far below netlink's 64 KiB.
-const ELEMENTS_PER_MESSAGE: usize = 256;
 
 /// An element of a set, by set name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,8 +44,10 @@ pub struct NatChange {
     pub exclusive: Vec<SetElement>,
     /// Added if missing, left alone if present (whatever their comment).
     pub if_missing: Vec<SetElement>,
-    /// Published ports (portMappings), with the bridge their hairpin is marked on: in
-    /// the same batch as the masquerade's elements (portmap.rs).
+    /// Published ports (portMappings), with the bridge their hairpin is marked on
+    /// (none: empty) when the attachment publishes, even when its ports are all held
+    /// by the same container on another network: in the same batch as the
+    /// masquerade's elements (portmap.rs).
     pub ports: Vec<PortElement>,
     pub hairpin_bridge: String,
 }
@@ -112,7 +110,8 @@ impl Nftables {
             NLM_F_CREATE,
             &change.if_missing,
         );
-        changes.extend(port_changes(&change.ports, &change.hairpin_bridge, false));
+        let hairpin = !change.hairpin_bridge.is_empty();
+        changes.extend(port_changes(&change.ports, &change.hairpin_bridge, hairpin));
         commit_all(&mut self.socket, changes)
     }
 }
@@ -187,7 +186,7 @@ fn rule(network: &MasqNetwork, set_id: u32) -> Change {
     }
 }
 
-/// One message per set and ELEMENTS_PER_MESSAGE elements.
+/// One message per set and ELEMENT_LIST_BYTES of elements.
 fn element_changes(out: &mut Vec<Change>, kind: u8, flags: u16, elements: &[SetElement]) {
     let (verb, step) = if kind == NFT_MSG_NEWSETELEM {
         ("add", Step::AddElement)
@@ -203,39 +202,30 @@ fn element_changes(out: &mut Vec<Change>, kind: u8, flags: u16, elements: &[SetE
             .filter(|e| e.set == set)
             .map(|e| &e.element)
             .collect();
-        for chunk in mine.chunks(ELEMENTS_PER_MESSAGE) {
+        let groups = element_groups(&mine, |list, element| {
+            list.nested(NFTA_LIST_ELEM, |elem| {
+                elem.nested(NFTA_SET_ELEM_KEY, |key| {
+                    key.put(NFTA_DATA_VALUE, &address_bytes(element.address))
+                });
+                if kind == NFT_MSG_NEWSETELEM && !element.comment.is_empty() {
+                    elem.put(NFTA_SET_ELEM_USERDATA, &comment_udata(&element.comment));
+                }
+            });
+        });
+        for (encoded, range) in groups {
             let mut attrs = Attrs::default();
             attrs.str(NFTA_SET_ELEM_LIST_TABLE, TABLE);
             attrs.str(NFTA_SET_ELEM_LIST_SET, set);
             attrs.nested(NFTA_SET_ELEM_LIST_ELEMENTS, |list| {
-                for element in chunk {
-                    list.nested(NFTA_LIST_ELEM, |elem| {
-                        elem.nested(NFTA_SET_ELEM_KEY, |key| {
-                            key.put(NFTA_DATA_VALUE, &address_bytes(element.address))
-                        });
-                        if kind == NFT_MSG_NEWSETELEM && !element.comment.is_empty() {
-                            elem.put(NFTA_SET_ELEM_USERDATA, &comment_udata(&element.comment));
-                        }
-                    });
-                }
+                list.0.extend_from_slice(&encoded)
             });
-            let mut addresses: Vec<String> = chunk
-                .iter()
-                .take(8)
-                .map(|e| e.address.to_string())
-                .collect();
-            if chunk.len() > 8 {
-                addresses.push(format!("and {} more", chunk.len() - 8));
-            }
+            let addresses = named(mine[range].iter().map(|e| e.address.to_string()));
             out.push(Change {
                 step,
                 kind,
                 flags,
                 attrs,
-                description: format!(
-                    "{verb} {} in nf_tables set inet {TABLE} {set}",
-                    addresses.join(", ")
-                ),
+                description: format!("{verb} {addresses} in nf_tables set inet {TABLE} {set}"),
             });
         }
     }

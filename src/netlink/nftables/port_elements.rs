@@ -208,8 +208,65 @@ pub(super) fn decode_ports(payload: &[u8], map: PortMap) -> Vec<PortElement> {
 #[cfg(test)]
 mod tests {
     use super::super::attrs::comment_udata;
-    use super::super::portmap::{element_list, hairpin_key};
+    use super::super::portmap::{element_list, hairpin_key, port_changes};
     use super::*;
+
+    /// 65,535 mappings of both families: every message's element list fits netlink's
+    /// 16-bit attribute length, no element is lost or doubled, and each description
+    /// names a few ports and counts the rest (an error quotes it).
+    #[test]
+    fn any_number_of_ports_is_split_into_messages_with_short_descriptions() {
+        let ports: Vec<PortElement> = (1..=65535u16)
+            .flat_map(|port| {
+                [Family::V4, Family::V6].map(|family| PortElement {
+                    key: PortKey {
+                        family,
+                        protocol: 6,
+                        host_ip: None,
+                        host_port: port,
+                    },
+                    address: match family {
+                        Family::V4 => "10.1.0.2".parse().unwrap(),
+                        Family::V6 => "fd00::2".parse().unwrap(),
+                    },
+                    port: 80,
+                    comment: format!("{}:{}:eth0", "n".repeat(40), "c".repeat(64)),
+                })
+            })
+            .collect();
+        let changes = port_changes(&ports, "br0", false);
+        let mut decoded = Vec::new();
+        for change in &changes[..changes.len() - 1] {
+            assert!(change.attrs.0.len() < 60_000, "{}", change.attrs.0.len());
+            assert!(change.description.len() < 600, "{}", change.description);
+            let map = if change.description.ends_with("_ports-v4") {
+                PortMap::ALL[1]
+            } else {
+                PortMap::ALL[3]
+            };
+            decoded.extend(decode_ports(&change.attrs.0, map));
+        }
+        assert_eq!(decoded.len(), ports.len());
+        assert_eq!(
+            decoded,
+            ports
+                .iter()
+                .filter(|p| p.key.family == Family::V4)
+                .chain(ports.iter().filter(|p| p.key.family == Family::V6))
+                .cloned()
+                .collect::<Vec<_>>()
+        );
+        assert!(
+            changes[0]
+                .description
+                .starts_with("publish tcp/1 (v4) -> 10.1.0.2:80, tcp/2 (v4) -> 10.1.0.2:80, "),
+            "{}",
+            changes[0].description
+        );
+        assert!(changes[0]
+            .description
+            .contains(" more in nf_tables map inet academy _ports-v4"));
+    }
 
     #[test]
     fn elements_round_trip_through_a_reply() {

@@ -27,7 +27,7 @@
 use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE};
 
 use super::attrs::comment_udata;
-use super::batch::{Batch, Change};
+use super::batch::{element_groups, named, Batch, Change};
 use super::consts::{
     CHAIN, HAIRPIN_SET, IFNAMSIZ, NFPROTO_INET, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE,
     NFTA_CHAIN_TYPE, NFTA_DATA_VALUE, NFTA_HOOK_HOOKNUM, NFTA_HOOK_PRIORITY, NFTA_LIST_ELEM,
@@ -46,12 +46,16 @@ use super::portmap_rules::{dnat_rule, hairpin_rule, localhost_rule, masquerade_m
 use super::step::Step;
 use super::Nftables;
 
-use crate::netlink::nfnetlink::Attrs;
+use crate::netlink::nfnetlink::{Attrs, Family};
 use crate::netlink::socket::{Await, NlResult};
 
 pub const PREROUTING: &str = "prerouting";
 pub const OUTPUT: &str = "output";
 pub const FORWARD: &str = "forward";
+
+/// Keys per batch of a removal: a key is at most 36 bytes encoded (a v6 host address,
+/// protocol and port), so a batch stays below BATCH_BYTES.
+const DELETE_KEYS_PER_BATCH: usize = 2048;
 
 impl Nftables {
     /// The element under `key`, if any.
@@ -81,69 +85,83 @@ impl Nftables {
     pub fn port_elements(&mut self) -> NlResult<Vec<PortElement>> {
         let mut found = Vec::new();
         for map in PortMap::ALL {
-            let mut attrs = Attrs::default();
-            attrs.str(NFTA_SET_ELEM_LIST_TABLE, TABLE);
-            attrs.str(NFTA_SET_ELEM_LIST_SET, &map.name());
-            let what = format!(
-                "list the elements of nf_tables map inet {TABLE} {}",
-                map.name()
-            );
-            found.extend(self.dump_in(
-                NFPROTO_INET,
-                NFT_MSG_GETSETELEM,
-                attrs,
-                &what,
-                |p, found| found.extend(decode_ports(p, map)),
-            )?);
+            found.extend(self.port_map_elements(map)?);
         }
         Ok(found)
     }
 
+    /// Every element of the map of (`family`, keyed by host address or not).
+    pub fn port_elements_of(
+        &mut self,
+        family: Family,
+        by_host_ip: bool,
+    ) -> NlResult<Vec<PortElement>> {
+        self.port_map_elements(PortMap { family, by_host_ip })
+    }
+
+    fn port_map_elements(&mut self, map: PortMap) -> NlResult<Vec<PortElement>> {
+        let mut attrs = Attrs::default();
+        attrs.str(NFTA_SET_ELEM_LIST_TABLE, TABLE);
+        attrs.str(NFTA_SET_ELEM_LIST_SET, &map.name());
+        let what = format!(
+            "list the elements of nf_tables map inet {TABLE} {}",
+            map.name()
+        );
+        self.dump_in(
+            NFPROTO_INET,
+            NFT_MSG_GETSETELEM,
+            attrs,
+            &what,
+            |p, found| found.extend(decode_ports(p, map)),
+        )
+    }
+
     /// Removes the elements under `keys`. Nothing to remove is success. The caller
-    /// chooses the keys by their holder: the kernel deletes by key alone.
+    /// chooses the keys by their holder: the kernel deletes by key alone. Any number of
+    /// keys: DELETE_KEYS_PER_BATCH per batch, each applied all or nothing (a GC of
+    /// 10,000 stale ports is a few batches).
     pub fn delete_port_elements(&mut self, keys: &[PortKey]) -> NlResult<()> {
-        match self.delete_ports_batch(keys) {
-            // All or nothing: one key gone already keeps the others. Rare (a DEL
-            // repeated, a GC racing), so one at a time.
-            Err(e) if e.is(libc::ENOENT) => {
-                for key in keys {
-                    match self.delete_ports_batch(std::slice::from_ref(key)) {
-                        Err(e) if !e.is(libc::ENOENT) => return Err(e),
-                        _ => {}
+        for part in keys.chunks(DELETE_KEYS_PER_BATCH) {
+            match self.delete_ports_batch(part) {
+                // All or nothing: one key gone already keeps the others. Rare (a DEL
+                // repeated, a GC racing), so one at a time.
+                Err(e) if e.is(libc::ENOENT) => {
+                    for key in part {
+                        match self.delete_ports_batch(std::slice::from_ref(key)) {
+                            Err(e) if !e.is(libc::ENOENT) => return Err(e),
+                            _ => {}
+                        }
                     }
                 }
-                Ok(())
+                other => other?,
             }
-            other => other,
         }
+        Ok(())
     }
 
     fn delete_ports_batch(&mut self, keys: &[PortKey]) -> NlResult<()> {
         let mut batch = Batch::new(&mut self.socket);
         for map in PortMap::ALL {
             let mine: Vec<&PortKey> = keys.iter().filter(|k| k.map() == map).collect();
-            if mine.is_empty() {
-                continue;
-            }
-            let attrs = element_list(&map.name(), |list| {
-                for key in &mine {
-                    list.nested(NFTA_LIST_ELEM, |elem| {
-                        elem.nested(NFTA_SET_ELEM_KEY, |k| k.put(NFTA_DATA_VALUE, &key.bytes()));
-                    });
-                }
+            let groups = element_groups(&mine, |list, key| {
+                list.nested(NFTA_LIST_ELEM, |elem| {
+                    elem.nested(NFTA_SET_ELEM_KEY, |k| k.put(NFTA_DATA_VALUE, &key.bytes()));
+                });
             });
-            let what: Vec<String> = mine.iter().map(|k| key_text(k)).collect();
-            batch.add(
-                Step::Unpublish,
-                NFT_MSG_DELSETELEM,
-                0,
-                attrs,
-                format!(
-                    "unpublish {} from nf_tables map inet {TABLE} {}",
-                    what.join(", "),
-                    map.name()
-                ),
-            );
+            for (encoded, range) in groups {
+                let attrs = element_list(&map.name(), |list| list.0.extend_from_slice(&encoded));
+                batch.add(
+                    Step::Unpublish,
+                    NFT_MSG_DELSETELEM,
+                    0,
+                    attrs,
+                    format!(
+                        "unpublish {} from nf_tables map inet {TABLE} {}",
+                        named(mine[range].iter().map(|k| key_text(k))),
+                        map.name()
+                    ),
+                );
+            }
         }
         batch.commit()
     }
@@ -341,34 +359,31 @@ pub(super) fn port_changes(ports: &[PortElement], bridge: &str, hairpin: bool) -
     let mut changes = Vec::new();
     for map in PortMap::ALL {
         let mine: Vec<&PortElement> = ports.iter().filter(|p| p.key.map() == map).collect();
-        if mine.is_empty() {
-            continue;
-        }
-        let attrs = element_list(&map.name(), |list| {
-            for p in &mine {
-                list.nested(NFTA_LIST_ELEM, |elem| {
-                    elem.nested(NFTA_SET_ELEM_KEY, |k| {
-                        k.put(NFTA_DATA_VALUE, &p.key.bytes())
-                    });
-                    elem.nested(NFTA_SET_ELEM_DATA, |d| d.put(NFTA_DATA_VALUE, &p.data()));
-                    elem.put(NFTA_SET_ELEM_USERDATA, &comment_udata(&p.comment));
+        let groups = element_groups(&mine, |list, p| {
+            list.nested(NFTA_LIST_ELEM, |elem| {
+                elem.nested(NFTA_SET_ELEM_KEY, |k| {
+                    k.put(NFTA_DATA_VALUE, &p.key.bytes())
                 });
-            }
+                elem.nested(NFTA_SET_ELEM_DATA, |d| d.put(NFTA_DATA_VALUE, &p.data()));
+                elem.put(NFTA_SET_ELEM_USERDATA, &comment_udata(&p.comment));
+            });
         });
-        let what: Vec<String> = mine.iter().map(|p| describe(p)).collect();
-        // No EXCL: the same element again (an ADD repeated) is fine; the same key with
-        // other data (another container's port) is EEXIST all the same.
-        changes.push(Change {
-            step: Step::Publish,
-            kind: NFT_MSG_NEWSETELEM,
-            flags: NLM_F_CREATE,
-            attrs,
-            description: format!(
-                "publish {} in nf_tables map inet {TABLE} {}",
-                what.join(", "),
-                map.name()
-            ),
-        });
+        for (encoded, range) in groups {
+            let attrs = element_list(&map.name(), |list| list.0.extend_from_slice(&encoded));
+            // No EXCL: the same element again (an ADD repeated) is fine; the same key
+            // with other data (another container's port) is EEXIST all the same.
+            changes.push(Change {
+                step: Step::Publish,
+                kind: NFT_MSG_NEWSETELEM,
+                flags: NLM_F_CREATE,
+                attrs,
+                description: format!(
+                    "publish {} in nf_tables map inet {TABLE} {}",
+                    named(mine[range].iter().map(|p| describe(p))),
+                    map.name()
+                ),
+            });
+        }
     }
     if hairpin || !ports.is_empty() {
         let attrs = element_list(HAIRPIN_SET, |list| {

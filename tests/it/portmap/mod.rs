@@ -6,11 +6,18 @@
 //! - `runtimes`: podman on a converted network, containerd's CRI with a hostPort.
 //! - `stale_udp`: a UDP client whose conntrack entry predates the container it must reach.
 //! - `localnet`: the loopback guard, a container's crafted frame to 127.0.0.1 and ::1.
+//! - `limits`: the whole port range in one ADD, 10,000 stale ports in one GC.
+//! - `owners`: one container on two networks; hostIP against wildcard; a hostIP the
+//!   network's families cannot carry.
+//! - `healing`: a leaked container's port freed by healing, whatever the healer publishes.
 //!
 //! Packets go only to addresses of the tests' own namespaces and to the host's own
 //! addresses (the outside veth's host end, 127.0.0.1, the lab's gateway).
 
+mod healing;
+mod limits;
 mod localnet;
+mod owners;
 mod published;
 mod runtimes;
 mod stale_udp;
