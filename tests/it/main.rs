@@ -21,7 +21,8 @@
 //! | `route_attrs` | routes with priority, table, scope, mtu, advmss                |
 //! | `iface_keys`  | enabledad, disableContainerInterface, ipam.resolvConf          |
 //! | `layer2`      | a network without ipam: interfaces on the bridge, no address   |
-//! | `forward`     | a dropping iptables FORWARD policy (Docker's): the bridge accepted |
+//! | `forward/`    | a dropping iptables FORWARD policy (Docker's): the bridge accepted, |
+//! |               | no wider than `firewall`; iptables reloads and flushes         |
 //! | `netns_entry` | how often, and from which thread, the netns is entered         |
 //! | `podman/`     | academy under a real runtime (podman 4.3, CNI backend), as     |
 //! |               | named phases of one run                                        |
