@@ -6,10 +6,14 @@
 //!
 //! - `policy`: the accepts appear where the policy drops, and only there;
 //! - `reach`: what passes (replies, published ports, the containers' own traffic, the
-//!   bridge's own) and what does not (a container's unpublished port).
+//!   bridge's own) and what does not (a container's unpublished port);
+//! - `reload`: `iptables-save | iptables-restore` and `iptables -F` in the node: no
+//!   second copies, CHECK and STATUS name what is missing, `academy restore-nat` puts
+//!   it back; an earlier academy's wider accept is replaced.
 
 mod policy;
 mod reach;
+mod reload;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
