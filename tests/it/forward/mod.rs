@@ -9,10 +9,12 @@
 //!   bridge's own) and what does not (a container's unpublished port);
 //! - `reload`: `iptables-save | iptables-restore` and `iptables -F` in the node: no
 //!   second copies, CHECK and STATUS name what is missing, `academy restore-nat` puts
-//!   it back; an earlier academy's wider accept is replaced.
+//!   it back; an earlier academy's wider accept is replaced;
+//! - `reference`: the same looks at the reference bridge, portmap and firewall chain.
 
 mod policy;
 mod reach;
+mod reference;
 mod reload;
 
 use std::io::{BufRead, BufReader};
