@@ -1,26 +1,42 @@
 //! Forwarding on a host whose iptables FORWARD policy drops (as with Docker installed):
 //! ADD makes sure the network's bridge is accepted there, in both families, so the
-//! `firewall` plugin is not needed in academy's chain. Without such a policy nothing is
-//! written. The rules are the bridge's, shared by its containers like the bridge itself:
-//! they go with the network's last attachment (network.rs), and an iptables reload that
-//! dropped them is reported by CHECK and STATUS and repaired by the restore command
-//! (netlink/nftables/forward.rs).
+//! `firewall` plugin is not needed in academy's chain. No wider than that plugin: to the
+//! bridge only replies (RELATED,ESTABLISHED) and DNATed traffic (published ports), from
+//! it everything. Without such a policy nothing is written. The rules are the bridge's,
+//! shared by its containers like the bridge itself: they go with the network's last
+//! attachment (network.rs), and an iptables flush or reload that dropped them is
+//! reported by CHECK and STATUS and repaired by the restore command; a reload that
+//! re-made them (`iptables-save | iptables-restore`) leaves them recognised by their
+//! comment (netlink/nftables/forward.rs).
 
+use super::network::repair_lock;
 use super::{Diff, Wired};
 use crate::cni::Result;
 use crate::config::Config;
 use crate::netlink::{Family, Nftables, Object};
 
-pub fn accept(nft: &mut Nftables, conf: &Config) -> Result<()> {
+/// ADD: where FORWARD drops, the bridge's accepts are there once each. The common case
+/// (all there) is one chain lookup and one dump per family; a change is made under the
+/// host's repair lock after a second look, so concurrent first ADDs append them once.
+pub fn accept(nft: &mut Nftables, conf: &Config) -> Result<Vec<String>> {
+    let mut changed = Vec::new();
     for family in [Family::V4, Family::V6] {
-        if nft.forward_drops(family)? && nft.accept_forwarding(family, &conf.bridge)? {
+        if !nft.forward_drops(family)? || !nft.forward_incomplete(family, &conf.bridge)? {
+            continue;
+        }
+        let _lock = repair_lock();
+        let done = nft.accept_forwarding(family, &conf.bridge)?;
+        if !done.is_empty() {
             eprintln!(
-                "academy: iptables' FORWARD policy drops: accepted bridge {}'s forwarding there ({family:?})",
-                conf.bridge
+                "academy: iptables' {} FORWARD policy drops: bridge {}'s accepts there: {}",
+                table(family),
+                conf.bridge,
+                done.join(", ")
             );
         }
+        changed.extend(done);
     }
-    Ok(())
+    Ok(changed)
 }
 
 /// Whether the network routes for its containers (so a dropping FORWARD concerns it).
@@ -28,37 +44,43 @@ fn routed(conf: &Config) -> bool {
     conf.is_gateway || conf.ip_masq || conf.publishes_ports
 }
 
-/// The families whose FORWARD policy drops and whose accepts for the bridge are missing.
-fn lacking(nft: &mut Nftables, conf: &Config) -> Result<Vec<Family>> {
+fn table(family: Family) -> &'static str {
+    match family {
+        Family::V4 => "ip filter",
+        Family::V6 => "ip6 filter",
+    }
+}
+
+/// Per family whose FORWARD policy drops, the bridge's accepts missing there, in words.
+fn lacking(nft: &mut Nftables, conf: &Config) -> Result<Vec<String>> {
     let mut lacking = Vec::new();
     if !routed(conf) {
         return Ok(lacking);
     }
     for family in [Family::V4, Family::V6] {
-        if nft.forward_drops(family)? && nft.forward_rules(family, &conf.bridge)?.len() < 2 {
-            lacking.push(family);
+        if !nft.forward_drops(family)? {
+            continue;
+        }
+        let missing = nft.forward_missing(family, &conf.bridge)?;
+        if !missing.is_empty() {
+            let quoted: Vec<String> = missing.iter().map(|c| format!("{c:?}")).collect();
+            lacking.push(format!(
+                "the accepts {} of bridge {} in iptables' {} FORWARD chain, whose policy drops",
+                quoted.join(", "),
+                conf.bridge,
+                table(family)
+            ));
         }
     }
     Ok(lacking)
-}
-
-fn words(conf: &Config, family: Family) -> String {
-    format!(
-        "the accept rules of bridge {} in iptables' {} FORWARD chain, whose policy drops",
-        conf.bridge,
-        match family {
-            Family::V4 => "ip",
-            Family::V6 => "ip6",
-        }
-    )
 }
 
 /// CHECK: where FORWARD drops, the bridge's accepts are there.
 pub fn check(nft: &mut Nftables, conf: &Config) -> Result<Vec<Diff>> {
     Ok(lacking(nft, conf)?
         .into_iter()
-        .map(|family| Diff {
-            text: format!("{} are missing", words(conf, family)),
+        .map(|words| Diff {
+            text: format!("{words} are missing"),
             restorable: true,
         })
         .collect())
@@ -69,21 +91,19 @@ pub fn missing(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<S
     if !wired.bridge_in_use {
         return Ok(Vec::new());
     }
-    Ok(lacking(nft, conf)?
-        .into_iter()
-        .map(|family| words(conf, family))
-        .collect())
+    lacking(nft, conf)
 }
 
+/// The restore command: what is missing put back, outdated accepts and second copies
+/// deleted (both say what they did).
 pub fn restore(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<String>> {
-    let missing = missing(nft, conf, wired)?;
-    if !missing.is_empty() {
-        accept(nft, conf)?;
+    if !wired.bridge_in_use || !routed(conf) {
+        return Ok(Vec::new());
     }
-    Ok(missing)
+    accept(nft, conf)
 }
 
-/// The bridge's accept rules, in both families.
+/// The bridge's accept rules, in both families (outdated ones and copies included).
 pub fn objects(nft: &mut Nftables, conf: &Config) -> Result<Vec<Object>> {
     let mut objects = Vec::new();
     for family in [Family::V4, Family::V6] {

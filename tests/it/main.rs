@@ -26,7 +26,8 @@
 //! |               | changes, an existing bridge of another MTU                     |
 //! | `iface_keys`  | enabledad, disableContainerInterface, ipam.resolvConf          |
 //! | `layer2`      | a network without ipam: interfaces on the bridge, no address   |
-//! | `forward`     | a dropping iptables FORWARD policy (Docker's): the bridge accepted |
+//! | `forward/`    | a dropping iptables FORWARD policy (Docker's): the bridge accepted, |
+//! |               | no wider than `firewall`; iptables reloads and flushes         |
 //! | `bandwidth`   | the bandwidth capability and keys: TCP flows measured against  |
 //! |               | the rate, every operation of its kind, refusals, netns budget  |
 //! | `isolation`   | ingressPolicy same-bridge beside the reference firewall plugin: |

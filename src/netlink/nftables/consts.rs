@@ -187,6 +187,27 @@ pub const NFT_CT_STATUS: u32 = 2;
 pub const NFTA_CT_DREG: u16 = 1;
 pub const NFTA_CT_KEY: u16 = 2;
 
+// enum nft_match_attributes (nft_compat: an xt match inside an nf_tables rule)
+pub const NFTA_MATCH_NAME: u16 = 1;
+pub const NFTA_MATCH_REV: u16 = 2;
+pub const NFTA_MATCH_INFO: u16 = 3;
+
+// linux/netfilter/xt_conntrack.h: struct xt_conntrack_mtinfo3 (revision 3, what
+// iptables 1.8 writes for `-m conntrack`), its size rounded up by XT_ALIGN (8), and
+// the offsets of the fields academy sets (host byte order, as every xt info is).
+pub const XT_CONNTRACK_REV: u32 = 3;
+pub const XT_CONNTRACK_INFO_LEN: usize = 168;
+pub const XT_CONNTRACK_MATCH_FLAGS_AT: usize = 146;
+pub const XT_CONNTRACK_STATE_MASK_AT: usize = 150;
+pub const XT_CONNTRACK_STATE: u16 = 1 << 0;
+/// XT_CONNTRACK_STATE_BIT(IP_CT_ESTABLISHED), _BIT(IP_CT_RELATED); the virtual state
+/// DNAT is 1 << (IP_CT_NUMBER + 2): the connection's destination was NATed.
+pub const XT_CONNTRACK_STATE_ESTABLISHED: u16 = 1 << 1;
+pub const XT_CONNTRACK_STATE_RELATED: u16 = 1 << 2;
+pub const XT_CONNTRACK_STATE_DNAT: u16 = 1 << 7;
+// linux/netfilter/xt_comment.h: struct xt_comment_info { char comment[256]; }, rev 0.
+pub const XT_MAX_COMMENT_LEN: usize = 256;
+
 // enum nft_nat_types
 pub const NFT_NAT_DNAT: u32 = 1;
 

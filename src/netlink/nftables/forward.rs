@@ -1,22 +1,39 @@
 //! iptables' FORWARD chain, as iptables-nft keeps it in nf_tables (`table ip filter`,
 //! `table ip6 filter`). On a host whose FORWARD policy drops (Docker sets it), every
 //! frame routed to or from a container is dropped there, whatever academy's own table
-//! accepts: a packet must pass every base chain on its hook. academy then appends two
-//! rules for the network's bridge, in the form iptables-nft writes itself (`-i BRIDGE
-//! -j ACCEPT`, `-o BRIDGE -j ACCEPT`: meta, cmp, counter, immediate), so `iptables -S`
-//! lists them, with a comment naming academy. It never makes the table or the chain:
-//! without them nothing drops.
+//! accepts: a packet must pass every base chain on its hook. academy then appends three
+//! rules for the network's bridge, no wider than the `firewall` plugin's:
+//!
+//! ```text
+//! -A FORWARD -o BR -m conntrack --ctstate RELATED,ESTABLISHED -m comment --comment "academy: replies to bridge BR" -j ACCEPT
+//! -A FORWARD -o BR -m conntrack --ctstate DNAT -m comment --comment "academy: published ports of bridge BR" -j ACCEPT
+//! -A FORWARD -i BR -m comment --comment "academy: forwarding from bridge BR" -j ACCEPT
+//! ```
+//!
+//! encoded byte for byte as iptables-nft 1.8.9 encodes those commands (meta, cmp, xt
+//! `conntrack` rev 3, xt `comment`, counter, immediate), so `iptables -S` lists them and
+//! `iptables-save | iptables-restore` writes them back unchanged. Not as native `ct`
+//! expressions: iptables-nft 1.8.9 cannot read those back, and calls the whole chain
+//! "incompatible" (no `iptables -S`, no `iptables-save` of the table). The comment is an
+//! xt match only, not user data too: iptables-nft lists a user-data comment as a comment
+//! match, so both would list (and save, and restore) the comment twice.
+//!
+//! A rule is academy's by its comment, read in both forms (xt match, user data: older
+//! academy wrote user data, and iptables-restore turns that into a match), whatever its
+//! other expressions. It never makes the table or the chain: without them nothing drops.
 
 use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE};
 
-use super::attrs::comment_udata;
 use super::batch::Batch;
 use super::consts::{
     NFTA_CHAIN_NAME, NFTA_CHAIN_POLICY, NFTA_CHAIN_TABLE, NFTA_DATA_VERDICT, NFTA_IMMEDIATE_DATA,
-    NFTA_IMMEDIATE_DREG, NFTA_META_DREG, NFTA_META_KEY, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS,
-    NFTA_RULE_TABLE, NFTA_RULE_USERDATA, NFTA_VERDICT_CODE, NFT_CMP_EQ, NFT_META_IIFNAME,
-    NFT_META_OIFNAME, NFT_MSG_GETCHAIN, NFT_MSG_NEWRULE, NFT_REG_1, NFT_REG_VERDICT, NF_ACCEPT,
-    NF_DROP,
+    NFTA_IMMEDIATE_DREG, NFTA_MATCH_INFO, NFTA_MATCH_NAME, NFTA_MATCH_REV, NFTA_META_DREG,
+    NFTA_META_KEY, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE, NFTA_RULE_TABLE,
+    NFTA_VERDICT_CODE, NFT_CMP_EQ, NFT_META_IIFNAME, NFT_META_OIFNAME, NFT_MSG_DELRULE,
+    NFT_MSG_GETCHAIN, NFT_MSG_NEWRULE, NFT_REG_1, NFT_REG_VERDICT, NF_ACCEPT, NF_DROP,
+    XT_CONNTRACK_INFO_LEN, XT_CONNTRACK_MATCH_FLAGS_AT, XT_CONNTRACK_REV, XT_CONNTRACK_STATE,
+    XT_CONNTRACK_STATE_DNAT, XT_CONNTRACK_STATE_ESTABLISHED, XT_CONNTRACK_STATE_MASK_AT,
+    XT_CONNTRACK_STATE_RELATED, XT_MAX_COMMENT_LEN,
 };
 use super::rule::{cmp, expr};
 use super::step::Step;
@@ -27,9 +44,67 @@ use crate::netlink::socket::{Await, NlResult};
 const FILTER: &str = "filter";
 const FORWARD: &str = "FORWARD";
 
-/// The comment of academy's rule for `bridge` in one direction.
-fn comment(bridge: &str, direction: &str) -> String {
-    format!("academy: forwarding {direction} bridge {bridge}")
+// libnftnl's counter attributes (enum nft_counter_attributes), sent zeroed as
+// iptables-nft sends them.
+const NFTA_COUNTER_BYTES: u16 = 1;
+const NFTA_COUNTER_PACKETS: u16 = 2;
+
+/// One of academy's accept rules for a bridge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Accept {
+    /// `-o BR --ctstate RELATED,ESTABLISHED`: answers to what the containers started.
+    Replies,
+    /// `-o BR --ctstate DNAT`: what a DNAT rule sent to a container (a published port).
+    Published,
+    /// `-i BR`: everything the containers send (to their bridge too, with br_netfilter).
+    FromBridge,
+}
+
+const ACCEPTS: [Accept; 3] = [Accept::Replies, Accept::Published, Accept::FromBridge];
+
+impl Accept {
+    fn comment(self, bridge: &str) -> String {
+        match self {
+            Accept::Replies => format!("academy: replies to bridge {bridge}"),
+            Accept::Published => format!("academy: published ports of bridge {bridge}"),
+            Accept::FromBridge => format!("academy: forwarding from bridge {bridge}"),
+        }
+    }
+
+    /// The rule's expressions, in iptables-nft's order.
+    fn encode(self, list: &mut Attrs, bridge: &str) {
+        match self {
+            Accept::Replies => {
+                interface(list, NFT_META_OIFNAME, bridge);
+                conntrack_state(
+                    list,
+                    XT_CONNTRACK_STATE_RELATED | XT_CONNTRACK_STATE_ESTABLISHED,
+                );
+            }
+            Accept::Published => {
+                interface(list, NFT_META_OIFNAME, bridge);
+                conntrack_state(list, XT_CONNTRACK_STATE_DNAT);
+            }
+            Accept::FromBridge => interface(list, NFT_META_IIFNAME, bridge),
+        }
+        comment_match(list, &self.comment(bridge));
+        counter_and_accept(list);
+    }
+}
+
+/// What earlier academy wrote for `-o BR` (with a user-data comment): an accept of all
+/// traffic to the bridge, wider than the firewall plugin's. Deleted wherever found.
+fn outdated_comment(bridge: &str) -> String {
+    format!("academy: forwarding to bridge {bridge}")
+}
+
+/// What the chain holds of academy's for one bridge.
+struct Found {
+    missing: Vec<Accept>,
+    /// Outdated accepts, and second copies of a current one.
+    surplus: Vec<TableRule>,
+    /// Every rule of academy's for the bridge, surplus included.
+    ours: Vec<TableRule>,
 }
 
 impl Nftables {
@@ -61,28 +136,37 @@ impl Nftables {
         }
     }
 
-    /// Appends the accept rules of `bridge` to iptables' FORWARD chain of `family` unless
-    /// they are there (one dump of the chain). True when it wrote.
-    pub fn accept_forwarding(&mut self, family: Family, bridge: &str) -> NlResult<bool> {
-        let (nfproto, _, _, _) = family.layout();
-        let present = self.forward_comments(nfproto)?;
-        let missing: Vec<(&str, u32)> = [("from", NFT_META_IIFNAME), ("to", NFT_META_OIFNAME)]
-            .into_iter()
-            .filter(|(direction, _)| !present.contains(&comment(bridge, direction)))
-            .collect();
-        if missing.is_empty() {
-            return Ok(false);
+    /// The comments of academy's accepts for `bridge` that iptables' FORWARD chain of
+    /// `family` lacks (one dump of the chain).
+    pub fn forward_missing(&mut self, family: Family, bridge: &str) -> NlResult<Vec<String>> {
+        let found = self.forward_found(family, bridge)?;
+        Ok(found.missing.iter().map(|a| a.comment(bridge)).collect())
+    }
+
+    /// Whether the chain differs from academy's three accepts for `bridge`, once each.
+    pub fn forward_incomplete(&mut self, family: Family, bridge: &str) -> NlResult<bool> {
+        let found = self.forward_found(family, bridge)?;
+        Ok(!found.missing.is_empty() || !found.surplus.is_empty())
+    }
+
+    /// Makes iptables' FORWARD chain of `family` hold academy's accepts for `bridge` once
+    /// each: one dump, then (only when something differs) one batch appending what is
+    /// missing and deleting outdated accepts and second copies. Returns what it changed,
+    /// in words (nothing when the chain was complete).
+    pub fn accept_forwarding(&mut self, family: Family, bridge: &str) -> NlResult<Vec<String>> {
+        let found = self.forward_found(family, bridge)?;
+        if found.missing.is_empty() && found.surplus.is_empty() {
+            return Ok(Vec::new());
         }
+        let (nfproto, _, _, _) = family.layout();
+        let mut changed = Vec::new();
         let mut batch = Batch::in_family(&mut self.socket, nfproto);
-        for (direction, key) in missing {
-            let text = comment(bridge, direction);
+        for accept in &found.missing {
+            let text = accept.comment(bridge);
             let mut rule = Attrs::default();
             rule.str(NFTA_RULE_TABLE, FILTER);
             rule.str(NFTA_RULE_CHAIN, FORWARD);
-            rule.nested(NFTA_RULE_EXPRESSIONS, |list| {
-                accept_interface(list, key, bridge)
-            });
-            rule.put(NFTA_RULE_USERDATA, &comment_udata(&text));
+            rule.nested(NFTA_RULE_EXPRESSIONS, |list| accept.encode(list, bridge));
             batch.add(
                 Step::AddRule,
                 NFT_MSG_NEWRULE,
@@ -90,37 +174,123 @@ impl Nftables {
                 rule,
                 format!("append {text:?} to iptables' chain {FILTER} {FORWARD}"),
             );
+            changed.push(format!("appended {text:?}"));
         }
-        batch.commit().map(|()| true)
+        for rule in &found.surplus {
+            let mut attrs = Attrs::default();
+            attrs.str(NFTA_RULE_TABLE, FILTER);
+            attrs.str(NFTA_RULE_CHAIN, FORWARD);
+            attrs.be64(NFTA_RULE_HANDLE, rule.handle);
+            batch.add(
+                Step::DeleteRule,
+                NFT_MSG_DELRULE,
+                0,
+                attrs,
+                format!(
+                    "delete {:?} (handle {}) from iptables' chain {FILTER} {FORWARD}",
+                    rule.comment, rule.handle
+                ),
+            );
+            changed.push(format!(
+                "deleted {:?} (handle {})",
+                rule.comment, rule.handle
+            ));
+        }
+        batch.commit().map(|()| changed)
     }
 
-    /// academy's accept rules of `bridge` in iptables' FORWARD chain of `family`.
+    /// academy's rules for `bridge` in iptables' FORWARD chain of `family`, outdated
+    /// ones and second copies included.
     pub fn forward_rules(&mut self, family: Family, bridge: &str) -> NlResult<Vec<TableRule>> {
-        let ours = [comment(bridge, "from"), comment(bridge, "to")];
-        Ok(self
-            .rules_of(Table::IptablesFilter(family), Some(FORWARD))?
-            .into_iter()
-            .filter(|r| ours.contains(&r.comment))
-            .collect())
+        Ok(self.forward_found(family, bridge)?.ours)
     }
 
-    fn forward_comments(&mut self, nfproto: u8) -> NlResult<Vec<String>> {
-        let rules = self.commented_rules(nfproto, FILTER, Some(FORWARD))?;
-        Ok(rules.into_iter().map(|r| r.comment).collect())
+    fn forward_found(&mut self, family: Family, bridge: &str) -> NlResult<Found> {
+        let outdated = outdated_comment(bridge);
+        let current: Vec<(Accept, String)> = ACCEPTS.map(|a| (a, a.comment(bridge))).into();
+        let mut found = Found {
+            missing: Vec::new(),
+            surplus: Vec::new(),
+            ours: Vec::new(),
+        };
+        let mut seen = Vec::new();
+        for rule in self.iptables_rules(family, FILTER, Some(FORWARD))? {
+            let ours = rule.comments.iter().find_map(|c| {
+                if *c == outdated {
+                    return Some((None, c));
+                }
+                current
+                    .iter()
+                    .find(|(_, t)| t == c)
+                    .map(|(a, _)| (Some(*a), c))
+            });
+            let Some((accept, comment)) = ours else {
+                continue;
+            };
+            let table_rule = TableRule {
+                table: Table::IptablesFilter(family),
+                chain: rule.chain.clone(),
+                handle: rule.handle,
+                comment: comment.clone(),
+            };
+            match accept {
+                Some(accept) if !seen.contains(&accept) => seen.push(accept),
+                _ => found.surplus.push(table_rule.clone()),
+            }
+            found.ours.push(table_rule);
+        }
+        found.missing = ACCEPTS.into_iter().filter(|a| !seen.contains(a)).collect();
+        Ok(found)
     }
 }
 
-/// `meta iifname|oifname == NAME; counter; accept`, as iptables-nft encodes `-i`/`-o`
-/// (the name compared with its NUL, so no prefix of it matches).
-fn accept_interface(list: &mut Attrs, key: u32, name: &str) {
+/// `meta iifname|oifname == NAME`, as iptables-nft encodes `-i`/`-o` (the name
+/// compared with its NUL, so no prefix of it matches).
+fn interface(list: &mut Attrs, key: u32, name: &str) {
     expr(list, "meta", |e| {
-        e.be32(NFTA_META_DREG, NFT_REG_1);
         e.be32(NFTA_META_KEY, key);
+        e.be32(NFTA_META_DREG, NFT_REG_1);
     });
     let mut bytes = name.as_bytes().to_vec();
     bytes.push(0);
     cmp(list, NFT_REG_1, NFT_CMP_EQ, &bytes);
-    expr(list, "counter", |_| {});
+}
+
+/// An xt match inside the rule (nft_compat), as iptables-nft writes `-m NAME`.
+fn xt_match(list: &mut Attrs, name: &str, revision: u32, info: &[u8]) {
+    expr(list, "match", |e| {
+        e.str(NFTA_MATCH_NAME, name);
+        e.be32(NFTA_MATCH_REV, revision);
+        e.put(NFTA_MATCH_INFO, info);
+    });
+}
+
+/// `-m conntrack --ctstate STATES`: struct xt_conntrack_mtinfo3 with only the state
+/// test set.
+fn conntrack_state(list: &mut Attrs, states: u16) {
+    let mut info = [0u8; XT_CONNTRACK_INFO_LEN];
+    let flags = XT_CONNTRACK_MATCH_FLAGS_AT;
+    info[flags..flags + 2].copy_from_slice(&XT_CONNTRACK_STATE.to_ne_bytes());
+    let mask = XT_CONNTRACK_STATE_MASK_AT;
+    info[mask..mask + 2].copy_from_slice(&states.to_ne_bytes());
+    xt_match(list, "conntrack", XT_CONNTRACK_REV, &info);
+}
+
+/// `-m comment --comment TEXT`: struct xt_comment_info, the text NUL-padded.
+fn comment_match(list: &mut Attrs, text: &str) {
+    let mut info = [0u8; XT_MAX_COMMENT_LEN];
+    let bytes = text.as_bytes();
+    let len = bytes.len().min(XT_MAX_COMMENT_LEN - 1);
+    info[..len].copy_from_slice(&bytes[..len]);
+    xt_match(list, "comment", 0, &info);
+}
+
+/// `counter; accept`, the counter zeroed as iptables-nft sends it.
+fn counter_and_accept(list: &mut Attrs) {
+    expr(list, "counter", |e| {
+        e.be64(NFTA_COUNTER_BYTES, 0);
+        e.be64(NFTA_COUNTER_PACKETS, 0);
+    });
     expr(list, "immediate", |e| {
         e.be32(NFTA_IMMEDIATE_DREG, NFT_REG_VERDICT);
         e.nested(NFTA_IMMEDIATE_DATA, |data| {
@@ -136,22 +306,52 @@ mod tests {
     use super::*;
     use crate::netlink::nftables::digest::{hex, sha256};
 
-    /// The rule's bytes, pinned as their digest: a refactor of the encoding that changes
-    /// one byte on the wire fails here.
+    /// The expressions are those iptables-nft 1.8.9 sends for the same command, byte for
+    /// byte: the digests are of the NFTA_RULE_EXPRESSIONS payloads `strace -xx` showed
+    /// for `iptables-nft -A FORWARD -o br0 -m conntrack --ctstate RELATED,ESTABLISHED -m
+    /// comment --comment "academy: replies to bridge br0" -j ACCEPT`, the same with
+    /// `--ctstate DNAT` and "academy: published ports of bridge br0", and `-i br0 -m
+    /// comment --comment "academy: forwarding from bridge br0" -j ACCEPT`.
     #[test]
-    fn the_accept_rules_encode_as_before() {
-        let digest = |key| {
+    fn the_accepts_encode_as_iptables_nft_encodes_them() {
+        let digest = |accept: Accept| {
             let mut list = Attrs::default();
-            accept_interface(&mut list, key, "br0");
-            hex(&sha256(&list.0))
+            accept.encode(&mut list, "br0");
+            (list.0.len(), hex(&sha256(&list.0)))
         };
         assert_eq!(
-            digest(NFT_META_IIFNAME),
-            "af2827e212f02fffdf82d76f29d716cb8fb7ab3a1f97d3466e6e8364aa658099"
+            digest(Accept::Replies),
+            (
+                688,
+                "77717f64dc5ea815e871391972f4dc5f9b6c7eba6bfbd3e3278b3c572ab0bedf".into()
+            )
         );
         assert_eq!(
-            digest(NFT_META_OIFNAME),
-            "a7212e5e0db9b92283a2ed2fb468a6ff0c9e351dee3413b69e5911908cdd1832"
+            digest(Accept::Published),
+            (
+                688,
+                "41df31c49b443b812a0d00b91df830361e1c0cdb6adfe4714081e02daf598cb1".into()
+            )
         );
+        assert_eq!(
+            digest(Accept::FromBridge),
+            (
+                472,
+                "738a3219b4a739e951d1a690438f6e3745fa6715009858137a26a3fcbb642182".into()
+            )
+        );
+    }
+
+    #[test]
+    fn the_comments_are_distinct_and_fit_iptables_comment_match() {
+        let bridge = "b".repeat(15);
+        let mut all: Vec<String> = ACCEPTS.iter().map(|a| a.comment(&bridge)).collect();
+        all.push(outdated_comment(&bridge));
+        for c in &all {
+            assert!(c.len() < XT_MAX_COMMENT_LEN, "{c}");
+        }
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), 4);
     }
 }
