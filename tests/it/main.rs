@@ -47,6 +47,10 @@
 //! | `cri`         | academy under containerd's CRI plugin, as kubelet drives it    |
 //! | `cri_cluster` | the `install --template --cluster-cidr` template under containerd |
 //! |               | 1.6: cniVersions ignored (1.0.0), the cluster left unmasqueraded |
+//! | `cluster/`    | a cluster in simulation: three node netns on an underlay, node 1 |
+//! |               | under containerd's CRI on the installed cluster template; pod to |
+//! |               | pod across nodes, masquerade out, hostPort, DEL/GC isolation, an |
+//! |               | installer upgrade under running pods                            |
 //! | `installer`   | the installer image (FROM scratch) and its DaemonSet           |
 //! | `reference_switch` | a live reference network switched by `academy convert`: DEL |
 //! |               | removes the reference's leftovers; convert's report and --in-place |
@@ -88,6 +92,7 @@ mod common;
 
 mod bandwidth;
 mod cli_inputs;
+mod cluster;
 mod cri;
 mod cri_cluster;
 mod dropin;
