@@ -249,3 +249,26 @@ pub const HAIRPIN_SET: &str = "_hairpin";
 pub const LOCALNET_SET: &str = "_localnet";
 /// The set of isolated bridges (`ingressPolicy` same-bridge), as `bridge . bridge` (isolation.rs).
 pub const ISOLATED_SET: &str = "_isolated";
+// Added for the reference's leftovers (reference.rs), the change monitor (monitor.rs)
+// and iptables-nft's FORWARD rules (forward.rs), each from the enum of nf_tables.h or
+// nfnetlink.h named beside it.
+/// enum nf_tables_msg_types
+pub const NFT_MSG_DELCHAIN: u8 = 5;
+pub const NFT_MSG_NEWGEN: u8 = 15;
+/// enum nft_target_attributes
+pub const NFTA_TARGET_NAME: u16 = 1;
+/// enum nft_verdict_attributes
+pub const NFTA_VERDICT_CHAIN: u16 = 2;
+/// enum nft_verdicts (negative: the kernel's own verdicts beside NF_ACCEPT/NF_DROP)
+pub const NFT_RETURN: i32 = -5;
+pub const NFT_GOTO: i32 = -4;
+pub const NFT_JUMP: i32 = -3;
+/// enum nfnetlink_groups
+pub const NFNLGRP_NFTABLES: u32 = 7;
+/// enum nft_gen_attributes
+pub const NFTA_GEN_ID: u16 = 1;
+pub const NFTA_GEN_PROC_PID: u16 = 2;
+pub const NFTA_GEN_PROC_NAME: u16 = 3;
+/// enum nft_counter_attributes
+pub const NFTA_COUNTER_BYTES: u16 = 1;
+pub const NFTA_COUNTER_PACKETS: u16 = 2;

@@ -35,6 +35,7 @@ use super::consts::{
     XT_CONNTRACK_STATE_DNAT, XT_CONNTRACK_STATE_ESTABLISHED, XT_CONNTRACK_STATE_MASK_AT,
     XT_CONNTRACK_STATE_RELATED, XT_MAX_COMMENT_LEN,
 };
+use super::consts::{NFTA_COUNTER_BYTES, NFTA_COUNTER_PACKETS};
 use super::rule::{cmp, expr};
 use super::step::Step;
 use super::{Family, Nftables, Table, TableRule};
@@ -46,8 +47,6 @@ const FORWARD: &str = "FORWARD";
 
 // libnftnl's counter attributes (enum nft_counter_attributes), sent zeroed as
 // iptables-nft sends them.
-const NFTA_COUNTER_BYTES: u16 = 1;
-const NFTA_COUNTER_PACKETS: u16 = 2;
 
 /// One of academy's accept rules for a bridge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,18 +15,11 @@ use netlink_sys::protocols::NETLINK_NETFILTER;
 use netlink_sys::Socket;
 
 use super::consts::NFNL_SUBSYS_NFTABLES;
+use super::consts::{
+    NFNLGRP_NFTABLES, NFTA_GEN_ID, NFTA_GEN_PROC_NAME, NFTA_GEN_PROC_PID, NFT_MSG_NEWGEN,
+};
 use crate::netlink::nfnetlink::{attributes, HEADERS_LEN};
 use crate::netlink::socket::{NlError, NlResult, Subsystem};
-
-// The uapi names of what this file uses, local until they join consts.rs.
-/// linux/netfilter/nfnetlink.h, enum nfnetlink_groups.
-const NFNLGRP_NFTABLES: u32 = 7;
-/// enum nf_tables_msg_types: the message that closes a transaction.
-const NFT_MSG_NEWGEN: u8 = 15;
-// enum nft_gen_attributes
-const NFTA_GEN_ID: u16 = 1;
-const NFTA_GEN_PROC_PID: u16 = 2;
-const NFTA_GEN_PROC_NAME: u16 = 3;
 
 /// Bytes asked for the socket's receive buffer (the kernel doubles it): a flush of a
 /// ruleset of tens of thousands of rules fits; a larger one overflows into

@@ -10,45 +10,23 @@
 
 use super::attrs::comment_of;
 use super::batch::Batch;
+use super::consts::{
+    NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_CMP_DATA, NFTA_CMP_OP, NFTA_DATA_VALUE,
+    NFTA_DATA_VERDICT, NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_IMMEDIATE_DATA, NFTA_LIST_ELEM,
+    NFTA_MATCH_INFO, NFTA_MATCH_NAME, NFTA_PAYLOAD_BASE, NFTA_PAYLOAD_LEN, NFTA_PAYLOAD_OFFSET,
+    NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_RULE_USERDATA,
+    NFTA_TARGET_NAME, NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE, NFT_CMP_EQ, NFT_GOTO, NFT_JUMP,
+    NFT_MSG_DELCHAIN, NFT_MSG_DELRULE, NFT_MSG_GETRULE, NFT_PAYLOAD_NETWORK_HEADER, NFT_RETURN,
+    NF_ACCEPT, NF_DROP,
+};
 use super::step::Step;
 use super::{Family, Nftables};
 use crate::netlink::nfnetlink::{attributes, Attrs};
 use crate::netlink::socket::NlResult;
 
-// The nf_tables.h names of what this file uses, local until they join consts.rs.
-const NFT_MSG_DELCHAIN: u8 = 5;
-const NFT_MSG_GETRULE: u8 = 7;
-const NFT_MSG_DELRULE: u8 = 8;
-const NFTA_CHAIN_TABLE: u16 = 1;
-const NFTA_CHAIN_NAME: u16 = 3;
-const NFTA_RULE_TABLE: u16 = 1;
-const NFTA_RULE_CHAIN: u16 = 2;
-const NFTA_RULE_HANDLE: u16 = 3;
-const NFTA_RULE_EXPRESSIONS: u16 = 4;
-const NFTA_RULE_USERDATA: u16 = 7;
-const NFTA_LIST_ELEM: u16 = 1;
-const NFTA_EXPR_NAME: u16 = 1;
-const NFTA_EXPR_DATA: u16 = 2;
-const NFTA_MATCH_NAME: u16 = 1;
-const NFTA_MATCH_INFO: u16 = 3;
-const NFTA_TARGET_NAME: u16 = 1;
-const NFTA_IMMEDIATE_DATA: u16 = 2;
-const NFTA_DATA_VALUE: u16 = 1;
-const NFTA_DATA_VERDICT: u16 = 2;
-const NFTA_VERDICT_CODE: u16 = 1;
-const NFTA_VERDICT_CHAIN: u16 = 2;
-const NFTA_PAYLOAD_BASE: u16 = 2;
-const NFTA_PAYLOAD_OFFSET: u16 = 3;
-const NFTA_PAYLOAD_LEN: u16 = 4;
-const NFTA_CMP_OP: u16 = 2;
-const NFTA_CMP_DATA: u16 = 3;
-const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
-const NFT_CMP_EQ: u32 = 0;
-const NF_DROP: i32 = 0;
-const NF_ACCEPT: i32 = 1;
-const NFT_RETURN: i32 = -5;
-const NFT_GOTO: i32 = -4;
-const NFT_JUMP: i32 = -3;
+/// The verdict codes as the kernel stores them, signed beside NFT_JUMP and the others.
+const ACCEPT: i32 = NF_ACCEPT as i32;
+const DROP: i32 = NF_DROP as i32;
 
 /// One expression of an iptables-nft rule, as far as telling the reference's rules apart
 /// needs.
@@ -281,8 +259,8 @@ fn verdict(v: &[u8]) -> Verdict {
     let code = find(v, NFTA_VERDICT_CODE).and_then(be32).map(|c| c as i32);
     let chain = find(v, NFTA_VERDICT_CHAIN).map(text).unwrap_or_default();
     match code {
-        Some(NF_ACCEPT) => Verdict::Accept,
-        Some(NF_DROP) => Verdict::Drop,
+        Some(ACCEPT) => Verdict::Accept,
+        Some(DROP) => Verdict::Drop,
         Some(NFT_RETURN) => Verdict::Return,
         Some(NFT_JUMP) => Verdict::Jump(chain),
         Some(NFT_GOTO) => Verdict::Goto(chain),
