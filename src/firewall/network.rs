@@ -103,7 +103,7 @@ fn describe(object: &Object) -> String {
 fn unused(conf: &Config, nl: &mut Netlink) -> Result<bool> {
     if conf.builtin().is_some() {
         if let Some(store) = open_store(conf)? {
-            if !store.reservations()?.is_empty() {
+            if store.holds_any()? {
                 return Ok(false);
             }
         }

@@ -91,6 +91,15 @@ impl StoreDir {
         open_reservation(&self.dir, name)
     }
 
+    /// Whether the store holds any reservation: one listing, no file read (a network's
+    /// last DEL asks, and a store of 32,000 addresses must not be read for it).
+    pub fn holds_any(&self) -> Result<bool> {
+        let entries = self.dir.list().map_err(|e| self.io_err("list", ".", &e))?;
+        Ok(entries
+            .iter()
+            .any(|(name, regular)| *regular && name.parse::<IpAddr>().is_ok()))
+    }
+
     /// Every reservation of the store, sorted by address. Names that are not addresses
     /// (holders/, the hint, temp files, a host-local `lock`) are not reservations; a file
     /// that vanishes while being read was freed meanwhile and is skipped.

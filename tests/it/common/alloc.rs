@@ -12,33 +12,45 @@
 //! collide with another test of any module, nor with a concurrent run on the machine.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
+
+/// Slots of finished labs, taken again before new ones.
+static FREE: Mutex<Vec<u8>> = Mutex::new(Vec::new());
 
 use super::process::run_quiet;
 
 /// One lab's share of addresses and names.
 #[derive(Debug, Clone)]
 pub struct Slot {
-    /// Unique in this process, 1..=254.
+    /// Unique among this process's live labs, 1..=254.
     pub n: u8,
     octet: u8,
 }
 
 impl Slot {
-    /// The next free slot of this process.
+    /// The next free slot of this process: one a finished lab gave back (its links,
+    /// netns and folders are gone by then), else a new one.
     pub fn take() -> Slot {
         static NEXT: AtomicU32 = AtomicU32::new(1);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let n = u8::try_from(n)
-            .ok()
-            .filter(|n| *n <= 254)
-            .unwrap_or_else(|| {
-                panic!("more than 254 labs in one test process: 10.A.n.0/24 is used up")
-            });
+        let reused = FREE.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let n = reused.unwrap_or_else(|| {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            u8::try_from(n)
+                .ok()
+                .filter(|n| *n <= 254)
+                .unwrap_or_else(|| {
+                    panic!("more than 254 labs alive at once in one test process: 10.A.n.0/24 is used up")
+                })
+        });
         Slot {
             n,
             octet: second_octet(),
         }
+    }
+
+    /// Gives the slot back, once everything named after it is gone (Lab's Drop).
+    pub fn release(&self) {
+        FREE.lock().unwrap_or_else(|p| p.into_inner()).push(self.n);
     }
 
     /// "10.A.n": the slot's IPv4 /24 without its last octet.

@@ -360,6 +360,7 @@ impl Lab {
 impl Drop for Lab {
     fn drop(&mut self) {
         self.cleanup();
+        self.slot.release();
         // The tables are shared: the last lab of the run removes them, while no other
         // lab (whose test may be in the middle of an ADD) can start.
         let mut live = LIVE_LABS.lock().unwrap_or_else(|p| p.into_inner());
