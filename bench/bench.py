@@ -8,7 +8,8 @@ on stdin), never through cnitool, and interleaved cycle by cycle (the order rota
 that the noise of this shared machine falls on both alike. In the same run it measures
 the kernel floors the plugins are judged against, counts setns calls and netlink round
 trips, runs a parallel burst and the IPAM scaling series, whole chains with port
-mapping (chains.py), then prints a table of
+mapping (chains.py), with --baseline an older academy in the same cycles and GC
+(baseline.py), and 110 and 250 pods at once on a node (bursts.py), then prints a table of
 ratios with the performance targets as PASS/MISS (informational: this is a benchmark,
 not a test, nothing here fails on time) and writes bench/results/: latest.json (raw
 samples, machine), latest.md (the table, ready for the README) and scaling.svg.

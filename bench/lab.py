@@ -71,7 +71,10 @@ class Lab:
 
     def _cleanup(self):
         # Deleting a netns destroys the container ends, and with them both veth ends.
+        # A plugin still running in one of the bench's nodes (an interrupted burst) is
+        # the bench's own: it goes first.
         for ns in set(self.netns) | set(_our_netns()):
+            kill_in_netns(f"{NETNS_DIR}/{ns}")
             sh("ip", "netns", "del", ns, check=False)
         for br in self.bridges:
             for port in _ports(br):

@@ -427,7 +427,7 @@ def versus_markdown(results: dict) -> str:
                                               "baseline-masq"))]
     lines = [
         "",
-        "## academy vs its baseline",
+        "### academy vs its baseline",
         "",
         f"The current binary ({pv.get('git_commit', '?')}, sha256 "
         f"{pv.get('academy_sha256', '?')[:12]}) against the baseline "
@@ -631,7 +631,7 @@ def bursts_markdown(results: dict) -> str:
         bs = results.get("summary", {}).get("bursts") or bursts_summary(b)
         lines += [
             "",
-            "## Bursts on a node: pods at once, ipMasq and a published port each",
+            "### Bursts on a node: pods at once, ipMasq and a published port each",
             "",
             "The reference chain (bridge with ipMasq + host-local, then portmap, run as "
             "libcni runs a chain) against the same list after `academy convert` ("

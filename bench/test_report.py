@@ -206,7 +206,7 @@ class Versus(unittest.TestCase):
                    "cycles": {"errors": [], "leftovers": {}}, "provenance": {}}
         results["summary"] = {"versus": report.versus_summary(results, {})}
         md = report.versus_markdown(results)
-        self.assertIn("## academy vs its baseline", md)
+        self.assertIn("### academy vs its baseline", md)
         self.assertIn("**1 problems:**", md)
         self.assertIn("nft_elements", md)
 
