@@ -53,6 +53,9 @@ def of(b) -> dict:
         "academy_sha256": b.academy_sha,
         "academy_size": os.path.getsize(b.plugins["academy"].binary),
         "git_commit": git("rev-parse", "--short", "HEAD"),
+        # The last commit that changed what the binary is built from: a bench-only
+        # branch's HEAD measures the src of this one.
+        "src_commit": git("log", "-1", "--format=%h", "--", "src", "Cargo.toml", "Cargo.lock"),
         "git_dirty_src": bool(git("status", "--porcelain", "--", "src", "Cargo.toml", "Cargo.lock")),
         "reference_dir": os.path.abspath(b.args.reference_dir),
         "reference_version": f"containernetworking-plugins {pkg.stdout}" if pkg.returncode == 0 else "unknown",

@@ -415,6 +415,11 @@ def versus_summary(results: dict, st: dict) -> dict | None:
             "ratios": {r["what"]: r["ratio"] for r in rows}}
 
 
+def _built_from(pv: dict) -> str:
+    head, src = pv.get("git_commit", "?"), pv.get("src_commit")
+    return head if not src or src == head else f"{head}, src as of {src}"
+
+
 def versus_markdown(results: dict) -> str:
     v = results.get("summary", {}).get("versus")
     if not v:
@@ -429,7 +434,7 @@ def versus_markdown(results: dict) -> str:
         "",
         "### academy vs its baseline",
         "",
-        f"The current binary ({pv.get('git_commit', '?')}, sha256 "
+        f"The current binary ({_built_from(pv)}, sha256 "
         f"{pv.get('academy_sha256', '?')[:12]}) against the baseline "
         f"{pv.get('baseline_label', '?')} (sha256 {str(pv.get('baseline_sha256', '?'))[:12]}), "
         "each on a private node of its own with its own networks, bridges, subnets and "

@@ -211,6 +211,15 @@ class Versus(unittest.TestCase):
         self.assertIn("nft_elements", md)
 
 
+class BuiltFrom(unittest.TestCase):
+    def test_a_bench_only_head_names_the_src_commit(self):
+        self.assertEqual(report._built_from({"git_commit": "d5ee4a9", "src_commit": "6016029"}),
+                         "d5ee4a9, src as of 6016029")
+        self.assertEqual(report._built_from({"git_commit": "6016029", "src_commit": "6016029"}),
+                         "6016029")
+        self.assertEqual(report._built_from({"git_commit": "abc"}), "abc")
+
+
 class LoadLine(unittest.TestCase):
     def test_phases_and_end(self):
         line = report.load_line({"loadavg_phases": {"cycles": [0.5, 0, 0], "bursts": [7.25, 0, 0]},
