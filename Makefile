@@ -71,8 +71,10 @@ demo: setup install
 
 # academy against the reference bridge + host-local, side by side in one run; writes
 # bench/results/ (raw JSON, ratio table, chart). Not a test: nothing here can fail on time.
+# BASELINE=path/to/an/older/academy adds the "academy vs its baseline" table (bench/README.md);
+# BENCH_ARGS passes anything else to bench.py.
 bench: setup build
-	python3 bench/bench.py --academy $(RELEASE_BIN) --reference-dir $(CNI_BIN_DIR)
+	python3 bench/bench.py --academy $(RELEASE_BIN) --reference-dir $(CNI_BIN_DIR) $(if $(BASELINE),--baseline $(BASELINE)) $(BENCH_ARGS)
 	PYTHONPATH=scripts python3 -m doctools embed-bench
 
 clean:

@@ -8,7 +8,8 @@ on stdin), never through cnitool, and interleaved cycle by cycle (the order rota
 that the noise of this shared machine falls on both alike. In the same run it measures
 the kernel floors the plugins are judged against, counts setns calls and netlink round
 trips, runs a parallel burst and the IPAM scaling series, whole chains with port
-mapping (chains.py), then prints a table of
+mapping (chains.py), with --baseline an older academy in the same cycles and GC
+(baseline.py), and 110 and 250 pods at once on a node (bursts.py), then prints a table of
 ratios with the performance targets as PASS/MISS (informational: this is a benchmark,
 not a test, nothing here fails on time) and writes bench/results/: latest.json (raw
 samples, machine), latest.md (the table, ready for the README) and scaling.svg.
@@ -29,6 +30,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import baseline  # noqa: E402
+import bursts  # noqa: E402
 import chains  # noqa: E402
 import chart  # noqa: E402
 import cni  # noqa: E402
@@ -41,15 +44,20 @@ from proc import Run, Spawner  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-# One /16 per use, inside the 10.240.0.0/13 this bench may use.
+# One /16 per use, inside the 10.240.0.0/16 .. 10.246.0.0/16 this bench may use; the
+# floor takes 10.242.0.0/20 only, and the other /20s of 10.242 go to the networks of the
+# private nodes (baseline.py, bursts.py).
 NET_ACADEMY, NET_REFERENCE, NET_FLOOR = "10.240", "10.241", "10.242"
+FLOOR_PREFIX = 20
 NET_SCALE_ACADEMY, NET_SCALE_HOSTLOCAL = "10.243", "10.244"
 NET_MASQ_ACADEMY, NET_MASQ_REFERENCE = "10.245", "10.246"
 
 FULL = dict(cycles=100, warmup=3, burst=50, burst_rounds=2,
-            points=[0, 1000, 8000, 32000], scale_cycles=11)
+            points=[0, 1000, 8000, 32000], scale_cycles=11,
+            gc_attachments=50, gc_rounds=4, burst_sizes=[110, 250], crowd_cycles=20)
 QUICK = dict(cycles=6, warmup=1, burst=20, burst_rounds=1,
-             points=[0, 1000, 8000], scale_cycles=3)
+             points=[0, 1000, 8000], scale_cycles=3,
+             gc_attachments=10, gc_rounds=1, burst_sizes=[20, 40], crowd_cycles=3)
 HOSTLOCAL_BUDGET_S = 60.0  # per scaling point: beyond it host-local's series stops
 # Bringing a bridged veth up leaves the kernel busy for a few ms after the request has
 # been answered (addrconf, bridge port set-up): a /bin/true spawned then takes 1-4 ms
@@ -107,6 +115,14 @@ class Bench:
         for plugin in self.masq.values():
             plugin.conf["ipMasq"] = True
         self.floors = Floors(self, lab)
+        # --baseline: the current binary and the older one, each on a private node of
+        # its own (baseline.py), in the same cycles.
+        self.versus = None
+        self.baseline_sha = None
+        if args.baseline:
+            baseline_bin = lab.snapshot(args.baseline, "baseline")
+            self.baseline_sha = provenance.sha256(baseline_bin)
+            self.versus = baseline.Versus(lab, academy_bin, baseline_bin)
 
     def academy(self, binary, bridge, net, name, data_dir=None) -> Plugin:
         data_dir = data_dir or self.lab.scratch("store-academy")
@@ -148,7 +164,7 @@ class Floors:
         self.ns_ip = lab.add_netns("bnch-fip")
         self.ns_c = lab.add_netns("bnch-fc")
         self.ns_bare = lab.add_netns("bnch-fd")
-        lab.add_bridge(self.BRIDGE, f"{NET_FLOOR}.0.1/16")
+        lab.add_bridge(self.BRIDGE, f"{NET_FLOOR}.0.1/{FLOOR_PREFIX}")
         self.env = dict(cni.BASE_ENV)
 
     def _ip(self, *argv, stdin: str = "") -> Run:
@@ -161,7 +177,7 @@ class Floors:
             f"link set dev {host} alias academy:floor:c{i}:eth0\n"))
         inside = self._ip("-n", ns, "-batch", "-", stdin=(
             "link set dev eth0 up\n"
-            f"addr add {ip_at(NET_FLOOR, i + 2)}/16 dev eth0\n"
+            f"addr add {ip_at(NET_FLOOR, i + 2)}/{FLOOR_PREFIX} dev eth0\n"
             f"route add default via {NET_FLOOR}.0.1 dev eth0\n"))
         return _sum_runs(host_side, inside)
 
@@ -170,7 +186,7 @@ class Floors:
             return None
         return self.sp.run(
             [self.nlfloor, self.BRIDGE, f"bnchfc{i:06x}", f"academy:floor:c{i}:eth0",
-             self.ns_c, "eth0", ip_at(NET_FLOOR, i + 2), "16", f"{NET_FLOOR}.0.1"],
+             self.ns_c, "eth0", ip_at(NET_FLOOR, i + 2), str(FLOOR_PREFIX), f"{NET_FLOOR}.0.1"],
             self.env)
 
     def spawn(self) -> Run:
@@ -236,6 +252,9 @@ def cycles(b: Bench, n: int, warmup: int) -> dict:
 
         atts = {k: Attachment(cid=f"bnch-{k[:3]}-{i:04d}", netns=b.ns[k]) for k in b.plugins}
         atts.update({k: Attachment(cid=f"bnch-{k[:3]}m-{i:04d}", netns=b.ns[k]) for k in b.masq})
+        versus = b.versus.plugins if b.versus else {}
+        atts.update({k: Attachment(cid=f"bnch-v{k[0]}{'m' if 'masq' in k else ''}-{i:04d}",
+                                   netns=b.versus.netns[k]) for k in versus})
         adds = {
             "academy.ADD": lambda: cni.invoke(b.sp, b.plugins["academy"], "ADD", atts["academy"]),
             "reference.ADD": lambda: cni.invoke(b.sp, b.plugins["reference"], "ADD", atts["reference"]),
@@ -245,13 +264,16 @@ def cycles(b: Bench, n: int, warmup: int) -> dict:
         }
         for k in b.masq:
             adds[f"{k}.ADD"] = lambda k=k: cni.invoke(b.sp, b.masq[k], "ADD", atts[k])
+        for k in versus:
+            adds[f"{k}.ADD"] = lambda k=k: cni.invoke(b.sp, versus[k], "ADD", atts[k])
         for name in rotate(list(adds), i):
             record(name, settled(adds[name]))
 
-        for k in rotate(list(b.plugins), i):
+        checked = {**b.plugins, **versus}
+        for k in rotate(list(checked), i):
             if atts[k].result is not None:
                 record(f"{k}.CHECK",
-                       settled(lambda: cni.invoke(b.sp, b.plugins[k], "CHECK", atts[k])))
+                       settled(lambda: cni.invoke(b.sp, checked[k], "CHECK", atts[k])))
 
         b.floors.prepare_bare(i)
         dels = {
@@ -262,6 +284,8 @@ def cycles(b: Bench, n: int, warmup: int) -> dict:
         }
         for k in b.masq:
             dels[f"{k}.DEL"] = lambda k=k: cni.invoke(b.sp, b.masq[k], "DEL", atts[k])
+        for k in versus:
+            dels[f"{k}.DEL"] = lambda k=k: cni.invoke(b.sp, versus[k], "DEL", atts[k])
         for name in rotate(list(dels), i):
             record(name, settled(dels[name]))
         b.floors.del_c(i)
@@ -292,8 +316,11 @@ def settled(op):
 
 def leftovers(b: Bench) -> dict:
     """What the DELs left behind: ports on the bridges, reservations in the stores."""
-    return {k: {"ports": ports(p.bridge), "reservations": reservations(p.store)}
+    left = {k: {"ports": ports(p.bridge), "reservations": reservations(p.store)}
             for k, p in {**b.plugins, **b.masq}.items()}
+    if b.versus:
+        left.update(b.versus.leftovers())
+    return left
 
 
 def reservations(store: str) -> list:
@@ -332,7 +359,7 @@ def syscalls(b: Bench) -> dict:
         for tool, fn in tools.items():
             t = fn(trace.Invocation(
                 [b.nlfloor, Floors.BRIDGE, "bnchfctrace", "academy:floor:trace:eth0",
-                 b.floors.ns_c, "eth0", ip_at(NET_FLOOR, 9), "16", f"{NET_FLOOR}.0.1"],
+                 b.floors.ns_c, "eth0", ip_at(NET_FLOOR, 9), str(FLOOR_PREFIX), f"{NET_FLOOR}.0.1"],
                 dict(cni.BASE_ENV)))
             out["nlfloor"][tool] = {"ADD": dict(t.figures, ok=t.rc == 0)}
             sh("ip", "link", "del", "bnchfctrace", check=False)
@@ -501,12 +528,25 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--cycles", type=int, help="recorded ADD/CHECK/DEL cycles")
     p.add_argument("--out", help="results dir (default bench/results, quick: bench/results/quick)")
     p.add_argument("--seed", type=int, default=2024, help="seed of the scattered held addresses")
+    p.add_argument("--baseline", metavar="OLD_ACADEMY",
+                   help="an older academy binary: measured in the same cycles, and in a GC "
+                        "phase, against --academy (the 'academy vs its baseline' table)")
+    p.add_argument("--baseline-label", help="what the baseline is, for the table "
+                   "(default: the commit of the checkout it was built in)")
+    p.add_argument("--burst-sizes", type=lambda t: [int(x) for x in t.split(",") if x],
+                   help="pods started at once on a node, e.g. 110,250 (empty: no bursts)")
+    p.add_argument("--crowd-cycles", type=int,
+                   help="ADD+DEL cycles beside the largest burst's pods, and on an empty bridge")
+    p.add_argument("--gc-attachments", type=int, help="attachments per GC (with --baseline)")
+    p.add_argument("--gc-rounds", type=int, help="GC rounds (with --baseline)")
     args = p.parse_args()
     preset = QUICK if args.quick else FULL
     for k, v in preset.items():
         if getattr(args, k, None) is None:
             setattr(args, k, v)
     args.out = args.out or os.path.join(HERE, "results", *(["quick"] if args.quick else []))
+    if args.baseline and not os.path.exists(args.baseline):
+        raise SystemExit(f"bench: --baseline {args.baseline}: no such file")
     if os.geteuid() != 0:
         raise SystemExit("bench: needs root (namespaces, bridges, veths)")
     return args
@@ -529,7 +569,9 @@ def main():
         b = Bench(args, lab)
         results = {"machine": provenance.machine(), "settings": {
             k: getattr(args, k) for k in ("cycles", "warmup", "burst", "burst_rounds",
-                                          "points", "scale_cycles", "seed", "quick")}}
+                                          "points", "scale_cycles", "seed", "quick",
+                                          "gc_attachments", "gc_rounds", "burst_sizes",
+                                          "crowd_cycles")}}
         results["provenance"] = provenance.of(b)
         load = results["machine"]["loadavg_phases"] = {}
         gc.disable()  # no collector pauses inside a timed spawn-to-reap
@@ -547,6 +589,21 @@ def main():
         load["chains"] = os.getloadavg()
         results["chains"] = chains.run(args.academy, args.reference_dir, lab,
                                        15 if not args.quick else 3, args.burst)
+        if b.versus:
+            load["gc"] = os.getloadavg()
+            print(f"bench: GC, {args.gc_attachments} attachments x {args.gc_rounds} rounds, "
+                  "current and baseline ...", file=sys.stderr)
+            results["gc"] = baseline.gc_phase(b.sp, b.versus, args.gc_attachments,
+                                              args.gc_rounds, _progress)
+            _progress_done()
+        if args.burst_sizes:
+            load["bursts"] = os.getloadavg()
+            print(f"bench: bursts of {args.burst_sizes} on a node (ipMasq, a port each) ...",
+                  file=sys.stderr)
+            results["bursts"] = bursts.run(b.sp, b.plugins["academy"].binary,
+                                           args.reference_dir, lab, args.burst_sizes,
+                                           args.crowd_cycles, progress=_progress)
+            _progress_done()
         gc.enable()
         results["machine"]["loadavg_end"] = os.getloadavg()
         results["machine"]["runtime_s"] = round(time.monotonic() - started, 1)
@@ -556,6 +613,8 @@ def main():
         md = report.markdown(results, summary, chart_path="bench/results/scaling.svg"
                              if not args.quick else None)
         md += "\n" + chains.markdown(results["chains"])
+        md += report.versus_markdown(results)
+        md += report.bursts_markdown(results)
         with open(os.path.join(args.out, "latest.json"), "w") as f:
             json.dump(results, f, indent=1)
         with open(os.path.join(args.out, "latest.md"), "w") as f:

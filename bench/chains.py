@@ -34,18 +34,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from lab import PREFIX, Lab, sh  # noqa: E402
 
 DEBIAN_PLUGINS = "/usr/lib/cni"  # firewall and tuning, as podman on Debian 12 runs them
-NET_REF, NET_ACADEMY, NET_ALONE = "10.247", "10.248", "10.249"
+# /20s of 10.242.0.0/16, inside the bench's 10.240-10.246 (lab.py); a /20 is 4,094
+# addresses, more than any of these networks holds.
+NET_REF, NET_ACADEMY, NET_ALONE = "10.242.192", "10.242.208", "10.242.224"
 ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 FAKE_HOLDER = f"{PREFIX}-fake"
 
 
 def podman_list(name: str, bridge: str, net: str, store: str) -> dict:
-    """What `podman network create --subnet NET.0.0/16` writes (podman 4.3, CNI)."""
+    """What `podman network create --subnet NET.0/20` writes (podman 4.3, CNI)."""
     return {"cniVersion": "0.4.0", "name": name, "plugins": [
         {"type": "bridge", "bridge": bridge, "isGateway": True, "ipMasq": True,
          "hairpinMode": True, "capabilities": {"ips": True},
          "ipam": {"type": "host-local", "dataDir": store, "routes": [{"dst": "0.0.0.0/0"}],
-                  "ranges": [[{"subnet": f"{net}.0.0/16", "gateway": f"{net}.0.1"}]]}},
+                  "ranges": [[{"subnet": f"{net}.0/20", "gateway": f"{net}.1"}]]}},
         {"type": "portmap", "capabilities": {"portMappings": True}},
         {"type": "firewall", "backend": ""},
         {"type": "tuning"},
@@ -142,10 +144,17 @@ def burst(chain: Chain, paths: list, base_port: int) -> dict:
     return {"ADD": add, "DEL": delete}
 
 
+def _fake_address(i: int) -> str:
+    """The i-th fake holder's address: the upper half of NET_ALONE's /20 (the plugin
+    allocates from the bottom), 250 to a /24."""
+    a, b, third = NET_ALONE.split(".")
+    return f"{a}.{b}.{int(third) + 8 + i // 250}.{i % 250 + 1}"
+
+
 def fake_ports(host: str, count: int):
     """`count` other containers' published ports in the v4 map of `host`'s table."""
     lines = [f'add element inet academy _ports-v4 {{ tcp . {40000 + i} comment '
-             f'"{FAKE_HOLDER}:c{i}:eth0" : {NET_ALONE}.{200 + i // 250}.{i % 250 + 1} . 80 }}'
+             f'"{FAKE_HOLDER}:c{i}:eth0" : {_fake_address(i)} . 80 }}'
              for i in range(count)]
     sh("ip", "netns", "exec", host, "nft", "-f", "-", input="\n".join(lines) + "\n")
 
@@ -163,7 +172,7 @@ def alone(lab: Lab, cni_path: str, n: int) -> dict:
             {"type": "academy", "bridge": f"{PREFIX}br-al", "isGateway": True,
              "capabilities": {"portMappings": True},
              "ipam": {"type": "host-local", "dataDir": lab.scratch(f"store-al-{k}"),
-                      "ranges": [[{"subnet": f"{NET_ALONE}.0.0/16"}]]}}]}
+                      "ranges": [[{"subnet": f"{NET_ALONE}.0/20"}]]}}]}
         chains[k] = Chain(conflist, cni_path, ["nsenter", f"--net={path}"])
         netns[k] = lab.add_netns(f"{PREFIX}-c{k}")
         # The maps exist once a port was published; then the crowd moves in.

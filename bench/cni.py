@@ -19,6 +19,7 @@ class Plugin:
     cni_path: str
     bridge: str
     store: str  # the directory holding this network's reservations
+    node: str | None = None  # a private "host" netns to run in (None: the host's own)
 
     def env(self, command: str, cid: str, netns: str, ifname: str) -> dict:
         return dict(
@@ -56,6 +57,7 @@ def invoke(sp: Spawner, plugin: Plugin, command: str, att: Attachment) -> Run:
         plugin.argv(),
         plugin.env(command, att.cid, att.netns, att.ifname),
         plugin.stdin(prev),
+        plugin.node,
     )
     judge(run, command, att)
     return run
@@ -68,6 +70,7 @@ def start(sp: Spawner, plugin: Plugin, command: str, att: Attachment):
         plugin.argv(),
         plugin.env(command, att.cid, att.netns, att.ifname),
         plugin.stdin(prev),
+        plugin.node,
     )
 
 

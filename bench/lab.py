@@ -1,9 +1,15 @@
 """The bench's own corner of the machine: network namespaces, bridges, stores, tools.
 
 Everything made here is named with the prefix "bnch" (netns "bnch-*", links "bnch*"), lives
-in 10.240.0.0/16 .. 10.247.0.0/16 and under one scratch directory, so that cleanup (at
+in 10.240.0.0/16 .. 10.246.0.0/16 and under one scratch directory, so that cleanup (at
 the end, on Ctrl-C, or at the start of the next run after a kill) can find it all by
 name without touching anything else on the node. No packet is ever sent.
+
+Some phases run on private "nodes": a netns of the bench's own standing in for the host
+(lo up, its own bridges, nf_tables and iptables), where the plugins are spawned through
+Spawner(netns=...). What they make there is out of everyone else's way (other users'
+tests on the host, the host's shared academy table), deleting the node takes it all
+with it, and what is left there after a phase is that phase's alone.
 """
 
 import fcntl
@@ -65,7 +71,10 @@ class Lab:
 
     def _cleanup(self):
         # Deleting a netns destroys the container ends, and with them both veth ends.
+        # A plugin still running in one of the bench's nodes (an interrupted burst) is
+        # the bench's own: it goes first.
         for ns in set(self.netns) | set(_our_netns()):
+            kill_in_netns(f"{NETNS_DIR}/{ns}")
             sh("ip", "netns", "del", ns, check=False)
         for br in self.bridges:
             for port in _ports(br):
@@ -92,6 +101,12 @@ class Lab:
         self.netns.extend(names)
         sh("ip", "-batch", "-", input="".join(f"netns add {n}\n" for n in names))
         return [f"{NETNS_DIR}/{n}" for n in names]
+
+    def add_node(self, name: str) -> str:
+        """A private "host" netns (see the module's doc), lo up; its path."""
+        path = self.add_netns(name)
+        sh("ip", "-n", name, "link", "set", "lo", "up")
+        return path
 
     def del_netns_many(self, names: list):
         sh("ip", "-batch", "-", input="".join(f"netns del {n}\n" for n in names), check=False)
@@ -224,6 +239,68 @@ def _ports(bridge: str) -> list:
     return _links("master", bridge)
 
 
-def ports(bridge: str) -> list:
-    """Links enslaved to a bridge (to check that DELs left nothing behind)."""
+def ports(bridge: str, node: str | None = None) -> list:
+    """Links enslaved to a bridge (to check that DELs left nothing behind), on the host
+    or in a node (its netns path)."""
+    if node:
+        return _links_in(node, "master", bridge)
     return _ports(bridge)
+
+
+def _links_in(node: str, *filters) -> list:
+    r = sh("ip", "-n", os.path.basename(node), "-j", "link", "show", *filters, check=False)
+    try:
+        return [l["ifname"] for l in json.loads(r.stdout or "[]")]
+    except ValueError:
+        return []
+
+
+def node_veths(node: str) -> list:
+    """Every veth in a node (after the DELs: none should be left)."""
+    return _links_in(node, "type", "veth")
+
+
+def node_nft_elements(node: str) -> int:
+    """Elements of every set and map of every table in a node (academy's masquerade
+    sets and published ports, and whatever iptables-nft keeps in sets)."""
+    r = sh("ip", "netns", "exec", os.path.basename(node), "nft", "-j", "list", "ruleset",
+           check=False)
+    try:
+        items = json.loads(r.stdout or "{}").get("nftables", [])
+    except ValueError:
+        return -1
+    return sum(len((i.get("set") or i.get("map") or {}).get("elem", []))
+               for i in items if "set" in i or "map" in i)
+
+
+def node_cni_chains(node: str) -> list:
+    """The per-container iptables chains of the reference plugins in a node: ipMasq's
+    CNI-<hash> and portmap's CNI-DN-<hash> / CNI-SN-<hash> (the shared CNI-HOSTPORT-*
+    chains are not a container's)."""
+    r = sh("ip", "netns", "exec", os.path.basename(node), "iptables-save", check=False)
+    chains = []
+    for line in r.stdout.splitlines():
+        if line.startswith(":CNI-"):
+            name = line[1:].split()[0]
+            tail = name.removeprefix("CNI-").removeprefix("DN-").removeprefix("SN-")
+            if tail and all(c in "0123456789abcdef" for c in tail):
+                chains.append(name)
+    return chains
+
+
+def kill_in_netns(path: str) -> int:
+    """SIGKILLs every process whose network namespace is `path` (a node of the bench's
+    own: only plugins it spawned there run in it); how many. The bound on a burst."""
+    try:
+        target = os.stat(path).st_ino
+    except OSError:
+        return 0
+    killed = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.stat(f"/proc/{pid}/ns/net").st_ino == target:
+                os.kill(int(pid), signal.SIGKILL)
+                killed += 1
+        except (OSError, ProcessLookupError):
+            pass
+    return killed

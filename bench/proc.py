@@ -65,8 +65,16 @@ class Spawner:
     def clean_rss(self) -> bool:
         return self.launcher is not None
 
-    def start(self, argv: list, env: dict, stdin: bytes = b"") -> Started:
-        """Spawns argv with env; stdin is a pipe already filled and closed, as a runtime's."""
+    def start(self, argv: list, env: dict, stdin: bytes = b"",
+              netns: str | None = None) -> Started:
+        """Spawns argv with env; stdin is a pipe already filled and closed, as a runtime's.
+        With `netns` (a path), the process runs in that network namespace: spawnstat
+        enters it before its clock starts; without spawnstat, nsenter does (and is timed)."""
+        if netns:
+            if self.launcher:
+                env = dict(env, SPAWNSTAT_NETNS=netns)
+            else:
+                argv = ["/usr/bin/nsenter", f"--net={netns}", *argv]
         if len(stdin) >= _PIPE_BUF:
             raise ValueError("stdin larger than a pipe buffer")
         # memfds for the output: the child can never block on a full pipe while we sit
@@ -123,8 +131,8 @@ class Spawner:
             run.user_ms, run.sys_ms = user_us / 1e3, sys_us / 1e3
         return run
 
-    def run(self, argv: list, env: dict, stdin: bytes = b"") -> Run:
-        return self.finish(self.start(argv, env, stdin))
+    def run(self, argv: list, env: dict, stdin: bytes = b"", netns: str | None = None) -> Run:
+        return self.finish(self.start(argv, env, stdin, netns))
 
 
 def _drain(fd: int) -> bytes:

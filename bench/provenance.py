@@ -48,11 +48,14 @@ def of(b) -> dict:
     git = lambda *a: subprocess.run(["git", "-C", repo, *a], capture_output=True, text=True).stdout.strip()
     pkg = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "containernetworking-plugins"],
                          capture_output=True, text=True)
-    return {
+    out = {
         "academy_binary": os.path.abspath(b.args.academy),
         "academy_sha256": b.academy_sha,
         "academy_size": os.path.getsize(b.plugins["academy"].binary),
         "git_commit": git("rev-parse", "--short", "HEAD"),
+        # The last commit that changed what the binary is built from: a bench-only
+        # branch's HEAD measures the src of this one.
+        "src_commit": git("log", "-1", "--format=%h", "--", "src", "Cargo.toml", "Cargo.lock"),
         "git_dirty_src": bool(git("status", "--porcelain", "--", "src", "Cargo.toml", "Cargo.lock")),
         "reference_dir": os.path.abspath(b.args.reference_dir),
         "reference_version": f"containernetworking-plugins {pkg.stdout}" if pkg.returncode == 0 else "unknown",
@@ -60,3 +63,10 @@ def of(b) -> dict:
         "clean_rss": b.sp.clean_rss,
         "nlfloor": bool(b.nlfloor),
     }
+    if b.args.baseline:
+        import baseline  # noqa: PLC0415
+        commit = baseline.commit_of(b.args.baseline)
+        out.update(baseline_binary=os.path.abspath(b.args.baseline),
+                   baseline_sha256=b.baseline_sha, baseline_commit=commit,
+                   baseline_label=b.args.baseline_label or commit)
+    return out

@@ -62,8 +62,12 @@ def summarize(results: dict) -> dict:
         "reference_ADD_vs_c_floor": ratio("reference.ADD", "floor.add_c"),
     }
     scaling = scaling_stats(results["scaling"])
-    return {"stats": s, "ratios": ratios, "scaling": scaling,
-            "targets": targets(ratios, scaling)}
+    out = {"stats": s, "ratios": ratios, "scaling": scaling,
+           "targets": targets(ratios, scaling), "versus": versus_summary(results, s)}
+    if results.get("bursts"):
+        out["bursts"] = bursts_summary(results["bursts"])
+    out["issue_targets"] = issue_targets(dict(results, summary=out))
+    return out
 
 
 def _rss_ratio(s, key):
@@ -159,6 +163,8 @@ def markdown(results: dict, summary: dict, chart_path: str | None) -> str:
         f"(release binary, {pv['academy_size'] / 1e6:.1f} MB), reference "
         f"{pv['reference_version']}. `make bench` ({results['machine'].get('runtime_s', '?')} s).",
         "",
+        load_line(m),
+        "",
         f"Both invoked directly as a runtime does (CNI_* environment, config on stdin, "
         f"prevResult to CHECK and DEL), {n} cycles interleaved with a rotating order. "
         "Wall time in ms from spawn to reap: median (min–max). The machine is shared and "
@@ -200,6 +206,17 @@ def markdown(results: dict, summary: dict, chart_path: str | None) -> str:
     if chart_path:
         lines += ["", f"![ADD+DEL cycle time against addresses held]({chart_path})"]
     return "\n".join(lines) + "\n"
+
+
+def load_line(m: dict) -> str:
+    """The 1-minute load average as each phase began, and at the end (2 cores: above 2,
+    something waited for a CPU)."""
+    phases = m.get("loadavg_phases", {})
+    parts = [f"{name} {v[0]:.2f}" for name, v in phases.items()]
+    if "loadavg_end" in m:
+        parts.append(f"end {m['loadavg_end'][0]:.2f}")
+    return ("Load average (1 min) as each phase began: " + ", ".join(parts) + "."
+            if parts else "")
 
 
 def health_rows(results: dict) -> list:
@@ -355,3 +372,297 @@ def time_rows(st: dict, sc: dict) -> list:
                 top = ", ".join(f"{name} {c['calls']}" for name, c in list(calls.items())[:10])
                 rows.append(f"- {who} {op}, most frequent syscalls: {top}")
     return rows
+
+
+# ---- academy vs its baseline (--baseline) -------------------------------------------
+
+VERSUS_OPS = [("ADD", "current.ADD", "baseline.ADD"),
+              ("CHECK", "current.CHECK", "baseline.CHECK"),
+              ("DEL", "current.DEL", "baseline.DEL"),
+              ("ADD with ipMasq", "current-masq.ADD", "baseline-masq.ADD"),
+              ("CHECK with ipMasq", "current-masq.CHECK", "baseline-masq.CHECK"),
+              ("DEL with ipMasq", "current-masq.DEL", "baseline-masq.DEL")]
+
+
+def _ratio_of(a: dict | None, b: dict | None) -> float:
+    try:
+        return a["median"] / b["median"]
+    except (KeyError, TypeError, ZeroDivisionError):
+        return float("nan")
+
+
+def versus_summary(results: dict, st: dict) -> dict | None:
+    """current / baseline: the medians' ratios of the cycles' series and of GC (valid:
+    every attachment listed, nothing to remove; stale: none listed, their netns gone).
+    None without a baseline in the run."""
+    gc = results.get("gc")
+    if not gc and "baseline.ADD" not in st:
+        return None
+    rows = []
+    for label, cur, base in VERSUS_OPS:
+        rows.append({"what": label, "current": st.get(cur), "baseline": st.get(base),
+                     "ratio": _ratio_of(st.get(cur), st.get(base))})
+    if gc:
+        n = gc["attachments"]
+        for kind, label in (("valid", f"GC, {n} attachments all valid (nothing to remove)"),
+                            ("stale", f"GC, {n} stale attachments (netns gone; frees their "
+                                      "addresses and nf_tables elements)")):
+            cur = stats(gc["runs"]["current"][kind])
+            base = stats(gc["runs"]["baseline"][kind])
+            rows.append({"what": label, "current": cur, "baseline": base,
+                         "ratio": _ratio_of(cur, base)})
+    return {"rows": rows, "problems": list(gc.get("problems", [])) if gc else [],
+            "ratios": {r["what"]: r["ratio"] for r in rows}}
+
+
+def _built_from(pv: dict) -> str:
+    head, src = pv.get("git_commit", "?"), pv.get("src_commit")
+    return head if not src or src == head else f"{head}, src as of {src}"
+
+
+def versus_markdown(results: dict) -> str:
+    v = results.get("summary", {}).get("versus")
+    if not v:
+        return ""
+    pv = results.get("provenance", {})
+    left = {k: x_ for k, x_ in results["cycles"].get("leftovers", {}).items()
+            if k.startswith(("current", "baseline")) and (x_["ports"] or x_["reservations"])}
+    errors = [e for e in results["cycles"].get("errors", [])
+              if any(f" {k}." in e for k in ("current", "current-masq", "baseline",
+                                              "baseline-masq"))]
+    lines = [
+        "",
+        "### academy vs its baseline",
+        "",
+        f"The current binary ({_built_from(pv)}, sha256 "
+        f"{pv.get('academy_sha256', '?')[:12]}) against the baseline "
+        f"{pv.get('baseline_label', '?')} (sha256 {str(pv.get('baseline_sha256', '?'))[:12]}), "
+        "each on a private node of its own with its own networks, bridges, subnets and "
+        "stores, in the same interleaved cycles as the table above; then GC of a network "
+        "on each, rounds alternating. Medians (min–max), ms.",
+        "",
+        "| | current | baseline | current / baseline |",
+        "| --- | --- | --- | --- |",
+    ]
+    for r in v["rows"]:
+        lines.append(f"| {r['what']} | {cell(r['current'])} | {cell(r['baseline'])} | "
+                     f"**{x(r['ratio'])}** |")
+    lines.append("")
+    problems = v["problems"] + errors[:5]
+    if problems:
+        lines.append(f"**{len(problems)} problems:** " + "; ".join(f"`{p[:300]}`" for p in problems))
+    else:
+        lines.append("Every invocation of both succeeded; every GC removed exactly the stale "
+                     "(nothing when all were valid; every reservation, veth and nf_tables "
+                     "element when none was).")
+    if left:
+        lines += ["", f"**Left behind after the cycles:** {left}"]
+    return "\n".join(lines) + "\n"
+
+
+# ---- bursts on a node (bursts.py) ------------------------------------------------------
+
+ISSUE_BURST_110 = 0.3
+ISSUE_CROWDED_250 = 1.2
+
+
+def side_faults(burst: dict) -> list:
+    """What went wrong on one side of one burst: failed ADDs or DELs, fewer distinct
+    addresses than pods, anything left on the node after the DELs."""
+    n = burst["parallel"]
+    out = []
+    for op in ("ADD", "DEL"):
+        if burst[op]["failures"]:
+            out.append(f"{burst[op]['failures']} {op}s failed")
+        if burst[op].get("killed_at_deadline"):
+            out.append(f"{burst[op]['killed_at_deadline']} processes killed at the deadline")
+    distinct = burst["ADD"].get("distinct_addresses", n)
+    if distinct != n:
+        out.append(f"{distinct} distinct addresses for {n} pods")
+    left = {k: v for k, v in burst["left"].items() if v}
+    if left:
+        out.append("left: " + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in left.items()))
+    return out
+
+
+def bursts_summary(b: dict) -> dict:
+    """Per size: academy / reference of the ADDs' and DELs' total walls and of both
+    together; each side's faults; the crowded / empty ADD medians per side."""
+    out = {"sizes": {}, "crowded": {}}
+    for size, sides in b["bursts"].items():
+        aca, ref = sides.get("academy"), sides.get("reference")
+        entry = {"faults": {k: side_faults(v) for k, v in sides.items()}}
+        if aca and ref:
+            for op in ("ADD", "DEL"):
+                entry[op] = _div(aca[op]["wall_ms"], ref[op]["wall_ms"])
+            entry["total"] = _div(aca["ADD"]["wall_ms"] + aca["DEL"]["wall_ms"],
+                                  ref["ADD"]["wall_ms"] + ref["DEL"]["wall_ms"])
+        out["sizes"][size] = entry
+        for side, burst in sides.items():
+            c = burst.get("crowded")
+            if not c:
+                continue
+            adds = {k: [r["add_ms"] for r in runs if r["ok"]] for k, runs in c["runs"].items()}
+            crowded, empty = median(adds.get("burst", [])), median(adds.get("empty", []))
+            entry_c = {
+                "pods": int(size), "cycles": len(adds.get("burst", [])),
+                "crowded_ms": crowded, "empty_ms": empty, "ratio": _div(crowded, empty),
+                "failures": sum(not r["ok"] for runs in c["runs"].values() for r in runs),
+                "stopped": c.get("stopped"),
+            }
+            if "one" in adds:
+                entry_c["one_ms"] = median(adds["one"])
+                entry_c["ratio_vs_one"] = _div(crowded, entry_c["one_ms"])
+            out["crowded"][side] = entry_c
+    return out
+
+
+def _div(a, b) -> float:
+    try:
+        return a / b
+    except (TypeError, ZeroDivisionError):
+        return float("nan")
+
+
+def verdict(value: float, limit: float, faults: list | None = None) -> str:
+    """PASS/MISS of a ratio against its limit; a fast result with faults is no PASS."""
+    if value != value:
+        return "n/a"
+    if faults:
+        return "MISS"
+    return "PASS" if value <= limit else "MISS"
+
+
+def issue_targets(results: dict) -> list:
+    """The issue's targets (26 item 8, and the chains' earlier ones) as rows of
+    {target, value, limit, verdict, note}."""
+    rows = []
+    bs = results.get("summary", {}).get("bursts")
+    if bs is not None:
+        e = bs["sizes"].get("110")
+        if e:
+            faults = e["faults"].get("academy", [])
+            ref_faults = e["faults"].get("reference", [])
+            note = "; ".join(faults + [f"reference: {f}" for f in ref_faults])
+            v = verdict(e.get("ADD", float("nan")), ISSUE_BURST_110, faults)
+            if ref_faults and v == "PASS":
+                v = "n/a"  # the reference did not do the same work
+            rows.append({"target": f"110 pods at once, ADD total wall ≤ {ISSUE_BURST_110}x "
+                                   "the reference chain's", "value": e.get("ADD", float("nan")),
+                         "limit": ISSUE_BURST_110, "verdict": v, "note": note})
+        c = bs["crowded"].get("academy")
+        if c and c["pods"] == 250:
+            faults = [f"{c['failures']} failed"] if c["failures"] else []
+            rows.append({"target": f"academy ADD with 250 pods on the bridge ≤ "
+                                   f"{ISSUE_CROWDED_250}x ADD on an empty one",
+                         "value": c["ratio"], "limit": ISSUE_CROWDED_250,
+                         "verdict": verdict(c["ratio"], ISSUE_CROWDED_250, faults),
+                         "note": "; ".join(faults)})
+    ch = results.get("chains")
+    if ch:
+        for what, value, limit in (
+                ("converted network ADD ≤ 0.10x podman's reference chain", ch["chain_ratio"]["ADD"], 0.10),
+                ("converted network DEL ≤ 0.20x podman's reference chain", ch["chain_ratio"]["DEL"], 0.20),
+                ("academy ADD with 3 port mappings ≤ 1.2x without", ch["three_vs_none"], 1.2)):
+            rows.append({"target": what, "value": value, "limit": limit,
+                         "verdict": verdict(value, limit), "note": ""})
+    return rows
+
+
+def _burst_cell(burst: dict, op: str) -> str:
+    n = burst["parallel"]
+    o = burst[op]
+    text = f"{ms(o['wall_ms'])} ({o['failures']} failed"
+    if op == "ADD":
+        text += f", {o.get('distinct_addresses', 0)} distinct addresses of {n}"
+    else:
+        left = {k: v for k, v in burst["left"].items() if v}
+        text += ("; left: " + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in left.items())
+                 if left else "; nothing left")
+    if o.get("killed_at_deadline"):
+        text += f"; {o['killed_at_deadline']} killed at the deadline"
+    text += f"; per pod {ms(o['per_pod_ms']['median'])}, max {ms(o['per_pod_ms']['max'])})"
+    if o["failures"] or (op == "ADD" and o.get("distinct_addresses") != n) or (
+            op == "DEL" and any(burst["left"].values())):
+        text = f"**{text}**"
+    return text
+
+
+def bursts_rows(b: dict, bs: dict | None = None) -> list:
+    bs = bs or bursts_summary(b)
+    rows = ["| pods at once, one node | academy (converted) | reference chain | "
+            "academy / reference |", "| --- | --- | --- | --- |"]
+    for size, sides in b["bursts"].items():
+        aca, ref = sides.get("academy"), sides.get("reference")
+        e = bs["sizes"][size]
+        for op in ("ADD", "DEL"):
+            rows.append(f"| {size} {op}s, total wall | {_burst_cell(aca, op) if aca else '–'} | "
+                        f"{_burst_cell(ref, op) if ref else '–'} | **{x(e.get(op))}** |")
+        if aca and ref:
+            rows.append(f"| {size} ADDs then DELs, both walls | "
+                        f"{ms(aca['ADD']['wall_ms'] + aca['DEL']['wall_ms'])} | "
+                        f"{ms(ref['ADD']['wall_ms'] + ref['DEL']['wall_ms'])} | "
+                        f"**{x(e.get('total'))}** |")
+    cr = bs["crowded"]
+    if cr:
+        def crowd(side):
+            c = cr.get(side)
+            if not c:
+                return "–"
+            text = (f"**{x(c['ratio'])}x** ({ms(c['crowded_ms'])} / {ms(c['empty_ms'])}, "
+                    f"{c['cycles']} cycles")
+            if c["failures"]:
+                text += f", **{c['failures']} failed**"
+            if c["stopped"]:
+                text += f", {c['stopped']}"
+            return text + ")"
+        pods = next(iter(cr.values()))["pods"]
+        rows.append(f"| ADD with {pods} pods on the bridge / on an empty bridge (ADD medians, "
+                    f"ms) | {crowd('academy')} | {crowd('reference')} | |")
+        a = cr.get("academy", {})
+        if "ratio_vs_one" in a:
+            rows.append(f"| ADD with {pods} pods on the bridge / with one resident pod "
+                        f"(the network's nf_tables objects made in both) | "
+                        f"**{x(a['ratio_vs_one'])}x** ({ms(a['crowded_ms'])} / "
+                        f"{ms(a['one_ms'])}) | | |")
+    return rows
+
+
+def bursts_markdown(results: dict) -> str:
+    b = results.get("bursts")
+    targets = results.get("summary", {}).get("issue_targets") or issue_targets(results)
+    lines = []
+    if b:
+        bs = results.get("summary", {}).get("bursts") or bursts_summary(b)
+        lines += [
+            "",
+            "### Bursts on a node: pods at once, ipMasq and a published port each",
+            "",
+            "The reference chain (bridge with ipMasq + host-local, then portmap, run as "
+            "libcni runs a chain) against the same list after `academy convert` ("
+            f"{' + '.join(b['converted_plugins'])} with ipMasq and the portMappings "
+            "capability), each pod with its own hostPort, each side on private nodes of "
+            "its own. All ADDs are released at once, then all DELs; total wall from the "
+            "release to the last one's end, ms. Left: veths, store files, nf_tables "
+            "elements and per-container iptables chains on the node after the DELs. Then, "
+            f"while the largest burst's pods are up, {b['crowd_cycles']} ADD+DEL cycles of "
+            "one more pod beside them against the same on an empty bridge (another node), "
+            "interleaved.",
+            "",
+        ]
+        lines += bursts_rows(b, bs)
+        if b.get("warmup_errors"):
+            lines += ["", f"**Warm-up failures:** {b['warmup_errors'][:3]}"]
+        left = {k: {kk: vv for kk, vv in v.items() if vv}
+                for k, v in b.get("empty_left", {}).items()}
+        left = {k: v for k, v in left.items() if v}
+        if left:
+            lines += ["", f"**Left on the empty nodes after their cycles:** {left}"]
+    if targets:
+        lines += ["", "The issue's targets (informational, as above; a fast result that failed "
+                      "or left something behind is a MISS):", "",
+                  "| target | measured | | |", "| --- | --- | --- | --- |"]
+        for t in targets:
+            lines.append(f"| {t['target']} | {x(t['value'])} | **{t['verdict']}** | "
+                         f"{t['note']} |")
+    return "\n".join(lines) + "\n" if lines else ""

@@ -44,5 +44,190 @@ class FloorDrift(unittest.TestCase):
         self.assertTrue(any(r.startswith("**DRIFT:") for r in rows), rows)
 
 
+NAN = float("nan")
+
+
+def one_burst(n=110, add_ms=100.0, del_ms=50.0, add_fail=0, distinct=None, left=None,
+              killed=0, crowded=None):
+    b = {"parallel": n,
+         "ADD": {"wall_ms": add_ms, "failures": add_fail, "killed_at_deadline": killed,
+                 "distinct_addresses": n if distinct is None else distinct,
+                 "per_pod_ms": {"median": 10.0, "max": 20.0}},
+         "DEL": {"wall_ms": del_ms, "failures": 0, "killed_at_deadline": 0,
+                 "per_pod_ms": {"median": 5.0, "max": 9.0}},
+         "left": dict({"veths": 0, "store_files": 0, "nft_elements": 0, "iptables_chains": 0},
+                      **(left or {}))}
+    if crowded:
+        b["crowded"] = crowded
+    return b
+
+
+def cycles_of(**adds):
+    """crowd_cycles' output: key -> list of ADD times (all ok)."""
+    return {"runs": {k: [{"add_ms": v, "del_ms": 1.0, "ok": True} for v in vs]
+                     for k, vs in adds.items()}, "errors": [], "stopped": None}
+
+
+def bursts_result(aca110, ref110, aca250=None, ref250=None):
+    out = {"bursts": {"110": {"academy": aca110, "reference": ref110}}, "crowd_cycles": 3,
+           "converted_plugins": ["academy"]}
+    if aca250:
+        out["bursts"]["250"] = {"academy": aca250, "reference": ref250}
+    return out
+
+
+class Verdicts(unittest.TestCase):
+    def test_ratio_against_limit(self):
+        self.assertEqual(report.verdict(0.2, 0.3), "PASS")
+        self.assertEqual(report.verdict(0.3, 0.3), "PASS")
+        self.assertEqual(report.verdict(0.31, 0.3), "MISS")
+
+    def test_not_measured_is_na(self):
+        self.assertEqual(report.verdict(NAN, 0.3), "n/a")
+
+    def test_a_fast_result_with_faults_is_no_pass(self):
+        self.assertEqual(report.verdict(0.01, 0.3, ["3 ADDs failed"]), "MISS")
+
+
+class Bursts(unittest.TestCase):
+    def test_faults_name_failures_addresses_leftovers_and_kills(self):
+        faults = report.side_faults(one_burst(add_fail=2, distinct=107, killed=4,
+                                              left={"veths": 1, "iptables_chains": 2}))
+        text = "; ".join(faults)
+        self.assertIn("2 ADDs failed", text)
+        self.assertIn("107 distinct addresses for 110 pods", text)
+        self.assertIn("4 processes killed", text)
+        self.assertIn("1 veths", text)
+        self.assertIn("2 iptables chains", text)
+        self.assertEqual(report.side_faults(one_burst()), [])
+
+    def test_ratios_of_total_walls(self):
+        bs = report.bursts_summary(bursts_result(one_burst(add_ms=30, del_ms=10),
+                                                 one_burst(add_ms=300, del_ms=100)))
+        e = bs["sizes"]["110"]
+        self.assertAlmostEqual(e["ADD"], 0.1)
+        self.assertAlmostEqual(e["DEL"], 0.1)
+        self.assertAlmostEqual(e["total"], 40 / 400)
+
+    def test_crowded_against_empty_and_one_resident(self):
+        c = cycles_of(burst=[5.0, 6.0, 7.0], empty=[10.0, 10.0, 10.0], one=[5.0, 5.0, 5.0])
+        bs = report.bursts_summary(bursts_result(one_burst(), one_burst(),
+                                                 one_burst(250, crowded=c), one_burst(250)))
+        a = bs["crowded"]["academy"]
+        self.assertEqual(a["pods"], 250)
+        self.assertAlmostEqual(a["ratio"], 0.6)
+        self.assertAlmostEqual(a["ratio_vs_one"], 1.2)
+        self.assertEqual(a["failures"], 0)
+
+    def test_rows_show_failures_and_leftovers(self):
+        r = bursts_result(one_burst(add_fail=1, distinct=109, left={"store_files": 3}),
+                          one_burst())
+        rows = "\n".join(report.bursts_rows(r))
+        self.assertIn("**", rows)
+        self.assertIn("1 failed", rows)
+        self.assertIn("109 distinct addresses of 110", rows)
+        self.assertIn("left: 3 store files", rows)
+        self.assertIn("nothing left", rows)  # the reference's clean DEL
+
+
+class IssueTargets(unittest.TestCase):
+    def targets(self, aca, ref, chains=None, aca250=None, ref250=None):
+        results = bursts_result(aca, ref, aca250, ref250)
+        results = {"bursts": results}
+        if chains:
+            results["chains"] = chains
+        results["summary"] = {"bursts": report.bursts_summary(results["bursts"])}
+        return {t["target"].split(",")[0].split(" ≤")[0]: t for t in report.issue_targets(results)}
+
+    def test_burst_pass_and_miss(self):
+        t = self.targets(one_burst(add_ms=20), one_burst(add_ms=100))
+        self.assertEqual(t["110 pods at once"]["verdict"], "PASS")
+        t = self.targets(one_burst(add_ms=40), one_burst(add_ms=100))
+        self.assertEqual(t["110 pods at once"]["verdict"], "MISS")
+
+    def test_fast_but_leaky_burst_is_a_miss_and_says_why(self):
+        t = self.targets(one_burst(add_ms=1, left={"nft_elements": 5}), one_burst())
+        self.assertEqual(t["110 pods at once"]["verdict"], "MISS")
+        self.assertIn("5 nft elements", t["110 pods at once"]["note"])
+
+    def test_a_failing_reference_makes_the_ratio_na(self):
+        t = self.targets(one_burst(add_ms=1), one_burst(add_fail=3))
+        self.assertEqual(t["110 pods at once"]["verdict"], "n/a")
+        self.assertIn("reference: 3 ADDs failed", t["110 pods at once"]["note"])
+
+    def test_crowded_target_and_chain_targets(self):
+        c = cycles_of(burst=[13.0], empty=[10.0])
+        chains = {"chain_ratio": {"ADD": 0.05, "DEL": 0.25}, "three_vs_none": 1.1}
+        t = self.targets(one_burst(), one_burst(), chains, one_burst(250, crowded=c),
+                         one_burst(250))
+        self.assertEqual(t["academy ADD with 250 pods on the bridge"]["verdict"], "MISS")
+        self.assertEqual(t["converted network ADD"]["verdict"], "PASS")
+        self.assertEqual(t["converted network DEL"]["verdict"], "MISS")
+        self.assertEqual(t["academy ADD with 3 port mappings"]["verdict"], "PASS")
+
+    def test_no_bursts_no_burst_targets(self):
+        results = {"chains": {"chain_ratio": {"ADD": 0.05, "DEL": 0.1}, "three_vs_none": 1.0},
+                   "summary": {}}
+        self.assertEqual(len(report.issue_targets(results)), 3)
+
+
+def gc_runs(valid_ms, stale_ms):
+    return {"valid": [{"rc": 0, "wall_ms": v} for v in valid_ms],
+            "stale": [{"rc": 0, "wall_ms": v} for v in stale_ms]}
+
+
+class Versus(unittest.TestCase):
+    def test_no_baseline_no_table(self):
+        self.assertIsNone(report.versus_summary({}, {"academy.ADD": {"median": 1.0}}))
+        self.assertEqual(report.versus_markdown({"summary": {"versus": None}}), "")
+
+    def test_ratios_current_over_baseline_with_gc(self):
+        st = {"current.ADD": {"median": 3.0, "min": 3.0, "max": 3.0},
+              "baseline.ADD": {"median": 4.0, "min": 4.0, "max": 4.0},
+              "current.DEL": {"median": 20.0, "min": 20.0, "max": 20.0},
+              "baseline.DEL": {"median": 20.0, "min": 20.0, "max": 20.0}}
+        results = {"gc": {"attachments": 50, "problems": [],
+                          "runs": {"current": gc_runs([2, 2, 3], [30]),
+                                   "baseline": gc_runs([2, 2, 2], [120])}}}
+        v = report.versus_summary(results, st)
+        ratio = {r["what"]: r["ratio"] for r in v["rows"]}
+        self.assertAlmostEqual(ratio["ADD"], 0.75)
+        self.assertAlmostEqual(ratio["DEL"], 1.0)
+        self.assertAlmostEqual(ratio["GC, 50 attachments all valid (nothing to remove)"], 1.0)
+        stale = [k for k in ratio if k.startswith("GC, 50 stale")]
+        self.assertEqual(len(stale), 1)
+        self.assertAlmostEqual(ratio[stale[0]], 0.25)
+        self.assertNotEqual(ratio["CHECK"], ratio["CHECK"])  # not measured: nan
+
+    def test_markdown_reports_gc_problems(self):
+        results = {"gc": {"attachments": 5, "problems": ["current round 0: GC of 5 stale left "
+                                                         "{'nft_elements': 2}"],
+                          "runs": {"current": gc_runs([1], [2]), "baseline": gc_runs([1], [2])}},
+                   "cycles": {"errors": [], "leftovers": {}}, "provenance": {}}
+        results["summary"] = {"versus": report.versus_summary(results, {})}
+        md = report.versus_markdown(results)
+        self.assertIn("### academy vs its baseline", md)
+        self.assertIn("**1 problems:**", md)
+        self.assertIn("nft_elements", md)
+
+
+class BuiltFrom(unittest.TestCase):
+    def test_a_bench_only_head_names_the_src_commit(self):
+        self.assertEqual(report._built_from({"git_commit": "d5ee4a9", "src_commit": "6016029"}),
+                         "d5ee4a9, src as of 6016029")
+        self.assertEqual(report._built_from({"git_commit": "6016029", "src_commit": "6016029"}),
+                         "6016029")
+        self.assertEqual(report._built_from({"git_commit": "abc"}), "abc")
+
+
+class LoadLine(unittest.TestCase):
+    def test_phases_and_end(self):
+        line = report.load_line({"loadavg_phases": {"cycles": [0.5, 0, 0], "bursts": [7.25, 0, 0]},
+                                 "loadavg_end": [9.0, 0, 0]})
+        self.assertEqual(line, "Load average (1 min) as each phase began: cycles 0.50, "
+                               "bursts 7.25, end 9.00.")
+        self.assertEqual(report.load_line({}), "")
+
+
 if __name__ == "__main__":
     unittest.main()
