@@ -7,7 +7,9 @@
 #                                 firewall: its ingressPolicy beside academy's, tests/it/isolation.rs)
 #   golang-go + golang-github-appc-cni-dev + the golang-github-appc-cni source package
 #                                 cnitool, built offline against Debian's libcni
-#   iproute2 iputils-ping strace jq          the tests look at the kernel with these
+#   iproute2 iputils-ping strace jq conntrack procps
+#                                 the tests look at the kernel with these (conntrack's
+#                                 table, sysctls of a test's own netns)
 #   nftables iptables                        the tests read NAT rules with these
 #   podman runc containerd busybox-static    the runtimes tests drive academy through
 #   gcc libc6-dev                            the static pause binary of the containerd test
@@ -39,7 +41,7 @@ LAB_NETCONF_DIR=${LAB_NETCONF_DIR:-/etc/cni/lab-net.d}
 PLUGINS=(bridge host-local loopback portmap firewall)
 PKGS=(
   golang-go golang-github-appc-cni-dev containernetworking-plugins xz-utils
-  iproute2 iputils-ping strace jq
+  iproute2 iputils-ping strace jq conntrack procps
   nftables iptables
   podman runc containerd busybox-static
   gcc libc6-dev
