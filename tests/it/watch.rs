@@ -24,14 +24,14 @@ use crate::common::*;
 const BOUND: Duration = Duration::from_secs(1);
 
 /// `academy watch --conf-dir DIR` running in the node, its stderr collected.
-struct Watcher {
+pub(crate) struct Watcher {
     child: Child,
     log: Arc<Mutex<Vec<String>>>,
     reader: Option<JoinHandle<()>>,
 }
 
 impl Watcher {
-    fn start(node: &Node, conf_dir: &str) -> Watcher {
+    pub(crate) fn start(node: &Node, conf_dir: &str) -> Watcher {
         // `ip netns exec` execs the command: the child's PID is academy's.
         let mut child = Command::new("ip")
             .args(["netns", "exec", &node.ns, plugin(), "watch", "--conf-dir"])
@@ -72,7 +72,7 @@ impl Watcher {
         kill(self.pid(), signal).unwrap_or_else(|e| panic!("{signal}: {e}"));
     }
 
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }
 
