@@ -15,6 +15,8 @@
 //! - `flush`: `nft flush ruleset`, and the remedy each side offers (academy's
 //!   `restore-nat` and `academy watch`, the reference's next ADD);
 //! - `isolation`: two `--opt isolate=true` networks (isolation.rs's outcome table).
+//! - `live`: the reference's containers on a node converted under them: academy's
+//!   repairs cover them once the runtime's DEL and ADD have made them academy's.
 //!
 //! Every iptables and nf_tables change is made in a node netns the test made (the
 //! reference's rules and academy's die with it); packets go only between namespaces
@@ -24,6 +26,7 @@
 mod flush;
 mod forward;
 mod isolation;
+mod live;
 mod reload;
 
 use std::path::PathBuf;
