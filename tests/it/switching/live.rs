@@ -30,6 +30,8 @@ fn containers_made_before_the_switch_are_repaired_once_added_again() {
     site.node.nft(&["flush", "ruleset"]);
     let restored = site.restore_nat();
     let before_readd = site.outbound();
+    let status = site.status();
+    println!("STATUS then: exit {}", status.code);
     println!(
         "restore-nat with only the reference's containers:\n{}",
         restored.stderr
