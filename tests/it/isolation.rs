@@ -21,7 +21,7 @@ use crate::common::*;
 const CNITOOL: &str = "/usr/local/bin/cnitool";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Plugin {
+pub(crate) enum Plugin {
     Reference,
     Academy,
 }
@@ -60,7 +60,7 @@ struct Site<'a> {
 
 /// A site's networks, (key, isolated): the first three quarters of the lab's /24, the
 /// outside the last. Every site uses the same (each is a node of its own).
-type Plan = [(&'static str, bool)];
+pub(crate) type Plan = [(&'static str, bool)];
 
 fn in_ns(netns: &str, argv: &[&str], env: &[(&str, &str)]) -> Out {
     let mut all = vec!["netns", "exec", netns];
@@ -269,7 +269,7 @@ fn reaches(from: &str, to: &str, expect: bool) -> bool {
 }
 
 /// The probes and what the reference's firewall plugin 1.1.1 makes of them.
-const PROBES: [(&str, bool); 9] = [
+pub(crate) const PROBES: [(&str, bool); 9] = [
     ("isolated A -> isolated B", false),
     ("isolated B -> isolated A", false),
     ("isolated A -> not-isolated C", true),
@@ -283,7 +283,7 @@ const PROBES: [(&str, bool); 9] = [
 
 /// The outcome table of one plugin: a site with isolated A and B, C without the key,
 /// two containers on A, one on B and C.
-fn observe(lab: &Lab, tag: &'static str, plugin: Plugin, plan: &Plan) -> Vec<bool> {
+pub(crate) fn observe(lab: &Lab, tag: &'static str, plugin: Plugin, plan: &Plan) -> Vec<bool> {
     let (site, nets) = Site::new(lab, tag, plugin, plan);
     for net in &nets {
         site.write(net);

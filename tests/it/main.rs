@@ -52,6 +52,9 @@
 //! |               | pod across nodes, masquerade out, hostPort, DEL/GC isolation, an |
 //! |               | installer upgrade under running pods                            |
 //! | `installer`   | the installer image (FROM scratch) and its DaemonSet           |
+//! | `switching/`  | a podman network on the reference chain beside its `academy convert`ed |
+//! |               | entry, the same scenario on each (DROP FORWARD, loopback, iptables |
+//! |               | reload and flush, nft flush ruleset, isolation): academy never weaker |
 //! | `reference_switch` | a live reference network switched by `academy convert`: DEL |
 //! |               | removes the reference's leftovers; convert's report and --in-place |
 //! | `vlan`        | the bridge port: VLANs (in a VM on Debian's kernel), isolation |
@@ -124,5 +127,6 @@ mod protocol;
 mod reference_switch;
 mod route_attrs;
 mod services;
+mod switching;
 mod vlan;
 mod watch;

@@ -24,14 +24,14 @@ use crate::common::*;
 const BOUND: Duration = Duration::from_secs(1);
 
 /// `academy watch --conf-dir DIR` running in the node, its stderr collected.
-struct Watcher {
+pub(crate) struct Watcher {
     child: Child,
     log: Arc<Mutex<Vec<String>>>,
     reader: Option<JoinHandle<()>>,
 }
 
 impl Watcher {
-    fn start(node: &Node, conf_dir: &str) -> Watcher {
+    pub(crate) fn start(node: &Node, conf_dir: &str) -> Watcher {
         // `ip netns exec` execs the command: the child's PID is academy's.
         let mut child = Command::new("ip")
             .args(["netns", "exec", &node.ns, plugin(), "watch", "--conf-dir"])
@@ -72,7 +72,7 @@ impl Watcher {
         kill(self.pid(), signal).unwrap_or_else(|e| panic!("{signal}: {e}"));
     }
 
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }
 
@@ -407,17 +407,20 @@ fn the_watch_puts_back_a_flush_a_deleted_table_or_an_iptables_reload_within_a_se
     assert_eq!(state(&node), portless);
     assert!(!watch.text().contains("by academy"), "{}", watch.text());
 
-    // An iptables round trip of what is there. iptables-nft 1.8.9 writes academy's
-    // accepts back with their comment as an xt match, which the FORWARD kind does not
-    // read as academy's (netlink/nftables/forward.rs reads a rule's user data only), so
-    // the watch appends its pair again beside them. Known, and left to that kind: here
-    // academy's tables are held unchanged and its accepts present.
+    // An iptables round trip of what is there: academy writes its accepts as iptables-nft
+    // does (the comment an xt match), so the round trip keeps them as they were, and the
+    // watch, reading them back as academy's, adds no second copy.
     let saved = iptables(&node, "iptables-nft-save", &[], "").stdout;
     iptables(&node, "iptables-nft-restore", &[], &saved);
     std::thread::sleep(Duration::from_millis(600));
     let now = state(&node);
+    let sorted = |v: &[Value]| {
+        let mut v: Vec<String> = v.iter().map(Value::to_string).collect();
+        v.sort();
+        v
+    };
     assert!(
-        now.academy == portless.academy && portless.forward.iter().all(|r| now.forward.contains(r)),
+        now.academy == portless.academy && sorted(&now.forward) == sorted(&portless.forward),
         "after iptables-save | iptables-restore:\n{}watch log:\n{}",
         difference(&portless, &now),
         watch.text()

@@ -75,10 +75,10 @@ print('NOTHING')
 
 /// A TCP service of the node's own on addr:port (a python3 in the node netns, listening
 /// before `start` returns), answering "node"; killed by Drop.
-struct NodeService(Child);
+pub(crate) struct NodeService(Child);
 
 impl NodeService {
-    fn start(node: &Node, addr: &str, port: u16) -> NodeService {
+    pub(crate) fn start(node: &Node, addr: &str, port: u16) -> NodeService {
         let family = if addr.contains(':') {
             "AF_INET6"
         } else {
@@ -120,10 +120,10 @@ impl Drop for NodeService {
 }
 
 /// One container of the lab's network in the node: its netns, its addresses.
-struct Container {
-    netns: String,
-    v4: String,
-    v6: String,
+pub(crate) struct Container {
+    pub(crate) netns: String,
+    pub(crate) v4: String,
+    pub(crate) v6: String,
 }
 
 impl Container {
@@ -191,7 +191,13 @@ fn probe(node: &Node, c: &Container, dst: &str, port: u16) -> String {
 
 /// A raw SYN to 127.0.0.1 (or ::1) from the container, after a control SYN to the
 /// gateway's address on `control` (a node service there), which must be answered.
-fn loopback_probe(node: &Node, c: &Container, v6: bool, port: u16, control: u16) -> String {
+pub(crate) fn loopback_probe(
+    node: &Node,
+    c: &Container,
+    v6: bool,
+    port: u16,
+    control: u16,
+) -> String {
     let gw = gateway(node.lab, v6);
     assert_eq!(
         probe(node, c, &gw, control),

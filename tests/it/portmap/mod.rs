@@ -16,7 +16,7 @@
 
 mod healing;
 mod limits;
-mod localnet;
+pub(crate) mod localnet;
 mod owners;
 mod published;
 mod runtimes;
