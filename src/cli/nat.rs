@@ -9,6 +9,7 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use super::{load_network, CliError, Parsed};
+use crate::addressing::open_store;
 use crate::cni::Error;
 use crate::config::Config;
 use crate::firewall::{self, Kind};
@@ -35,6 +36,9 @@ pub fn restore(args: &[String]) -> Result<(), CliError> {
     if confs.is_empty() {
         eprintln!("academy restore-nat: no academy network found; nothing to do");
         return Ok(());
+    }
+    for conf in &confs {
+        not_academys(conf);
     }
     let mut failed = Vec::new();
     for network in restore_each(&confs) {
@@ -76,6 +80,31 @@ pub(super) fn restore_each(confs: &[Config]) -> Vec<Restored> {
             outcome: firewall::restore(conf),
         })
         .collect()
+}
+
+/// Says which of the network's reservations academy did not make (the reference's
+/// host-local, before `academy convert`): their containers' NAT and ports are the
+/// reference's rules, which academy neither knows nor restores.
+fn not_academys(conf: &Config) {
+    let Ok(Some(store)) = open_store(conf) else {
+        return;
+    };
+    let Ok(all) = store.reservations() else {
+        return;
+    };
+    let foreign: Vec<String> = all
+        .iter()
+        .filter(|r| matches!(store.index_of(r), Ok(None)))
+        .map(|r| format!("{} ({})", r.address, r.container_id))
+        .collect();
+    if !foreign.is_empty() {
+        eprintln!(
+            "network {}: {} reservation(s) academy did not make, not restored: {}; DEL and ADD those containers through academy to give them academy's state",
+            conf.name,
+            foreign.len(),
+            foreign.join(", ")
+        );
+    }
 }
 
 /// "outbound NAT: a, b; published ports: c": what a network's restore put back.

@@ -36,6 +36,15 @@ fn containers_made_before_the_switch_are_repaired_once_added_again() {
         "restore-nat with only the reference's containers:\n{}",
         restored.stderr
     );
+    // It cannot repair them, but it says so, naming them and the remedy.
+    assert!(
+        restored
+            .stderr
+            .contains("academy did not make, not restored")
+            && restored.stderr.contains("DEL and ADD those containers"),
+        "restore-nat kept quiet about the reference's containers:\n{}",
+        restored.stderr
+    );
 
     let a = site.a.clone();
     let del = site.cnitool("del", &a, Some(HOST_PORT));
