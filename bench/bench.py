@@ -51,11 +51,18 @@ NET_ACADEMY, NET_REFERENCE, NET_FLOOR = "10.240", "10.241", "10.242"
 FLOOR_PREFIX = 20
 NET_SCALE_ACADEMY, NET_SCALE_HOSTLOCAL = "10.243", "10.244"
 NET_MASQ_ACADEMY, NET_MASQ_REFERENCE = "10.245", "10.246"
+# The last /20 of 10.242: academy's network with a bandwidth limit, on the host like the
+# plain one it is compared with.
+NET_BW_ACADEMY, BW_PREFIX = "10.242.240", 20
+# docs/bandwidth.md: 8 Mbit/s each way, 80 kbit buckets, through the capability (what
+# containerd and CRI-O send for a pod's bandwidth annotations).
+BANDWIDTH = {"ingressRate": 8000000, "ingressBurst": 80000,
+             "egressRate": 8000000, "egressBurst": 80000}
 
-FULL = dict(cycles=100, warmup=3, burst=50, burst_rounds=2,
+FULL = dict(cycles=100, warmup=3, lifetime_cycles=15, burst=50, burst_rounds=2,
             points=[0, 1000, 8000, 32000], scale_cycles=11,
             gc_attachments=50, gc_rounds=4, burst_sizes=[110, 250], crowd_cycles=20)
-QUICK = dict(cycles=6, warmup=1, burst=20, burst_rounds=1,
+QUICK = dict(cycles=6, warmup=1, lifetime_cycles=2, burst=20, burst_rounds=1,
              points=[0, 1000, 8000], scale_cycles=3,
              gc_attachments=10, gc_rounds=1, burst_sizes=[20, 40], crowd_cycles=3)
 HOSTLOCAL_BUDGET_S = 60.0  # per scaling point: beyond it host-local's series stops
@@ -69,6 +76,12 @@ SETTLE_S = 0.02
 def ip_at(net: str, offset: int) -> str:
     """The address `offset` places into the /16 `net`."""
     return f"{net}.{offset >> 8}.{offset & 255}"
+
+
+def offset_in(address: str) -> int:
+    """ip_at's inverse: an address's offset into its /16."""
+    c, d = address.split(".")[2:]
+    return (int(c) << 8) | int(d)
 
 
 def rotate(items: list, i: int) -> list:
@@ -114,6 +127,14 @@ class Bench:
         }
         for plugin in self.masq.values():
             plugin.conf["ipMasq"] = True
+        # academy with a bandwidth limit, against the plain network (cycles only).
+        self.ns["academy-bw"] = lab.add_netns("bnch-abw")
+        bw = self.academy(academy_bin, "bnchbr-abw", None, "bnch-academy-bw",
+                          self.lab.scratch("store-abw"),
+                          subnet=(f"{NET_BW_ACADEMY}.0/{BW_PREFIX}", f"{NET_BW_ACADEMY}.1"))
+        bw.conf.update(capabilities={"bandwidth": True},
+                       runtimeConfig={"bandwidth": dict(BANDWIDTH)})
+        self.bw = {"academy-bw": bw}
         self.floors = Floors(self, lab)
         # --baseline: the current binary and the older one, each on a private node of
         # its own (baseline.py), in the same cycles.
@@ -123,13 +144,17 @@ class Bench:
             baseline_bin = lab.snapshot(args.baseline, "baseline")
             self.baseline_sha = provenance.sha256(baseline_bin)
             self.versus = baseline.Versus(lab, academy_bin, baseline_bin)
+        # Each network's resident attachment, in a netns of its own (cycles()).
+        self.resident_ns = {k: lab.add_netns(f"bnch-rs-{k}") for k in networks(self)}
 
-    def academy(self, binary, bridge, net, name, data_dir=None) -> Plugin:
+    def academy(self, binary, bridge, net, name, data_dir=None, subnet=None) -> Plugin:
+        """academy on the /16 `net`, or on `subnet` (its CIDR and gateway)."""
         data_dir = data_dir or self.lab.scratch("store-academy")
         self.lab.track_bridge(bridge)
+        cidr, gateway = subnet or (f"{net}.0.0/16", f"{net}.0.1")
         conf = {
             "cniVersion": "1.0.0", "name": name, "type": "academy", "bridge": bridge,
-            "subnet": f"{net}.0.0/16", "gateway": f"{net}.0.1", "dataDir": data_dir,
+            "subnet": cidr, "gateway": gateway, "dataDir": data_dir,
         }
         return Plugin("academy", binary, conf, os.path.dirname(binary), bridge,
                       os.path.join(data_dir, name))
@@ -225,73 +250,154 @@ def _sum_runs(a: Run, b: Run) -> Run:
 # ---- phase 1: ADD, CHECK, DEL cycles ------------------------------------------------
 
 
-def cycles(b: Bench, n: int, warmup: int) -> dict:
+def cycles(b: Bench, n: int, warmup: int, lifetime: int = 0) -> dict:
     """n recorded cycles (after `warmup` unrecorded ones, which also create the
     plugins' bridges). Each cycle: every ADD (plugins and floors), both CHECKs, every
-    DEL, each group in a rotating order."""
+    DEL, each group in a rotating order.
+
+    Steady state: before the recorded cycles every network gets one resident
+    attachment of its own (academy's, the reference's, the baseline's), DELed after
+    them, so each cycle's ADD is not the network's first nor its DEL the last. academy
+    makes a network's own nf_tables objects with its first ADD and deletes them with its
+    last DEL; that cost is measured apart, before the residents come: `lifetime` cycles
+    on the empty networks (the baseline's when there is one, else academy's own), series
+    `<key>.ADD.first` and `<key>.DEL.last`."""
     series: dict[str, list] = {}
     errors: list[str] = []
     total = n + warmup
-    for i in range(total):
-        keep = i >= warmup
 
-        def record(name, run):
-            if run is None:
-                return
-            if keep:
-                series.setdefault(name, []).append(run.sample())
-            if not run.ok:
-                errors.append(f"cycle {i} {name}: rc={run.rc} "
-                              f"{run.stdout.decode(errors='replace')[:200]}"
-                              f"{run.stderr.decode(errors='replace')[:200]}")
+    def record(name, run, keep=True, label=""):
+        if run is None:
+            return
+        if isinstance(run, dict):  # fs_create's probe: a sample already, never failing
+            series.setdefault(name, []).append(run)
+            return
+        if keep:
+            series.setdefault(name, []).append(run.sample())
+        if not run.ok:
+            errors.append(f"{label} {name}: rc={run.rc} "
+                          f"{run.stdout.decode(errors='replace')[:200]}"
+                          f"{run.stderr.decode(errors='replace')[:200]}")
 
-        for k in rotate(list(b.plugins), i):
-            if keep and os.path.isdir(b.plugins[k].store):
-                series.setdefault(f"fs.create.{k}", []).append(
-                    settled(lambda: fs_create(b.plugins[k].store, i)))
-
-        atts = {k: Attachment(cid=f"bnch-{k[:3]}-{i:04d}", netns=b.ns[k]) for k in b.plugins}
-        atts.update({k: Attachment(cid=f"bnch-{k[:3]}m-{i:04d}", netns=b.ns[k]) for k in b.masq})
-        versus = b.versus.plugins if b.versus else {}
-        atts.update({k: Attachment(cid=f"bnch-v{k[0]}{'m' if 'masq' in k else ''}-{i:04d}",
-                                   netns=b.versus.netns[k]) for k in versus})
-        adds = {
-            "academy.ADD": lambda: cni.invoke(b.sp, b.plugins["academy"], "ADD", atts["academy"]),
-            "reference.ADD": lambda: cni.invoke(b.sp, b.plugins["reference"], "ADD", atts["reference"]),
-            "floor.add_ip": lambda: b.floors.add_ip(i),
-            "floor.add_c": lambda: b.floors.add_c(i),
-            "floor.spawn": b.floors.spawn,
-        }
-        for k in b.masq:
-            adds[f"{k}.ADD"] = lambda k=k: cni.invoke(b.sp, b.masq[k], "ADD", atts[k])
-        for k in versus:
-            adds[f"{k}.ADD"] = lambda k=k: cni.invoke(b.sp, versus[k], "ADD", atts[k])
-        for name in rotate(list(adds), i):
-            record(name, settled(adds[name]))
-
-        checked = {**b.plugins, **versus}
-        for k in rotate(list(checked), i):
-            if atts[k].result is not None:
-                record(f"{k}.CHECK",
-                       settled(lambda: cni.invoke(b.sp, checked[k], "CHECK", atts[k])))
-
-        b.floors.prepare_bare(i)
-        dels = {
-            "academy.DEL": lambda: cni.invoke(b.sp, b.plugins["academy"], "DEL", atts["academy"]),
-            "reference.DEL": lambda: cni.invoke(b.sp, b.plugins["reference"], "DEL", atts["reference"]),
-            "floor.del_bare": lambda: b.floors.del_bare(i),
-            "floor.del_wired": lambda: b.floors.del_wired(i),
-        }
-        for k in b.masq:
-            dels[f"{k}.DEL"] = lambda k=k: cni.invoke(b.sp, b.masq[k], "DEL", atts[k])
-        for k in versus:
-            dels[f"{k}.DEL"] = lambda k=k: cni.invoke(b.sp, versus[k], "DEL", atts[k])
-        for name in rotate(list(dels), i):
-            record(name, settled(dels[name]))
-        b.floors.del_c(i)
-        _progress(f"cycles {i + 1}/{total}")
+    for i in range(warmup):
+        one_cycle(b, i, False, record)
+        _progress(f"cycles: warm-up {i + 1}/{warmup}")
+    first_last(b, lifetime, warmup, record)
+    resident = residents(b)
+    for op in resident["errors"]:
+        errors.append(f"resident {op}")
+    for i in range(warmup, total):
+        one_cycle(b, i, True, record)
+        _progress(f"cycles {i + 1 - warmup}/{n}")
+    errors.extend(f"resident {op}" for op in residents_gone(b, resident))
     _progress_done()
-    return {"series": series, "errors": errors, "leftovers": leftovers(b)}
+    return {"series": series, "errors": errors, "leftovers": leftovers(b),
+            "residents": sorted(resident["atts"]), "lifetime_cycles": lifetime}
+
+
+def networks(b: Bench) -> dict:
+    """Every network in the cycles: key -> plugin (academy's, the reference's, the
+    ipMasq pair, the bandwidth-limited one, the baseline comparison's)."""
+    return {**b.plugins, **b.masq, **b.bw, **(b.versus.plugins if b.versus else {})}
+
+
+def residents(b: Bench) -> dict:
+    """One attachment on each network, in a netns of its own, ADDed (untimed) before
+    the recorded cycles."""
+    atts, errs = {}, []
+    for k, plugin in networks(b).items():
+        att = Attachment(cid=f"bnch-resident-{k}", netns=b.resident_ns[k])
+        run = cni.invoke(b.sp, plugin, "ADD", att)
+        if run.ok:
+            atts[k] = att
+        else:
+            errs.append(f"{k}.ADD: {att.errors[-1][:300]}")
+    # The limited network's ADD shapes: its result lists the ifb (docs/bandwidth.md).
+    shaped = atts.get("academy-bw")
+    if shaped and not any(i.get("name", "").startswith("bwp")
+                          for i in shaped.result.get("interfaces", [])):
+        errs.append("academy-bw.ADD: no ifb in the result: the ADD did not shape")
+    return {"atts": atts, "errors": errs}
+
+
+def residents_gone(b: Bench, resident: dict) -> list:
+    """The residents' DELs (untimed), after the cycles; what failed."""
+    nets, errs = networks(b), []
+    for k, att in resident["atts"].items():
+        if not cni.invoke(b.sp, nets[k], "DEL", att).ok:
+            errs.append(f"{k}.DEL: {att.errors[-1][:300]}")
+    return errs
+
+
+def lifetime_keys(b: Bench) -> list:
+    """Where a network's first ADD and last DEL are timed: the baseline comparison's four
+    networks when there is a baseline, else academy's plain and ipMasq ones."""
+    return list(b.versus.plugins) if b.versus else ["academy", "academy-masq"]
+
+
+def first_last(b: Bench, n: int, i0: int, record):
+    """n cycles of one ADD and one DEL on each lifetime network, empty before and after:
+    each ADD is the network's first (academy makes its nf_tables objects), each DEL its
+    last (academy deletes them). Interleaved, the order rotating."""
+    nets = networks(b)
+    netns = {**b.ns, **(b.versus.netns if b.versus else {})}
+    keys = lifetime_keys(b)
+    for c in range(n):
+        atts = {k: Attachment(cid=f"bnch-l{k[0]}{'m' if 'masq' in k else ''}-{c:04d}",
+                              netns=netns[k]) for k in keys}
+        for k in rotate(keys, c):
+            record(f"{k}.ADD.first",
+                   settled(lambda: cni.invoke(b.sp, nets[k], "ADD", atts[k])), label=f"first {c}")
+        for k in rotate(keys, c):
+            record(f"{k}.DEL.last",
+                   settled(lambda: cni.invoke(b.sp, nets[k], "DEL", atts[k])), label=f"last {c}")
+        _progress(f"cycles: first ADD, last DEL {c + 1}/{n}")
+
+
+def one_cycle(b: Bench, i: int, keep: bool, record):
+    """Cycle i: every ADD, both CHECKs, every DEL, each group in a rotating order."""
+    label = f"cycle {i}"
+    for k in rotate(list(b.plugins), i):
+        if keep and os.path.isdir(b.plugins[k].store):
+            record(f"fs.create.{k}", settled(lambda: fs_create(b.plugins[k].store, i)))
+
+    atts = {k: Attachment(cid=f"bnch-{k[:3]}-{i:04d}", netns=b.ns[k]) for k in b.plugins}
+    atts.update({k: Attachment(cid=f"bnch-{k[:3]}m-{i:04d}", netns=b.ns[k]) for k in b.masq})
+    atts.update({k: Attachment(cid=f"bnch-abw-{i:04d}", netns=b.ns[k]) for k in b.bw})
+    versus = b.versus.plugins if b.versus else {}
+    atts.update({k: Attachment(cid=f"bnch-v{k[0]}{'m' if 'masq' in k else ''}-{i:04d}",
+                               netns=b.versus.netns[k]) for k in versus})
+    others = {**b.masq, **b.bw, **versus}
+    adds = {
+        "academy.ADD": lambda: cni.invoke(b.sp, b.plugins["academy"], "ADD", atts["academy"]),
+        "reference.ADD": lambda: cni.invoke(b.sp, b.plugins["reference"], "ADD", atts["reference"]),
+        "floor.add_ip": lambda: b.floors.add_ip(i),
+        "floor.add_c": lambda: b.floors.add_c(i),
+        "floor.spawn": b.floors.spawn,
+    }
+    for k in others:
+        adds[f"{k}.ADD"] = lambda k=k: cni.invoke(b.sp, others[k], "ADD", atts[k])
+    for name in rotate(list(adds), i):
+        record(name, settled(adds[name]), keep, label)
+
+    checked = {**b.plugins, **versus}
+    for k in rotate(list(checked), i):
+        if atts[k].result is not None:
+            record(f"{k}.CHECK",
+                   settled(lambda: cni.invoke(b.sp, checked[k], "CHECK", atts[k])), keep, label)
+
+    b.floors.prepare_bare(i)
+    dels = {
+        "academy.DEL": lambda: cni.invoke(b.sp, b.plugins["academy"], "DEL", atts["academy"]),
+        "reference.DEL": lambda: cni.invoke(b.sp, b.plugins["reference"], "DEL", atts["reference"]),
+        "floor.del_bare": lambda: b.floors.del_bare(i),
+        "floor.del_wired": lambda: b.floors.del_wired(i),
+    }
+    for k in others:
+        dels[f"{k}.DEL"] = lambda k=k: cni.invoke(b.sp, others[k], "DEL", atts[k])
+    for name in rotate(list(dels), i):
+        record(name, settled(dels[name]), keep, label)
+    b.floors.del_c(i)
 
 
 def fs_create(directory: str, i: int) -> dict:
@@ -317,10 +423,25 @@ def settled(op):
 def leftovers(b: Bench) -> dict:
     """What the DELs left behind: ports on the bridges, reservations in the stores."""
     left = {k: {"ports": ports(p.bridge), "reservations": reservations(p.store)}
-            for k, p in {**b.plugins, **b.masq}.items()}
+            for k, p in {**b.plugins, **b.masq, **b.bw}.items()}
+    ifbs = shaping_links("bnch-academy-bw")
+    if ifbs:
+        left["academy-bw"]["ifbs"] = ifbs
     if b.versus:
         left.update(b.versus.leftovers())
     return left
+
+
+def shaping_links(network: str) -> list:
+    """The ifb links academy made for a network's shaped attachments (their alias names
+    the network): after the DELs, none."""
+    r = sh("ip", "-j", "link", "show", "type", "ifb", check=False)
+    try:
+        links = json.loads(r.stdout or "[]")
+    except ValueError:
+        return []
+    return [l["ifname"] for l in links
+            if l.get("ifalias", "").startswith(f"academy:{network}:")]
 
 
 def reservations(store: str) -> list:
@@ -433,7 +554,7 @@ def scaling(b: Bench, points: list, n_cycles: int, seed: int) -> dict:
                                  b.lab.scratch("scale-hostlocal")),
     }
     # Scattered: every address but the network, the gateway (.0.1) and the broadcast.
-    offsets = random.Random(seed).sample(range(2, 65535), max(points))
+    offsets = random.Random(seed).sample(range(2, 65535), max(points) + len(plugins))
     result = {"seed": seed, "points": []}
     written, stopped = 0, {}
     # Unrecorded: the first ADD creates the bridge, which is no part of the IPAM's cost.
@@ -441,6 +562,22 @@ def scaling(b: Bench, points: list, n_cycles: int, seed: int) -> dict:
         att = Attachment(cid="bnch-s-warmup", netns=b.ns[k])
         cni.invoke(b.sp, plugin, "ADD", att)
         cni.invoke(b.sp, plugin, "DEL", att)
+    # And one resident attachment on each network for the whole phase (one more address
+    # held than the point says), as in the cycles: at 0 held, academy's ADD would
+    # otherwise be the network's first and its DEL the last (its nf_tables objects made
+    # and deleted), while at 1,000 held and more the long-gone holders keep the network
+    # in use, so the points would not measure the same ADD and DEL.
+    resident = {}
+    for k, plugin in plugins.items():
+        att = Attachment(cid="bnch-s-resident", netns=b.lab.add_netns(f"bnch-rs-scale-{k}"))
+        if cni.invoke(b.sp, plugin, "ADD", att).ok:
+            resident[k] = att
+        else:
+            result.setdefault("errors", []).append(f"{k} resident ADD: {att.errors[-1][:300]}")
+    result["resident"] = sorted(resident)
+    # The held sample never takes a resident's address (populate writes with O_EXCL).
+    taken = {offset_in(cni.address(a.result)) for a in resident.values()}
+    offsets = [o for o in offsets if o not in taken][:max(points)]
     for n in points:
         t0 = time.monotonic()
         populate(plugins["academy"].store, NET_SCALE_ACADEMY, offsets, written, n, index=True)
@@ -470,6 +607,9 @@ def scaling(b: Bench, points: list, n_cycles: int, seed: int) -> dict:
             _progress(f"scaling {n} held, cycle {c + 1}/{n_cycles}")
         point["stopped"] = dict(stopped)
         result["points"].append(point)
+    for k, att in resident.items():
+        if not cni.invoke(b.sp, plugins[k], "DEL", att).ok:
+            result.setdefault("errors", []).append(f"{k} resident DEL: {att.errors[-1][:300]}")
     _progress_done()
     return result
 
@@ -533,6 +673,8 @@ def parse_args() -> argparse.Namespace:
                         "phase, against --academy (the 'academy vs its baseline' table)")
     p.add_argument("--baseline-label", help="what the baseline is, for the table "
                    "(default: the commit of the checkout it was built in)")
+    p.add_argument("--lifetime-cycles", type=int,
+                   help="cycles on empty networks, timing a network's first ADD and last DEL")
     p.add_argument("--burst-sizes", type=lambda t: [int(x) for x in t.split(",") if x],
                    help="pods started at once on a node, e.g. 110,250 (empty: no bursts)")
     p.add_argument("--crowd-cycles", type=int,
@@ -568,7 +710,8 @@ def main():
         lab.preclean()
         b = Bench(args, lab)
         results = {"machine": provenance.machine(), "settings": {
-            k: getattr(args, k) for k in ("cycles", "warmup", "burst", "burst_rounds",
+            k: getattr(args, k) for k in ("cycles", "warmup", "lifetime_cycles", "burst",
+                                          "burst_rounds",
                                           "points", "scale_cycles", "seed", "quick",
                                           "gc_attachments", "gc_rounds", "burst_sizes",
                                           "crowd_cycles")}}
@@ -577,7 +720,7 @@ def main():
         gc.disable()  # no collector pauses inside a timed spawn-to-reap
         load["cycles"] = os.getloadavg()
         print(f"bench: {args.cycles} cycles (+{args.warmup} warm-up) ...", file=sys.stderr)
-        results["cycles"] = cycles(b, args.cycles, args.warmup)
+        results["cycles"] = cycles(b, args.cycles, args.warmup, args.lifetime_cycles)
         print("bench: syscalls (strace, perf) ...", file=sys.stderr)
         results["syscalls"] = syscalls(b)
         load["burst"] = os.getloadavg()

@@ -232,7 +232,15 @@ def _clean_nftables():
 
 
 def _our_links() -> list:
-    return [l for l in _links() if l.startswith(PREFIX)]
+    """The bench's links by name, and the ifb links academy made for a bench network's
+    shaped attachments (named bwp..., their alias names the network)."""
+    r = sh("ip", "-j", "link", "show", "type", "ifb", check=False)
+    try:
+        ifbs = [l["ifname"] for l in json.loads(r.stdout or "[]")
+                if l.get("ifalias", "").startswith(f"academy:{PREFIX}")]
+    except ValueError:
+        ifbs = []
+    return [l for l in _links() if l.startswith(PREFIX)] + ifbs
 
 
 def _ports(bridge: str) -> list:

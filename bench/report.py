@@ -8,6 +8,7 @@ ADD_VS_REFERENCE = 0.35
 RSS_VS_REFERENCE = 0.75
 SCALING_32K_VS_EMPTY = 2.0
 DEL_VS_FLOOR = 1.15
+BANDWIDTH_VS_PLAIN = 1.3
 
 
 def median(xs):
@@ -60,14 +61,29 @@ def summarize(results: dict) -> dict:
         "reference_ADD_vs_ip_floor": ratio("reference.ADD", "floor.add_ip"),
         "academy_ADD_vs_c_floor": ratio("academy.ADD", "floor.add_c"),
         "reference_ADD_vs_c_floor": ratio("reference.ADD", "floor.add_c"),
+        "academy_ADD_bw_vs_plain": ratio("academy-bw.ADD", "academy.ADD"),
+        "academy_DEL_bw_vs_plain": ratio("academy-bw.DEL", "academy.DEL"),
+        "academy_ADD_bw_vs_plain_paired": paired_ratio(series, "academy-bw.ADD", "academy.ADD"),
+        "academy_DEL_bw_vs_plain_paired": paired_ratio(series, "academy-bw.DEL", "academy.DEL"),
     }
     scaling = scaling_stats(results["scaling"])
+    ratios["academy_scaling_DEL_last_vs_first"] = (scaling_del(scaling) or {}).get(
+        "ratio", float("nan"))
     out = {"stats": s, "ratios": ratios, "scaling": scaling,
-           "targets": targets(ratios, scaling), "versus": versus_summary(results, s)}
+           "targets": targets(ratios, scaling), "versus": versus_summary(results, s),
+           "lifetime": lifetime_summary(s)}
     if results.get("bursts"):
         out["bursts"] = bursts_summary(results["bursts"])
     out["issue_targets"] = issue_targets(dict(results, summary=out))
     return out
+
+
+def paired_ratio(series: dict, a: str, b: str) -> float:
+    """The median of a/b cycle by cycle (the two series are recorded in the same cycles,
+    one sample each per cycle), over the cycles where both succeeded."""
+    pairs = [(x_["wall_ms"], y["wall_ms"]) for x_, y in zip(series.get(a, []), series.get(b, []))
+             if x_.get("rc", 0) == 0 and y.get("rc", 0) == 0 and y["wall_ms"] > 0]
+    return median([p / q for p, q in pairs])
 
 
 def _rss_ratio(s, key):
@@ -106,6 +122,8 @@ def targets(ratios: dict, scaling: dict) -> list:
         ("ADD with ipMasq ≤ 0.25 x reference's with ipMasq", ratios["ADD_masq"], 0.25),
         ("DEL with ipMasq ≤ 0.5 x reference's with ipMasq", ratios["DEL_masq"], 0.5),
         ("academy ADD with ipMasq ≤ 1.3 x without", ratios["academy_ADD_masq_vs_plain"], 1.3),
+        (f"academy ADD with a bandwidth limit ≤ {BANDWIDTH_VS_PLAIN} x ADD without",
+         ratios.get("academy_ADD_bw_vs_plain", float("nan")), BANDWIDTH_VS_PLAIN),
     ]
     return [{"target": name, "value": v, "limit": lim,
              "verdict": "PASS" if v <= lim else ("MISS" if v == v else "n/a")}
@@ -166,7 +184,9 @@ def markdown(results: dict, summary: dict, chart_path: str | None) -> str:
         load_line(m),
         "",
         f"Both invoked directly as a runtime does (CNI_* environment, config on stdin, "
-        f"prevResult to CHECK and DEL), {n} cycles interleaved with a rotating order. "
+        f"prevResult to CHECK and DEL), {n} cycles interleaved with a rotating order, "
+        "each network holding one resident attachment throughout (steady state: no ADD "
+        "is a network's first, no DEL its last). "
         "Wall time in ms from spawn to reap: median (min–max). The machine is shared and "
         "noisy: the ratios, taken in the same run, are the result, not the absolutes.",
         "",
@@ -197,6 +217,10 @@ def markdown(results: dict, summary: dict, chart_path: str | None) -> str:
     lines += burst_rows(results["burst"])
     lines += scaling_rows(summary["scaling"])
     lines += health_rows(results)
+    lines += scaling_del_line(summary["scaling"], results["scaling"].get("errors"))
+    lines += bandwidth_rows(st, r)
+    if summary.get("lifetime") and not summary["lifetime"]["with_baseline"]:
+        lines += lifetime_rows(summary["lifetime"], results["cycles"].get("lifetime_cycles"))
     lines += ["", "Targets (informational; judged on the ratios above):", "",
               "| target | measured | |", "| --- | --- | --- |"]
     for t in summary["targets"]:
@@ -222,7 +246,7 @@ def load_line(m: dict) -> str:
 def health_rows(results: dict) -> list:
     """Failures and debris: a fast plugin that fails or leaks is not fast."""
     cyc = results["cycles"]
-    left = {k: v for k, v in cyc["leftovers"].items() if v["ports"] or v["reservations"]}
+    left = {k: v for k, v in cyc["leftovers"].items() if any(v.values())}
     rows = [""]
     if cyc["errors"]:
         rows.append(f"**{len(cyc['errors'])} failed invocations in the cycles**, first: "
@@ -269,11 +293,36 @@ def scaling_rows(sc: dict) -> list:
     for p in sc.get("academy", []):
         rp = ref.get(p["held"])
         ratio = p["median"] / rp["median"] if rp and "median" in rp else float("nan")
-        ref_cell = (f"{cell(rp)}; ADD {ms(rp['add_median'])}" if rp
-                    else "not run (" + sc["stopped"].get("reference", "") + ")")
+        ref_cell = (f"{cell(rp)}; ADD {ms(rp['add_median'])}, DEL {ms(rp['del_median'])}"
+                    if rp else "not run (" + sc["stopped"].get("reference", "") + ")")
         rows.append(f"| ADD+DEL cycle, {p['held']:,} of the /16 held | {cell(p)}; ADD "
-                    f"{ms(p['add_median'])} | {ref_cell} | {x(ratio)} |")
+                    f"{ms(p['add_median'])}, DEL {ms(p['del_median'])} | {ref_cell} | {x(ratio)} |")
     return rows
+
+
+def scaling_del(sc: dict) -> dict | None:
+    """academy's DEL medians per point of the scaling series and the last point's over
+    the first's (a DEL that reads nothing but its own entries stays flat)."""
+    pts = [p for p in sc.get("academy", []) if p.get("del_median") is not None]
+    if len(pts) < 2:
+        return None
+    return {"points": [(p["held"], p["del_median"]) for p in pts],
+            "ratio": _div(pts[-1]["del_median"], pts[0]["del_median"])}
+
+
+def scaling_del_line(sc: dict, errors: list | None = None) -> list:
+    d = scaling_del(sc)
+    lines = []
+    if d:
+        pts = ", ".join(f"{ms(v)} at {h:,}" for h, v in d["points"])
+        lines += ["", f"Scaling, academy's DEL alone (medians, ms): {pts} held; "
+                      f"{d['points'][-1][0]:,} / {d['points'][0][0]:,} held: "
+                      f"**{x(d['ratio'])}x**. Each network of the series keeps one resident "
+                      "attachment throughout, so no point's ADD is the network's first nor "
+                      "its DEL the last."]
+    if errors:
+        lines += ["", f"**Scaling phase problems:** {'; '.join(e[:200] for e in errors[:3])}"]
+    return lines
 
 
 def floor_drift(sc: dict) -> str | None:
@@ -415,6 +464,91 @@ def versus_summary(results: dict, st: dict) -> dict | None:
             "ratios": {r["what"]: r["ratio"] for r in rows}}
 
 
+def lifetime_summary(st: dict) -> dict | None:
+    """A network's first ADD and last DEL (timed on empty networks, before the cycles'
+    residents came) against the cycles' ordinary ADD and DEL (a resident beside them):
+    the current binary's and, with a baseline, the baseline's on the same kind of
+    network. None when the run timed no first ADD."""
+    if "current.ADD.first" in st:
+        pairs = [("", "current", "baseline"), (" with ipMasq", "current-masq", "baseline-masq")]
+    elif "academy.ADD.first" in st:
+        pairs = [("", "academy", None), (" with ipMasq", "academy-masq", None)]
+    else:
+        return None
+    rows = []
+    for suffix, cur, base in pairs:
+        for op, which, word in (("ADD", "ADD.first", "first"), ("DEL", "DEL.last", "last")):
+            first, ordinary = st.get(f"{cur}.{which}"), st.get(f"{cur}.{op}")
+            b_first = st.get(f"{base}.{which}") if base else None
+            b_ordinary = st.get(f"{base}.{op}") if base else None
+            rows.append({"what": f"a network's {word} {op}{suffix}", "first": first,
+                         "ordinary": ordinary, "baseline": b_first,
+                         "vs_ordinary": _ratio_of(first, ordinary),
+                         "vs_baseline": _ratio_of(first, b_first),
+                         "baseline_vs_ordinary": _ratio_of(b_first, b_ordinary)})
+    return {"current": pairs[0][1], "with_baseline": pairs[0][2] is not None, "rows": rows,
+            "ratios": {r["what"]: {k: r[k] for k in ("vs_ordinary", "vs_baseline",
+                                                     "baseline_vs_ordinary")} for r in rows}}
+
+
+def lifetime_rows(lt: dict | None, cycles_n: int | None = None) -> list:
+    """Its own small table: what a network's first ADD and last DEL cost, which the
+    cycles (a resident on every network) no longer include."""
+    if not lt:
+        return []
+    n = f"{cycles_n} " if cycles_n else ""
+    lines = [
+        "",
+        "A network's first ADD and last DEL: academy makes a network's own nf_tables "
+        "objects (masquerade rule and sets, MAC filter, FORWARD accepts, hairpin mark) with "
+        "its first attachment and deletes them with its last, so the ADD that finds a network "
+        "empty and the DEL that leaves it empty do more than an ordinary one. The cycles "
+        "above keep a resident attachment on every network and so measure ordinary ADDs and "
+        f"DELs; these {n}cycles, run before the residents came, on the same networks while "
+        "still empty, time the other kind. Medians (min–max), ms.",
+        "",
+    ]
+    if lt["with_baseline"]:
+        lines += ["| | current | current, ordinary (resident beside) | first or last / ordinary "
+                  "| baseline, same on an empty network | current / baseline |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for r in lt["rows"]:
+            lines.append(f"| {r['what']} | {cell(r['first'])} | {cell(r['ordinary'])} | "
+                         f"**{x(r['vs_ordinary'])}** | {cell(r['baseline'])} (its ordinary: "
+                         f"{x(r['baseline_vs_ordinary'])}x) | **{x(r['vs_baseline'])}** |")
+    else:
+        lines += ["| | academy | academy, ordinary (resident beside) | first or last / ordinary |",
+                  "| --- | --- | --- | --- |"]
+        for r in lt["rows"]:
+            lines.append(f"| {r['what']} | {cell(r['first'])} | {cell(r['ordinary'])} | "
+                         f"**{x(r['vs_ordinary'])}** |")
+    return lines
+
+
+def bandwidth_rows(st: dict, r: dict) -> list:
+    """academy's ADD and DEL with a bandwidth limit against the plain network's, in the
+    same cycles."""
+    if "academy-bw.ADD" not in st:
+        return []
+    lines = [
+        "",
+        "academy with a bandwidth limit (the `bandwidth` capability, runtimeConfig 8 Mbit/s "
+        "each way with 80 kbit buckets: a TBF on the host veth, an ifb with its own TBF; "
+        "docs/bandwidth.md), its own network on the host with a resident pod, in the same "
+        "cycles as the plain network it is compared with. Medians (min–max), ms; the ratio "
+        "of the medians, and the median of the cycle-by-cycle ratios.",
+        "",
+        "| | with the limit | without (the plain network above) | with / without | "
+        "cycle by cycle |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for op in ("ADD", "DEL"):
+        lines.append(f"| {op} | {cell(st.get('academy-bw.' + op))} | "
+                     f"{cell(st.get('academy.' + op))} | **{x(r.get(f'academy_{op}_bw_vs_plain'))}** | "
+                     f"{x(r.get(f'academy_{op}_bw_vs_plain_paired'))} |")
+    return lines
+
+
 def _built_from(pv: dict) -> str:
     head, src = pv.get("git_commit", "?"), pv.get("src_commit")
     return head if not src or src == head else f"{head}, src as of {src}"
@@ -438,7 +572,8 @@ def versus_markdown(results: dict) -> str:
         f"{pv.get('academy_sha256', '?')[:12]}) against the baseline "
         f"{pv.get('baseline_label', '?')} (sha256 {str(pv.get('baseline_sha256', '?'))[:12]}), "
         "each on a private node of its own with its own networks, bridges, subnets and "
-        "stores, in the same interleaved cycles as the table above; then GC of a network "
+        "stores, in the same interleaved cycles as the table above (a resident attachment "
+        "on each network: ordinary ADDs and DELs); then GC of a network "
         "on each, rounds alternating. Medians (min–max), ms.",
         "",
         "| | current | baseline | current / baseline |",
@@ -457,6 +592,9 @@ def versus_markdown(results: dict) -> str:
                      "element when none was).")
     if left:
         lines += ["", f"**Left behind after the cycles:** {left}"]
+    lt = results.get("summary", {}).get("lifetime")
+    if lt and lt["with_baseline"]:
+        lines += lifetime_rows(lt, results["cycles"].get("lifetime_cycles"))
     return "\n".join(lines) + "\n"
 
 

@@ -231,3 +231,103 @@ class LoadLine(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def st_of(median_ms: float) -> dict:
+    return {"n": 5, "failures": 0, "median": median_ms, "min": median_ms, "max": median_ms}
+
+
+class Lifetime(unittest.TestCase):
+    def stats(self, baseline=True):
+        st = {"current.ADD.first": st_of(20.0), "current.ADD": st_of(5.0),
+              "current.DEL.last": st_of(30.0), "current.DEL": st_of(20.0),
+              "current-masq.ADD.first": st_of(40.0), "current-masq.ADD": st_of(8.0),
+              "current-masq.DEL.last": st_of(45.0), "current-masq.DEL": st_of(22.0)}
+        if baseline:
+            st.update({"baseline.ADD.first": st_of(4.0), "baseline.ADD": st_of(4.0),
+                       "baseline.DEL.last": st_of(20.0), "baseline.DEL": st_of(20.0),
+                       "baseline-masq.ADD.first": st_of(8.0), "baseline-masq.ADD": st_of(7.0),
+                       "baseline-masq.DEL.last": st_of(21.0), "baseline-masq.DEL": st_of(21.0)})
+        return st
+
+    def test_no_first_add_no_table(self):
+        self.assertIsNone(report.lifetime_summary({"academy.ADD": st_of(5.0)}))
+        self.assertEqual(report.lifetime_rows(None), [])
+
+    def test_first_over_ordinary_and_over_the_baseline(self):
+        lt = report.lifetime_summary(self.stats())
+        self.assertTrue(lt["with_baseline"])
+        r = lt["ratios"]
+        self.assertAlmostEqual(r["a network's first ADD"]["vs_ordinary"], 4.0)
+        self.assertAlmostEqual(r["a network's first ADD"]["vs_baseline"], 5.0)
+        self.assertAlmostEqual(r["a network's last DEL"]["vs_ordinary"], 1.5)
+        self.assertAlmostEqual(r["a network's first ADD with ipMasq"]["vs_baseline"], 5.0)
+        self.assertAlmostEqual(r["a network's first ADD with ipMasq"]["baseline_vs_ordinary"],
+                               8.0 / 7.0)
+        text = "\n".join(report.lifetime_rows(lt, 15))
+        self.assertIn("these 15 cycles", text)
+        self.assertIn("| a network's last DEL with ipMasq | 45.0 (45.0–45.0) | 22.0", text)
+        self.assertIn("**5.00** |", text)
+
+    def test_without_a_baseline_academy_alone(self):
+        st = {k.replace("current", "academy"): v for k, v in self.stats(False).items()}
+        lt = report.lifetime_summary(st)
+        self.assertFalse(lt["with_baseline"])
+        self.assertEqual(lt["current"], "academy")
+        rows = report.lifetime_rows(lt)
+        self.assertTrue(any(r.startswith("| a network's first ADD | 20.0") and "**4.00**" in r
+                            for r in rows), rows)
+        self.assertFalse(any("baseline" in r for r in rows if r.startswith("|")))
+
+
+class Bandwidth(unittest.TestCase):
+    def test_paired_ratio_is_the_median_of_cycle_ratios_skipping_failures(self):
+        series = {"bw": [{"wall_ms": 12.0}, {"wall_ms": 30.0}, {"wall_ms": 9.0, "rc": 1},
+                         {"wall_ms": 11.0}],
+                  "plain": [{"wall_ms": 10.0}, {"wall_ms": 10.0}, {"wall_ms": 10.0},
+                            {"wall_ms": 10.0}]}
+        self.assertAlmostEqual(report.paired_ratio(series, "bw", "plain"), 1.2)
+        self.assertNotEqual(report.paired_ratio({}, "bw", "plain"),
+                            report.paired_ratio({}, "bw", "plain"))  # nan
+
+    def ratios(self, bw):
+        return {"ADD": 0.3, "rss_peak": 0.5, "academy_DEL_vs_floor": 1.0, "ADD_masq": 0.2,
+                "DEL_masq": 0.4, "academy_ADD_masq_vs_plain": 1.1,
+                "academy_ADD_bw_vs_plain": bw}
+
+    def verdict(self, bw):
+        rows = report.targets(self.ratios(bw), {})
+        row = [t for t in rows if "bandwidth" in t["target"]]
+        self.assertEqual(len(row), 1)
+        self.assertEqual(row[0]["limit"], 1.3)
+        return row[0]["verdict"]
+
+    def test_target_pass_miss_and_not_measured(self):
+        self.assertEqual(self.verdict(1.25), "PASS")
+        self.assertEqual(self.verdict(1.31), "MISS")
+        self.assertEqual(self.verdict(NAN), "n/a")
+
+    def test_rows_only_when_measured(self):
+        self.assertEqual(report.bandwidth_rows({"academy.ADD": st_of(5.0)}, {}), [])
+        st = {"academy-bw.ADD": st_of(6.0), "academy.ADD": st_of(5.0),
+              "academy-bw.DEL": st_of(24.0), "academy.DEL": st_of(20.0)}
+        r = {"academy_ADD_bw_vs_plain": 1.2, "academy_ADD_bw_vs_plain_paired": 1.1,
+             "academy_DEL_bw_vs_plain": 1.2, "academy_DEL_bw_vs_plain_paired": 1.3}
+        rows = report.bandwidth_rows(st, r)
+        self.assertIn("| ADD | 6.00 (6.00–6.00) | 5.00 (5.00–5.00) | **1.20** | 1.10 |", rows)
+
+
+class ScalingDel(unittest.TestCase):
+    def test_last_point_over_first(self):
+        sc = {"academy": [{"held": 0, "del_median": 20.0}, {"held": 1000, "del_median": 21.0},
+                          {"held": 32000, "del_median": 25.0}]}
+        d = report.scaling_del(sc)
+        self.assertAlmostEqual(d["ratio"], 1.25)
+        text = "\n".join(report.scaling_del_line(sc))
+        self.assertIn("20.0 at 0, 21.0 at 1,000, 25.0 at 32,000 held", text)
+        self.assertIn("**1.25x**", text)
+
+    def test_one_point_is_not_judged_and_errors_are_shown(self):
+        self.assertIsNone(report.scaling_del({"academy": [{"held": 0, "del_median": 20.0}]}))
+        lines = report.scaling_del_line({}, ["academy resident ADD: rc=1"])
+        self.assertTrue(any("resident ADD" in l for l in lines))
