@@ -41,7 +41,8 @@
 //! | `netns_entry` | how often, and from which thread, the netns is entered         |
 //! | `podman/`     | academy under a real runtime (podman 4.3, CNI backend), as     |
 //! |               | named phases of one run                                        |
-//! | `podman_multinet` | a podman container on two academy networks, -p, connect    |
+//! | `podman_multinet` | a podman container on two academy networks, -p, connect; on |
+//! |               | two converted networks, its port published once                |
 //! | `portmap/`    | ports published by academy itself: outside, host, hairpin,     |
 //! |               | podman -p, a CRI hostPort                                     |
 //! | `cri`         | academy under containerd's CRI plugin, as kubelet drives it    |

@@ -259,3 +259,88 @@ fn podman_container_on_two_academy_networks() {
         assert!(calls.contains(want), "no {want} in:\n{calls}");
     }
 }
+
+/// The same container on the two networks once `academy convert` made each one academy
+/// entry (academy publishes the ports itself): podman passes the same `-p` to both
+/// networks' ADDs, and the port is the container's on the network whose ADD came first
+/// (docs/ports-and-nat.md), not a conflict with itself (it was 105, naming the container).
+#[test]
+fn podman_container_on_two_converted_networks_publishes_its_port_once() {
+    let lock = lock_file(PODMAN_LOCK);
+    require_podman_packages();
+    let (a, b) = (Lab::new("pmca"), Lab::new("pmcb"));
+    let outside = Outside::new(&a);
+    let dir = a.root.join("podman");
+    fs::create_dir_all(dir.join("tmp")).unwrap();
+    let guard = Guard {
+        podman: PrivatePodman { dir },
+        netns_before: podman_netns(),
+        _lock: lock,
+    };
+    let p = &guard.podman;
+    let confs = p.dir.join("net.d");
+    fs::create_dir_all(&confs).unwrap();
+    let plugins = install_plugins(p);
+    p.write_conf(&plugins, &confs);
+    p.build_image();
+    for lab in [&a, &b] {
+        create_network(p, &confs, lab);
+        let file = confs.join(format!("{}.conflist", lab.network));
+        let converted = run(
+            plugin(),
+            &["convert", "--in-place", file.to_str().unwrap()],
+            &[],
+        );
+        assert_eq!(converted.code, 0, "academy convert:\n{converted}");
+        let list = fs::read_to_string(&file).unwrap();
+        assert!(!list.contains("\"portmap\""), "portmap kept:\n{list}");
+    }
+
+    let port = 20000 + (std::process::id() % 20000) as u16 + u16::from(b.slot.n);
+    let networks = format!("{},{}", a.network, b.network);
+    p.must(&[
+        "run",
+        "-d",
+        "--name",
+        "multi",
+        "--network",
+        &networks,
+        "-p",
+        &format!("{port}:8080"),
+        IMAGE,
+        "sh",
+        "-c",
+        "while true; do echo hello | nc -l -p 8080; done",
+    ]);
+    assert_eq!(
+        connect(&outside.netns, &outside.host_v4, port),
+        "hello",
+        "-p {port}:8080 from the outside"
+    );
+    let (first, _) = add_order(p);
+    let holder = if address_in(p, &first).starts_with(&format!("{}.", a.prefix)) {
+        &a
+    } else {
+        &b
+    };
+    let other = if std::ptr::eq(holder, &a) { &b } else { &a };
+    let key = format!("tcp . {port} ->");
+    let held = |lab: &Lab| {
+        nft::published(&lab.network)
+            .into_iter()
+            .filter(|e| e.contains(&key))
+            .count()
+    };
+    assert_eq!(held(holder), 1, "the first ADD's network holds the port");
+    assert_eq!(held(other), 0, "the second network leaves it to the first");
+
+    p.must(&["rm", "-f", "-t", "0", "multi"]);
+    for lab in [&a, &b] {
+        assert_eq!(held(lab), 0, "{} keeps the port", lab.network);
+        assert_eq!(lab.reservations(), Vec::<String>::new(), "{}", lab.network);
+        assert_eq!(lab.lab_veths(), Vec::<String>::new(), "{}", lab.network);
+    }
+    let calls = fs::read_to_string(p.dir.join("calls.log")).unwrap_or_default();
+    let failed: Vec<&str> = calls.lines().filter(|l| !l.ends_with("rc=0")).collect();
+    assert!(failed.is_empty(), "academy failed:\n{calls}");
+}
