@@ -320,7 +320,7 @@ fn the_watch_puts_back_a_flush_a_deleted_table_or_an_iptables_reload_within_a_se
     let flush_set = ["flush", "set", "inet", "academy", &set];
     // After a flush of the whole ruleset or of academy's table the published ports are
     // gone with their maps, and academy has no other record of them: they come back
-    // with each container's next ADD (firewall/ports.rs), not from a restore. Those
+    // with each container's next ADD (firewall/ports/), not from a restore. Those
     // steps come last and expect the rest.
     let portless = without_ports(&before);
     let full = |s: &State| *s == before;

@@ -1,0 +1,66 @@
+//! The loopback guard of a bridge that publishes IPv4 ports (route_localnet on): what
+//! ADD turns on, what STATUS and CHECK miss, and route_localnet off again with the
+//! network's last attachment.
+
+use crate::cni::{Error, Result};
+use crate::netlink::Nftables;
+
+/// Traffic to 127.0.0.1:hostPort is sent on to the container with its source kept; the
+/// kernel drops a packet from 127.0.0.0/8 leaving by an interface without
+/// route_localnet (the reference portmap sets it on the same interface). The bridge's
+/// loopback guard comes first: with route_localnet, a container's frame to 127.0.0.1
+/// would otherwise reach the host's services bound there (netlink/nftables/localnet.rs).
+pub(crate) fn allow_localhost(nft: &mut Nftables, bridge: &str) -> Result<()> {
+    let lock = crate::firewall::network::repair_lock;
+    // A release deleting the table between the look and the batch: look again.
+    match nft.ensure_localnet(bridge, lock) {
+        Err(e) if e.is(libc::ENOENT) => nft.ensure_localnet(bridge, lock).map(drop)?,
+        other => other.map(drop)?,
+    }
+    let path = format!("/proc/sys/net/ipv4/conf/{bridge}/route_localnet");
+    if std::fs::read(&path).is_ok_and(|v| v.starts_with(b"1")) {
+        return Ok(());
+    }
+    std::fs::write(&path, "1").map_err(|e| Error::io(format!("cannot write 1 to {path}"), &e))
+}
+
+/// Whether `bridge` routes 127.0.0.0/8 (route_localnet), and so needs its loopback guard.
+pub(crate) fn localnet_on(bridge: &str) -> bool {
+    let path = format!("/proc/sys/net/ipv4/conf/{bridge}/route_localnet");
+    std::fs::read(path).is_ok_and(|v| v.starts_with(b"1"))
+}
+
+/// What of `bridge`'s loopback guard nf_tables lacks, in words (CHECK, STATUS).
+pub(crate) fn localnet_missing(nft: &mut Nftables, bridge: &str) -> Result<Vec<String>> {
+    let open = "its containers can reach the host's services bound to 127.0.0.1";
+    let rule = |r: String| {
+        format!("the loopback guard's rule {r:?} is missing from nf_tables table inet academy: bridge {bridge} routes 127.0.0.0/8, and {open}")
+    };
+    let mut missing: Vec<String> = nft
+        .missing_localnet_rules()?
+        .into_iter()
+        .map(rule)
+        .collect();
+    if !nft.has_localnet(bridge)? {
+        missing.push(format!(
+            "bridge {bridge} is missing from nf_tables set inet academy _localnet: {open}"
+        ));
+    }
+    Ok(missing)
+}
+
+/// route_localnet back to 0 on `bridge`; whether it is off (or the bridge gone). A
+/// failure is said on stderr, and the guard stays.
+pub(crate) fn localhost_off(bridge: &str) -> bool {
+    if !localnet_on(bridge) {
+        return true;
+    }
+    let path = format!("/proc/sys/net/ipv4/conf/{bridge}/route_localnet");
+    match std::fs::write(&path, "0") {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("academy: warning: cannot write 0 to {path}, so bridge {bridge} keeps its loopback guard: {e}");
+            false
+        }
+    }
+}
