@@ -273,6 +273,10 @@ fn verdict(v: &[u8]) -> Verdict {
 mod tests {
     use super::*;
     use crate::netlink::nftables::attrs::comment_udata;
+    use crate::netlink::nftables::consts::{
+        NFTA_CMP_SREG, NFTA_IMMEDIATE_DREG, NFTA_MATCH_REV, NFTA_PAYLOAD_DREG, NFT_REG_1,
+        NFT_REG_VERDICT,
+    };
 
     fn expr(list: &mut Attrs, name: &str, data: impl FnOnce(&mut Attrs)) {
         list.nested(NFTA_LIST_ELEM, |e| {
@@ -291,26 +295,26 @@ mod tests {
         a.be64(NFTA_RULE_HANDLE, 5);
         a.nested(NFTA_RULE_EXPRESSIONS, |l| {
             expr(l, "payload", |d| {
-                d.be32(1, 1);
+                d.be32(NFTA_PAYLOAD_DREG, NFT_REG_1);
                 d.be32(NFTA_PAYLOAD_BASE, NFT_PAYLOAD_NETWORK_HEADER);
                 d.be32(NFTA_PAYLOAD_OFFSET, 12);
                 d.be32(NFTA_PAYLOAD_LEN, 4);
             });
             expr(l, "cmp", |d| {
-                d.be32(1, 1);
+                d.be32(NFTA_CMP_SREG, NFT_REG_1);
                 d.be32(NFTA_CMP_OP, NFT_CMP_EQ);
                 d.nested(NFTA_CMP_DATA, |v| v.put(NFTA_DATA_VALUE, &[10, 199, 7, 2]));
             });
             expr(l, "match", |d| {
                 d.str(NFTA_MATCH_NAME, "comment");
-                d.be32(2, 0);
+                d.be32(NFTA_MATCH_REV, 0);
                 let mut info = comment.as_bytes().to_vec();
                 info.resize(256, 0);
                 d.put(NFTA_MATCH_INFO, &info);
             });
             expr(l, "counter", |_| {});
             expr(l, "immediate", |d| {
-                d.be32(1, 0);
+                d.be32(NFTA_IMMEDIATE_DREG, NFT_REG_VERDICT);
                 d.nested(NFTA_IMMEDIATE_DATA, |data| {
                     data.nested(NFTA_DATA_VERDICT, |v| {
                         v.be32(NFTA_VERDICT_CODE, NFT_JUMP as u32);
