@@ -691,20 +691,34 @@ def issue_targets(results: dict) -> list:
         c = bs["crowded"].get("academy")
         if c and c["pods"] == 250:
             faults = [f"{c['failures']} failed"] if c["failures"] else []
-            rows.append({"target": f"academy ADD with 250 pods on the bridge ≤ "
-                                   f"{ISSUE_CROWDED_250}x ADD on an empty one",
-                         "value": c["ratio"], "limit": ISSUE_CROWDED_250,
-                         "verdict": verdict(c["ratio"], ISSUE_CROWDED_250, faults),
-                         "note": "; ".join(faults)})
+            rows.append(crowded_target(c))
     ch = results.get("chains")
     if ch:
+        import chains  # noqa: PLC0415 (its faults: residents, leftovers)
+        faults = chains.faults(ch)
         for what, value, limit in (
                 ("converted network ADD ≤ 0.10x podman's reference chain", ch["chain_ratio"]["ADD"], 0.10),
                 ("converted network DEL ≤ 0.20x podman's reference chain", ch["chain_ratio"]["DEL"], 0.20),
                 ("academy ADD with 3 port mappings ≤ 1.2x without", ch["three_vs_none"], 1.2)):
             rows.append({"target": what, "value": value, "limit": limit,
-                         "verdict": verdict(value, limit), "note": ""})
+                         "verdict": verdict(value, limit, faults), "note": "; ".join(faults)})
     return rows
+
+
+def crowded_target(c: dict) -> dict:
+    """The 250-pods target on its literal reading, against an empty bridge (for academy
+    the network's first ADD, which makes its nf_tables objects); beside it, not the
+    target, the same against a bridge with one resident pod (an ordinary ADD)."""
+    faults = [f"{c['failures']} failed"] if c["failures"] else []
+    note = faults[:]
+    if "ratio_vs_one" in c:
+        note.append(f"against a bridge with one resident pod (ordinary ADD, not the target): "
+                    f"{x(c['ratio_vs_one'])}x ({ms(c['crowded_ms'])} / {ms(c['one_ms'])})")
+    return {"target": f"academy ADD with {c['pods']} pods on the bridge ≤ {ISSUE_CROWDED_250}x "
+                      "ADD on an empty bridge (literal reading: the network's first ADD, "
+                      f"{ms(c['crowded_ms'])} / {ms(c['empty_ms'])})",
+            "value": c["ratio"], "limit": ISSUE_CROWDED_250,
+            "verdict": verdict(c["ratio"], ISSUE_CROWDED_250, faults), "note": "; ".join(note)}
 
 
 def _burst_cell(burst: dict, op: str) -> str:
@@ -756,11 +770,14 @@ def bursts_rows(b: dict, bs: dict | None = None) -> list:
             return text + ")"
         pods = next(iter(cr.values()))["pods"]
         rows.append(f"| ADD with {pods} pods on the bridge / on an empty bridge (ADD medians, "
-                    f"ms) | {crowd('academy')} | {crowd('reference')} | |")
+                    f"ms; for academy the network's first ADD, which makes its nf_tables "
+                    f"objects: the target's literal reading) | {crowd('academy')} | "
+                    f"{crowd('reference')} | |")
         a = cr.get("academy", {})
         if "ratio_vs_one" in a:
-            rows.append(f"| ADD with {pods} pods on the bridge / with one resident pod "
-                        f"(the network's nf_tables objects made in both) | "
+            rows.append(f"| ADD with {pods} pods on the bridge / on a bridge with one resident "
+                        f"pod (an ordinary ADD: the network's nf_tables objects exist in both; "
+                        f"not the target) | "
                         f"**{x(a['ratio_vs_one'])}x** ({ms(a['crowded_ms'])} / "
                         f"{ms(a['one_ms'])}) | | |")
     return rows
@@ -784,8 +801,11 @@ def bursts_markdown(results: dict) -> str:
             "release to the last one's end, ms. Left: veths, store files, nf_tables "
             "elements and per-container iptables chains on the node after the DELs. Then, "
             f"while the largest burst's pods are up, {b['crowd_cycles']} ADD+DEL cycles of "
-            "one more pod beside them against the same on an empty bridge (another node), "
-            "interleaved.",
+            "one more pod beside them against the same on an empty bridge (another node; "
+            "for academy that ADD is the network's first and makes its nf_tables objects) "
+            "and, for academy, on a bridge with one resident pod (a third node; an ordinary "
+            "ADD), interleaved. The target is read literally (empty bridge); the resident "
+            "figure stands beside it.",
             "",
         ]
         lines += bursts_rows(b, bs)

@@ -165,6 +165,32 @@ class IssueTargets(unittest.TestCase):
         self.assertEqual(t["converted network DEL"]["verdict"], "MISS")
         self.assertEqual(t["academy ADD with 3 port mappings"]["verdict"], "PASS")
 
+    def test_crowded_target_reads_the_empty_bridge_and_shows_the_resident_beside(self):
+        c = cycles_of(burst=[13.0], empty=[10.0], one=[12.0])
+        t = self.targets(one_burst(), one_burst(), None, one_burst(250, crowded=c),
+                         one_burst(250))
+        row = t["academy ADD with 250 pods on the bridge"]
+        self.assertAlmostEqual(row["value"], 1.3)  # against the empty bridge: the target
+        self.assertEqual(row["verdict"], "MISS")
+        self.assertIn("empty bridge", row["target"])
+        self.assertIn("first ADD", row["target"])
+        self.assertIn("one resident pod", row["note"])
+        self.assertIn("not the target", row["note"])
+        self.assertIn("1.08x", row["note"])  # 13 / 12, beside it
+        rows = "\n".join(report.bursts_rows(bursts_result(one_burst(), one_burst(),
+                                                           one_burst(250, crowded=c),
+                                                           one_burst(250))))
+        self.assertIn("on an empty bridge", rows)
+        self.assertIn("one resident pod", rows)
+
+    def test_chain_leftovers_make_chain_targets_a_miss(self):
+        chains = {"chain_ratio": {"ADD": 0.05, "DEL": 0.1}, "three_vs_none": 1.0,
+                  "leftovers": {"academy": {"ports": ["veth9"], "reservations": []}},
+                  "resident_errors": []}
+        t = self.targets(one_burst(), one_burst(), chains)
+        self.assertEqual(t["converted network ADD"]["verdict"], "MISS")
+        self.assertIn("veth9", t["converted network ADD"]["note"])
+
     def test_no_bursts_no_burst_targets(self):
         results = {"chains": {"chain_ratio": {"ADD": 0.05, "DEL": 0.1}, "three_vs_none": 1.0},
                    "summary": {}}
