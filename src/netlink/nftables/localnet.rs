@@ -81,6 +81,11 @@ impl Nftables {
             }
         };
         let repair = !complete(&present);
+        // The usual publishing ADD finds the guard whole and its bridge in the set: a
+        // lookup instead of a commit (a transaction, which costs the kernel far more).
+        if !repair && self.has_localnet(bridge)? {
+            return Ok(false);
+        }
         let mut batch = Batch::new(&mut self.socket);
         if repair {
             add_objects(&mut batch, &present);
