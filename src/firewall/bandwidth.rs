@@ -251,6 +251,10 @@ fn compare(on: &str, direction: &str, s: Shape, found: Option<Tbf>) -> Option<St
 /// GC: the ifbs of this network whose owner is not live, and unlabelled ifbs of academy's
 /// names whose host veth is gone (an ADD killed between creating and labelling one).
 pub fn sweep(_nft: &mut Nftables, conf: &Config, live: &Live, errors: &mut Vec<Error>) {
+    // A network that cannot shape made no ifb (its keys and capability are the entry's).
+    if !conf.shapes {
+        return;
+    }
     let mut nl = match Netlink::open() {
         Ok(nl) => nl,
         Err(e) => return errors.push(e.into()),

@@ -124,9 +124,11 @@ impl Kind {
             // Its elements name addresses: without ipMasq none were ever added.
             Kind::Masquerade => conf.ip_masq,
             Kind::Ports => conf.publishes_ports || traced,
-            Kind::MacFilter => conf.mac_spoof_check || traced,
-            // Its ifb is found by name: no config names where else to look.
-            Kind::Bandwidth => conf.shapes || traced,
+            // The entry's key, not a container's: the config at hand says it.
+            Kind::MacFilter => conf.mac_spoof_check,
+            // `shapes` is the entry's (its keys or its capability), whatever rates each
+            // container's runtimeConfig asked for.
+            Kind::Bandwidth => conf.shapes,
             Kind::Forward | Kind::Isolation => false, // nothing per attachment
         }
     }
