@@ -188,15 +188,24 @@ pub const PORT_MAPS: [&str; 4] = [
     "_ports-hostip-v6",
 ];
 
-/// Removes a network's rules, sets and published ports. Never panics: it runs from Drop
-/// guards.
+/// Removes a network's rules, sets and published ports, and its bridge's elements in
+/// the shared sets (hairpin mark, loopback guard, isolation): a lab that deletes its
+/// bridge and store without the network's last DEL (a failed test) never has academy
+/// release them. Never panics: it runs from Drop guards.
 pub fn remove_network(network: &str, bridge: &str) {
-    let hairpin = format!("{{ \"{bridge}\" . \"{bridge}\" }}");
-    let _ = run(
-        "nft",
-        &["delete", "element", "inet", "academy", "_hairpin", &hairpin],
-        &[],
-    );
+    let pair = format!("{{ \"{bridge}\" . \"{bridge}\" }}");
+    let single = format!("{{ \"{bridge}\" }}");
+    for (set, element) in [
+        ("_hairpin", &pair),
+        ("_isolated", &pair),
+        ("_localnet", &single),
+    ] {
+        let _ = run(
+            "nft",
+            &["delete", "element", "inet", "academy", set, element],
+            &[],
+        );
+    }
     for (map, key, _, _) in published_entries(network) {
         let element = format!("{{ {key} }}");
         let _ = run(
