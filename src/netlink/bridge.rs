@@ -1,6 +1,6 @@
 //! Bridge VLAN filtering and bridge port flags, over rtnetlink: what `bridge vlan` and
 //! `ip link set ... type bridge_slave isolated on|hairpin on` do, without their binaries. Beside
-//! route.rs because it speaks netlink-packet-route too; the rest of academy sees only
+//! route/ because it speaks netlink-packet-route too; the rest of academy sees only
 //! `VlanEntry`, `PortState` and plain numbers.
 //!
 //! A port's VLAN entries live in the AF_BRIDGE family: RTM_SETLINK/RTM_DELLINK with

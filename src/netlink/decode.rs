@@ -1,6 +1,6 @@
 //! academy's plain types for rtnetlink's addresses and routes (`AddressState`, `Route`),
 //! and the decoding of the replies into them, apart from the requests that ask for them
-//! (route.rs, which uses these types: the dependency goes one way).
+//! (route/, which uses these types: the dependency goes one way).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 

@@ -1,6 +1,6 @@
 //! Traffic control over rtnetlink: what `tc qdisc add ... tbf`, `tc qdisc add ... ingress`,
 //! `tc filter add ... u32 match u32 0 0 action mirred egress redirect dev IFB` and `ip
-//! link add IFB type ifb` do, without their binaries. Beside route.rs because it speaks
+//! link add IFB type ifb` do, without their binaries. Beside route/ because it speaks
 //! netlink-packet-route too; the rest of academy sees only `Tbf`, `Qdisc` and plain
 //! numbers.
 //!

@@ -1,0 +1,268 @@
+//! Links: looked up, listed, made (the bridge, the veth pair), labelled, set up, deleted.
+
+use super::*;
+
+impl Netlink {
+    /// The link called `name`, or None when there is none.
+    pub fn link(&mut self, name: &str) -> NlResult<Option<Link>> {
+        let mut msg = LinkMessage::default();
+        msg.attributes.push(LinkAttribute::IfName(name.to_string()));
+        self.get_link(msg, &format!("look up link {name}"))
+    }
+
+    pub(in crate::netlink) fn get_link(
+        &mut self,
+        msg: LinkMessage,
+        what: &str,
+    ) -> NlResult<Option<Link>> {
+        match self.request(RouteNetlinkMessage::GetLink(msg), Await::One, what) {
+            Ok(replies) => Ok(replies.into_iter().find_map(|m| match m {
+                RouteNetlinkMessage::NewLink(link) => Some(to_link(&link)),
+                _ => None,
+            })),
+            Err(e) if e.is(libc::ENODEV) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The link of index `index`, or None when there is none.
+    pub fn link_at(&mut self, index: u32) -> NlResult<Option<Link>> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        self.get_link(msg, &format!("look up link #{index}"))
+    }
+
+    /// The peer of veth `index` (IFLA_LINK); None for a link without one.
+    pub fn veth_peer(&mut self, index: u32) -> NlResult<Option<u32>> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        let replies = self.request(
+            RouteNetlinkMessage::GetLink(msg),
+            Await::One,
+            &format!("look up the peer of link #{index}"),
+        )?;
+        Ok(replies.iter().find_map(|m| match m {
+            RouteNetlinkMessage::NewLink(link) => link.attributes.iter().find_map(|a| match a {
+                LinkAttribute::Link(peer) if *peer != index => Some(*peer),
+                _ => None,
+            }),
+            _ => None,
+        }))
+    }
+
+    /// The MAC of veth `name`'s peer, read in the peer's netns through the netns id the
+    /// kernel gave it (IFLA_LINK_NETNSID, then IFLA_TARGET_NETNSID), so no namespace is
+    /// entered. None when `name` is not a veth with a peer elsewhere.
+    pub fn peer_mac(&mut self, name: &str) -> NlResult<Option<[u8; 6]>> {
+        let mut msg = LinkMessage::default();
+        msg.attributes.push(LinkAttribute::IfName(name.to_string()));
+        let what = format!("look up link {name}");
+        let replies = match self.request(RouteNetlinkMessage::GetLink(msg), Await::One, &what) {
+            Err(e) if e.is(libc::ENODEV) => return Ok(None),
+            other => other?,
+        };
+        let (mut peer, mut nsid) = (None, None);
+        for m in &replies {
+            if let RouteNetlinkMessage::NewLink(link) = m {
+                for a in &link.attributes {
+                    match a {
+                        LinkAttribute::Link(p) => peer = Some(*p),
+                        LinkAttribute::LinkNetNsId(id) => nsid = Some(*id),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let (Some(peer), Some(nsid)) = (peer, nsid) else {
+            return Ok(None);
+        };
+        let mut msg = LinkMessage::default();
+        msg.header.index = peer;
+        msg.attributes.push(LinkAttribute::Other(DefaultNla::new(
+            IFLA_TARGET_NETNSID,
+            nsid.to_ne_bytes().to_vec(),
+        )));
+        let what = format!("look up the peer of {name} (link #{peer} of netns id {nsid})");
+        Ok(self.get_link(msg, &what)?.and_then(|l| l.mac))
+    }
+
+    pub fn links(&mut self) -> NlResult<Vec<Link>> {
+        let replies = self.request(
+            RouteNetlinkMessage::GetLink(LinkMessage::default()),
+            Await::Dump,
+            "list links",
+        )?;
+        Ok(replies
+            .iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewLink(link) => Some(to_link(link)),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Creates a bridge, up (VLAN-filtering when asked). EEXIST when any link of that
+    /// name exists; EOPNOTSUPP for VLAN filtering on a kernel built without it.
+    /// The MAC is pinned so that the bridge does not take a new one whenever its
+    /// lowest-numbered port comes or goes (which would make results go stale).
+    pub fn create_bridge(
+        &mut self,
+        name: &str,
+        mac: [u8; 6],
+        mtu: Option<u32>,
+        promisc: bool,
+        vlan_filtering: bool,
+    ) -> NlResult<()> {
+        let mut msg = LinkMessage::default();
+        set_flags(&mut msg, LinkFlags::Up, true);
+        if promisc {
+            set_flags(&mut msg, LinkFlags::Promisc, true);
+        }
+        msg.attributes.push(LinkAttribute::IfName(name.to_string()));
+        msg.attributes.push(LinkAttribute::Address(mac.to_vec()));
+        if let Some(mtu) = mtu {
+            msg.attributes.push(LinkAttribute::Mtu(mtu));
+        }
+        let mut info = vec![LinkInfo::Kind(InfoKind::Bridge)];
+        // Set at creation, so that a kernel without VLAN filtering refuses the whole
+        // request and no bridge is left half made.
+        if vlan_filtering {
+            info.push(LinkInfo::Data(InfoData::Bridge(vec![
+                InfoBridge::VlanFiltering(true),
+            ])));
+        }
+        msg.attributes.push(LinkAttribute::LinkInfo(info));
+        self.create(
+            RouteNetlinkMessage::NewLink(msg),
+            &format!("create bridge {name}"),
+        )
+    }
+
+    /// Creates the pair in one request: the host end up (unless `host_up` is false) and
+    /// already a port of `controller`, the peer down inside its netns.
+    pub fn create_veth(&mut self, pair: &VethPair) -> NlResult<()> {
+        // The peer cannot be created up: veth_open() answers ENOTCONN until both ends
+        // exist, and the kernel configures the peer first.
+        let mut peer = LinkMessage::default();
+        peer.attributes
+            .push(LinkAttribute::IfName(pair.peer_name.to_string()));
+        peer.attributes
+            .push(LinkAttribute::Address(pair.peer_mac.to_vec()));
+        peer.attributes
+            .push(LinkAttribute::NetNsFd(pair.peer_netns.as_raw_fd()));
+        let mut host = LinkMessage::default();
+        set_flags(&mut host, LinkFlags::Up, pair.host_up);
+        host.attributes
+            .push(LinkAttribute::IfName(pair.host_name.to_string()));
+        host.attributes
+            .push(LinkAttribute::Address(pair.host_mac.to_vec()));
+        host.attributes
+            .push(LinkAttribute::Controller(pair.controller));
+        if let Some(mtu) = pair.mtu {
+            host.attributes.push(LinkAttribute::Mtu(mtu));
+            peer.attributes.push(LinkAttribute::Mtu(mtu));
+        }
+        host.attributes.push(LinkAttribute::LinkInfo(vec![
+            LinkInfo::Kind(InfoKind::Veth),
+            LinkInfo::Data(InfoData::Veth(InfoVeth::Peer(peer))),
+        ]));
+        self.create(
+            RouteNetlinkMessage::NewLink(host),
+            &format!("create veth pair {}/{}", pair.host_name, pair.peer_name),
+        )
+    }
+
+    /// The alias is where academy records which attachment owns a host veth; the kernel
+    /// ignores IFLA_IFALIAS on creation, so it takes its own request.
+    pub fn set_alias(&mut self, name: &str, alias: &str) -> NlResult<()> {
+        let mut msg = LinkMessage::default();
+        msg.attributes.push(LinkAttribute::IfName(name.to_string()));
+        msg.attributes
+            .push(LinkAttribute::IfAlias(alias.to_string()));
+        self.change_link(msg, &format!("set alias of link {name}"))
+    }
+
+    pub fn set_up(&mut self, index: u32) -> NlResult<()> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        set_flags(&mut msg, LinkFlags::Up, true);
+        self.change_link(msg, &format!("set link #{index} up"))
+    }
+
+    pub fn set_promisc(&mut self, index: u32) -> NlResult<()> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        set_flags(&mut msg, LinkFlags::Promisc, true);
+        self.change_link(msg, &format!("set link #{index} promiscuous"))
+    }
+
+    pub fn set_mtu(&mut self, index: u32, mtu: u32) -> NlResult<()> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        msg.attributes.push(LinkAttribute::Mtu(mtu));
+        self.change_link(msg, &format!("set the MTU of link #{index} to {mtu}"))
+    }
+
+    /// Deletes a link (a veth takes its peer with it). ENODEV when it is already gone.
+    pub fn delete_link(&mut self, index: u32) -> NlResult<()> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        self.request(
+            RouteNetlinkMessage::DelLink(msg),
+            Await::Ack,
+            &format!("delete link #{index}"),
+        )
+        .map(drop)
+    }
+
+    pub(in crate::netlink) fn change_link(&mut self, msg: LinkMessage, what: &str) -> NlResult<()> {
+        self.request(RouteNetlinkMessage::NewLink(msg), Await::Ack, what)
+            .map(drop)
+    }
+}
+
+/// Sets or clears one flag, leaving the others as the kernel has them.
+pub(super) fn set_flags(msg: &mut LinkMessage, flag: LinkFlags, on: bool) {
+    msg.header.change_mask |= flag;
+    if on {
+        msg.header.flags |= flag;
+    } else {
+        msg.header.flags &= !flag;
+    }
+}
+
+fn to_link(msg: &LinkMessage) -> Link {
+    let mut link = Link {
+        index: msg.header.index,
+        name: String::new(),
+        kind: LinkKind::None,
+        mac: None,
+        mtu: None,
+        up: msg.header.flags.contains(LinkFlags::Up),
+        promisc: msg.header.flags.contains(LinkFlags::Promisc),
+        controller: None,
+        alias: None,
+    };
+    for attr in &msg.attributes {
+        match attr {
+            LinkAttribute::IfName(n) => link.name = n.clone(),
+            LinkAttribute::Address(a) => link.mac = a.as_slice().try_into().ok(),
+            LinkAttribute::Mtu(m) => link.mtu = Some(*m),
+            LinkAttribute::Controller(c) => link.controller = Some(*c),
+            LinkAttribute::IfAlias(a) => link.alias = Some(a.clone()),
+            LinkAttribute::LinkInfo(infos) => {
+                for info in infos {
+                    if let LinkInfo::Kind(kind) = info {
+                        link.kind = match kind {
+                            InfoKind::Bridge => LinkKind::Bridge,
+                            InfoKind::Veth => LinkKind::Veth,
+                            other => LinkKind::Other(other.to_string()),
+                        };
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    link
+}
