@@ -20,7 +20,7 @@
 //! in the map itself: kernels before 6.5 (Debian 12 runs 6.1) refuse a lookup in a map
 //! that does not load its value (EINVAL; "relax set/map validation checks", May 2023).
 
-use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_DUMP};
 
 use super::attrs::{comment_of, comment_udata};
 use super::batch::Batch;
@@ -46,6 +46,11 @@ use super::Nftables;
 
 use crate::netlink::nfnetlink::{attributes, Attrs};
 use crate::netlink::socket::{Await, NlResult};
+
+mod create;
+
+#[cfg(test)]
+use create::{drop_rule, NewSet, PORTS_ID};
 
 pub const BRIDGE_CHAIN: &str = "prerouting";
 
@@ -84,22 +89,6 @@ pub fn allowed_set(network: &str) -> String {
 
 fn rule_comment(network: &str) -> String {
     format!("academy macspoofchk {network}")
-}
-
-/// libnftnl's set user data telling nft the byte order of a key that is a name, and of
-/// a map's data (NFTNL_UDATA_SET_KEYBYTEORDER host, NFTNL_UDATA_SET_DATABYTEORDER big
-/// endian), as nft writes it: without it, nft reads a name as a big-endian number and
-/// lists every port as "". The kernel ignores it.
-fn name_byteorder() -> Vec<u8> {
-    const KEY_BYTEORDER: u8 = 0;
-    const DATA_BYTEORDER: u8 = 1;
-    const HOST_ENDIAN: u32 = 1;
-    const BIG_ENDIAN: u32 = 2;
-    let mut udata = vec![KEY_BYTEORDER, 4];
-    udata.extend_from_slice(&HOST_ENDIAN.to_ne_bytes());
-    udata.extend_from_slice(&[DATA_BYTEORDER, 4]);
-    udata.extend_from_slice(&BIG_ENDIAN.to_ne_bytes());
-    udata
 }
 
 fn ifname_key(name: &str) -> Vec<u8> {
@@ -262,102 +251,6 @@ impl Nftables {
         }
     }
 
-    /// The table, chain, map, sets and rule of one network, in one batch. The map is
-    /// created exclusively and the rule with it: if the map exists, so does the rule,
-    /// and the kernel refuses the whole batch, which is success here.
-    fn create_guard(&mut self, network: &str) -> NlResult<()> {
-        let (map, guarded, set) = (
-            ports_map(network),
-            guarded_set(network),
-            allowed_set(network),
-        );
-        let mut batch = Batch::in_family(&mut self.socket, NFPROTO_BRIDGE);
-
-        let mut table = Attrs::default();
-        table.str(NFTA_TABLE_NAME, TABLE);
-        batch.add(
-            Step::CreateTable,
-            NFT_MSG_NEWTABLE,
-            NLM_F_CREATE,
-            table,
-            format!("create table bridge {TABLE}"),
-        );
-
-        let mut chain = Attrs::default();
-        chain.str(NFTA_CHAIN_TABLE, TABLE);
-        chain.str(NFTA_CHAIN_NAME, BRIDGE_CHAIN);
-        chain.nested(NFTA_CHAIN_HOOK, |hook| {
-            hook.be32(NFTA_HOOK_HOOKNUM, NF_BR_PRE_ROUTING);
-            // The reference's priority.
-            hook.be32(NFTA_HOOK_PRIORITY, NF_BR_PRI_NAT_DST_BRIDGED as u32);
-        });
-        chain.str(NFTA_CHAIN_TYPE, "filter");
-        batch.add(
-            Step::CreateChain,
-            NFT_MSG_NEWCHAIN,
-            NLM_F_CREATE,
-            chain,
-            format!("create chain bridge {TABLE} {BRIDGE_CHAIN}"),
-        );
-
-        // Keyed by interface name, the map and the guarded set say so in their userdata
-        // as nft does (so `nft list` prints names, not bytes); the pair set's
-        // concatenated key needs no such hint.
-        let sets = [
-            NewSet {
-                id: PORTS_ID,
-                name: &map,
-                key: (TYPE_IFNAME, IFNAMSIZ),
-                data: Some((TYPE_ETHERADDR, 6)),
-                names_in_userdata: true,
-            },
-            NewSet {
-                id: GUARDED_ID,
-                name: &guarded,
-                key: (TYPE_IFNAME, IFNAMSIZ),
-                data: None,
-                names_in_userdata: true,
-            },
-            NewSet {
-                id: ALLOWED_ID,
-                name: &set,
-                key: (TYPE_IFNAME << 6 | TYPE_ETHERADDR, PAIR_LEN),
-                data: None,
-                names_in_userdata: false,
-            },
-        ];
-        for new in sets {
-            let kind = if new.data.is_some() { "map" } else { "set" };
-            batch.add(
-                Step::CreateSet,
-                NFT_MSG_NEWSET,
-                NLM_F_CREATE | NLM_F_EXCL,
-                new.attrs(),
-                format!("create {kind} {}", new.name),
-            );
-        }
-
-        let mut rule = Attrs::default();
-        rule.str(NFTA_RULE_TABLE, TABLE);
-        rule.str(NFTA_RULE_CHAIN, BRIDGE_CHAIN);
-        rule.nested(NFTA_RULE_EXPRESSIONS, |list| {
-            drop_rule(list, &guarded, &set)
-        });
-        rule.put(NFTA_RULE_USERDATA, &comment_udata(&rule_comment(network)));
-        batch.add(
-            Step::AddRule,
-            NFT_MSG_NEWRULE,
-            NLM_F_CREATE | NLM_F_APPEND,
-            rule,
-            format!("add the macspoofchk rule of network {network}"),
-        );
-
-        match batch.commit() {
-            Err(e) if e.is(libc::EEXIST) => Ok(()),
-            other => other,
-        }
-    }
-
     /// One batch: one message per map or set, each with the ports' elements in it.
     fn change_ports(&mut self, kind: u8, network: &str, ports: &[GuardedPort]) -> NlResult<()> {
         let (verb, step) = if kind == NFT_MSG_NEWSETELEM {
@@ -397,45 +290,6 @@ impl Nftables {
     }
 }
 
-/// The ids that name the map and sets within their creating batch (the rule's lookups
-/// refer to them so, before they exist).
-const PORTS_ID: u32 = 1;
-const ALLOWED_ID: u32 = 2;
-const GUARDED_ID: u32 = 3;
-
-/// One of a network's map and sets, as its first ADD creates it.
-struct NewSet<'a> {
-    id: u32,
-    name: &'a str,
-    /// (type, length) of the key.
-    key: (u32, usize),
-    /// (type, length) of a map's values.
-    data: Option<(u32, usize)>,
-    names_in_userdata: bool,
-}
-
-impl NewSet<'_> {
-    fn attrs(&self) -> Attrs {
-        let mut attrs = Attrs::default();
-        attrs.str(NFTA_SET_TABLE, TABLE);
-        attrs.str(NFTA_SET_NAME, self.name);
-        if self.data.is_some() {
-            attrs.be32(NFTA_SET_FLAGS, NFT_SET_MAP);
-        }
-        attrs.be32(NFTA_SET_KEY_TYPE, self.key.0);
-        attrs.be32(NFTA_SET_KEY_LEN, self.key.1 as u32);
-        if let Some((data_type, data_len)) = self.data {
-            attrs.be32(NFTA_SET_DATA_TYPE, data_type);
-            attrs.be32(NFTA_SET_DATA_LEN, data_len as u32);
-        }
-        attrs.be32(NFTA_SET_ID, self.id);
-        if self.names_in_userdata {
-            attrs.put(NFTA_SET_USERDATA, &name_byteorder());
-        }
-        attrs
-    }
-}
-
 /// A port's three elements, in the order of change_ports: (set, key, map data).
 fn elements_of(network: &str, port: &GuardedPort) -> Vec<(String, Vec<u8>, Option<Vec<u8>>)> {
     vec![
@@ -469,49 +323,6 @@ fn element(list: &mut Attrs, key: &[u8], data: Option<&[u8]>, comment: &str) {
         if !comment.is_empty() {
             elem.put(NFTA_SET_ELEM_USERDATA, &comment_udata(comment));
         }
-    });
-}
-
-/// The rule, as `nft --debug=netlink` shows it for
-/// `iifname @GUARDED iifname . ether saddr != @ALLOWED drop`.
-fn drop_rule(list: &mut Attrs, guarded: &str, set: &str) {
-    let iifname = |list: &mut Attrs| {
-        expr(list, "meta", |e| {
-            e.be32(NFTA_META_DREG, NFT_REG_1);
-            e.be32(NFTA_META_KEY, NFT_META_IIFNAME);
-        })
-    };
-    iifname(list);
-    expr(list, "lookup", |e| {
-        e.str(NFTA_LOOKUP_SET, guarded);
-        e.be32(NFTA_LOOKUP_SREG, NFT_REG_1);
-        // New in this batch.
-        e.be32(NFTA_LOOKUP_SET_ID, GUARDED_ID);
-    });
-    // The name fills register 1 (16 bytes); the MAC follows it in register 2, and the
-    // lookup reads both as one 24-byte key.
-    iifname(list);
-    expr(list, "payload", |e| {
-        e.be32(NFTA_PAYLOAD_DREG, NFT_REG_2);
-        e.be32(NFTA_PAYLOAD_BASE, NFT_PAYLOAD_LL_HEADER);
-        // The source address, after the destination's 6 bytes.
-        e.be32(NFTA_PAYLOAD_OFFSET, 6);
-        e.be32(NFTA_PAYLOAD_LEN, 6);
-    });
-    expr(list, "lookup", |e| {
-        e.str(NFTA_LOOKUP_SET, set);
-        e.be32(NFTA_LOOKUP_SREG, NFT_REG_1);
-        e.be32(NFTA_LOOKUP_SET_ID, ALLOWED_ID);
-        // Not in the set.
-        e.be32(NFTA_LOOKUP_FLAGS, NFT_LOOKUP_F_INV);
-    });
-    expr(list, "immediate", |e| {
-        e.be32(NFTA_IMMEDIATE_DREG, NFT_REG_VERDICT);
-        e.nested(NFTA_IMMEDIATE_DATA, |data| {
-            data.nested(NFTA_DATA_VERDICT, |verdict| {
-                verdict.be32(NFTA_VERDICT_CODE, NF_DROP)
-            })
-        });
     });
 }
 
