@@ -6,7 +6,9 @@
 //! form with an `ipam` block, so that a bridge + host-local conflist works with only its
 //! `type` changed.
 
+mod addresses;
 mod bandwidth;
+mod fields;
 pub mod layer2;
 mod mtu;
 mod non_masquerade;
@@ -28,7 +30,9 @@ use crate::cni::env::interface_name_problem;
 use crate::cni::{code, version, Error, Result};
 use crate::ipam::Pool;
 
+use addresses::{flat_form, ipam_block};
 pub use bandwidth::{Bandwidth, Shape};
+use fields::Fields;
 pub use mtu::Mtu;
 pub use port::{gateway_name as vlan_gateway_name, PortSpec};
 pub use port_mappings::PortMapping;
@@ -354,122 +358,6 @@ impl Config {
     }
 }
 
-/// The seed's form: one range from the top-level keys, always a default route.
-fn flat_form(f: &Fields) -> Result<(Builtin, Option<IpAddr>)> {
-    let subnet_text = f.string("subnet")?.ok_or_else(|| {
-        Error::config("subnet is missing").details("e.g. \"subnet\": \"10.98.0.0/24\"")
-    })?;
-    let subnet = ranges::parse_subnet(&subnet_text, "subnet")?;
-    let gateway = f
-        .ip("gateway")?
-        .unwrap_or_else(|| ranges::first_host(subnet));
-    let pool = Pool::new(
-        subnet,
-        Some(gateway),
-        f.ip("rangeStart")?,
-        f.ip("rangeEnd")?,
-    )?;
-    check_host_address(subnet, gateway, "gateway")?;
-
-    let test_address = match f.string("testAddress")? {
-        None => None,
-        Some(t) => {
-            let parsed: IpNetwork = t.parse().map_err(|_| {
-                Error::config(format!("testAddress {t:?} is not an address/prefix"))
-            })?;
-            if t.contains('/') && parsed.prefix() != subnet.prefix() {
-                return Err(Error::config(format!(
-                    "testAddress {t} has prefix /{} but subnet {subnet} is /{}",
-                    parsed.prefix(),
-                    subnet.prefix()
-                )));
-            }
-            check_host_address(subnet, parsed.ip(), "testAddress")?;
-            if parsed.ip() == gateway {
-                return Err(Error::config(format!(
-                    "testAddress {t} is the gateway address"
-                )));
-            }
-            Some(parsed.ip())
-        }
-    };
-    let default = IpNetwork::new(unspecified(subnet.ip()), 0).expect("prefix 0");
-    Ok((
-        Builtin {
-            range_sets: vec![vec![pool]],
-            routes: vec![RouteSpec::to(default)],
-            data_dir: data_dir(f.string("dataDir")?, "dataDir", DEFAULT_DATA_DIR)?,
-            resolv_conf: None,
-        },
-        test_address,
-    ))
-}
-
-/// The reference form: `ipam` of type host-local (served by academy's allocator) or any
-/// other IPAM plugin (delegated).
-fn ipam_block(map: &Map<String, Value>, requests: &Requests, cni_version: &str) -> Result<Ipam> {
-    let Some(ipam) = map.get("ipam").filter(|v| !v.is_null()) else {
-        return Ok(Ipam::None);
-    };
-    let Value::Object(ipam) = ipam else {
-        return Err(Error::config(format!("ipam must be an object, got {ipam}")));
-    };
-    let f = Fields(ipam);
-    let Some(kind) = f.string("type")?.filter(|t| !t.is_empty()) else {
-        return layer2::empty_ipam(ipam);
-    };
-    if kind != "host-local" {
-        if kind.contains('/') || kind == "." || kind == ".." {
-            return Err(Error::config(format!(
-                "ipam.type {kind:?} is not a plugin name"
-            )));
-        }
-        return Ok(Ipam::Delegated(kind));
-    }
-    // host-local's order: runtimeConfig.ipRanges first, then the single top-level range,
-    // then `ranges`.
-    let mut sets = Vec::new();
-    if let Some(r) = &requests.ip_ranges {
-        sets.extend(ranges::parse_range_sets(r, "runtimeConfig.ipRanges", 0)?);
-    }
-    if f.get("subnet").is_some() {
-        sets.push(vec![ranges::parse_range(
-            &Value::Object(ipam.clone()),
-            "ipam",
-            sets.len(),
-        )?]);
-    }
-    if let Some(r) = f.get("ranges") {
-        let first = sets.len();
-        sets.extend(ranges::parse_range_sets(r, "ipam.ranges", first)?);
-    }
-    if sets.is_empty() {
-        return Err(Error::config("ipam has no subnet and no ranges")
-            .details("add \"ranges\": [[{\"subnet\": \"10.98.0.0/24\"}]]"));
-    }
-    ranges::check_overlaps(&sets)?;
-
-    let routes = match f.get("routes") {
-        Some(list) => routes::parse_routes(list, cni_version)?,
-        None => Vec::new(),
-    };
-    let resolv_conf = match f.string("resolvConf")?.filter(|p| !p.is_empty()) {
-        None => None,
-        Some(p) if p.starts_with('/') => Some(PathBuf::from(p)),
-        Some(p) => {
-            return Err(Error::config(format!(
-                "ipam.resolvConf {p:?} must be an absolute path"
-            )))
-        }
-    };
-    Ok(Ipam::Builtin(Builtin {
-        range_sets: sets,
-        routes,
-        data_dir: data_dir(f.string("dataDir")?, "ipam.dataDir", HOST_LOCAL_DATA_DIR)?,
-        resolv_conf,
-    }))
-}
-
 /// `ingressPolicy`'s value that isolates the network.
 const SAME_BRIDGE: &str = "same-bridge";
 
@@ -493,17 +381,6 @@ fn ingress_policy(f: &Fields) -> Result<bool> {
     }
 }
 
-fn data_dir(value: Option<String>, field: &str, default: &str) -> Result<PathBuf> {
-    match value {
-        None => Ok(PathBuf::from(default)),
-        Some(d) if d.starts_with('/') => Ok(PathBuf::from(d)),
-        Some(d) => Err(Error::config(format!(
-            "{field} {d:?} must be an absolute path"
-        ))),
-    }
-}
-
-/// Refuses a key from `keys` whose value asks for something ("off" values pass).
 /// The spec's network name charset; it also becomes a folder name under dataDir, so it
 /// must be one safe path component.
 pub fn validate_network_name(name: &str) -> Result<()> {
@@ -523,29 +400,6 @@ pub fn unspecified(like: IpAddr) -> IpAddr {
         IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
         IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
     }
-}
-
-/// `addr` must be a host address of `subnet`: inside it, and neither its network nor its
-/// broadcast address.
-fn check_host_address(subnet: IpNetwork, addr: IpAddr, field: &str) -> Result<()> {
-    if !subnet.contains(addr) {
-        return Err(Error::config(format!(
-            "{field} {addr} is not inside subnet {subnet}"
-        )));
-    }
-    if addr == subnet.network() {
-        return Err(Error::config(format!(
-            "{field} {addr} is the network address of {subnet}"
-        )));
-    }
-    if let IpNetwork::V4(n) = subnet {
-        if addr == IpAddr::V4(n.broadcast()) {
-            return Err(Error::config(format!(
-                "{field} {addr} is the broadcast address of {subnet}"
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// GC's list, under the spec's key or the pre-rename one libcni still sends.
@@ -575,55 +429,6 @@ fn valid_attachments(map: &Map<String, Value>) -> Result<Option<HashSet<(String,
         };
     }
     Ok(Some(set))
-}
-
-/// Typed access to the config's fields, with errors that name the field and its value.
-struct Fields<'a>(&'a Map<String, Value>);
-
-impl Fields<'_> {
-    fn get(&self, key: &str) -> Option<&Value> {
-        self.0.get(key).filter(|v| !v.is_null())
-    }
-
-    fn string(&self, key: &str) -> Result<Option<String>> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(other) => Err(Error::config(format!(
-                "{key} must be a string, got {other}"
-            ))),
-        }
-    }
-
-    fn number(&self, key: &str) -> Result<Option<u64>> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .map(Some)
-                .ok_or_else(|| Error::config(format!("{key} must be a whole number, got {v}"))),
-        }
-    }
-
-    fn boolean(&self, key: &str) -> Result<Option<bool>> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(Value::Bool(b)) => Ok(Some(*b)),
-            Some(other) => Err(Error::config(format!(
-                "{key} must be true or false, got {other}"
-            ))),
-        }
-    }
-
-    fn ip(&self, key: &str) -> Result<Option<IpAddr>> {
-        match self.string(key)? {
-            None => Ok(None),
-            Some(s) => s
-                .parse()
-                .map(Some)
-                .map_err(|_| Error::config(format!("{key} {s:?} is not an IP address"))),
-        }
-    }
 }
 
 #[cfg(test)]
