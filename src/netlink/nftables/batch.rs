@@ -134,6 +134,17 @@ impl<'a> Batch<'a> {
         }
     }
 
+    /// Adds a change built elsewhere (objects.rs's table and base chains).
+    pub(super) fn push(&mut self, change: Change) {
+        self.add(
+            change.step,
+            change.kind,
+            change.flags,
+            change.attrs,
+            change.description,
+        );
+    }
+
     pub(super) fn add(
         &mut self,
         step: Step,

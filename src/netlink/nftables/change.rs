@@ -8,15 +8,15 @@ use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_EXCL};
 use super::attrs::{address_bytes, comment_udata};
 use super::batch::{commit_all, element_groups, named, Change};
 use super::consts::{
-    CHAIN, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_CHAIN_TYPE, NFTA_DATA_VALUE,
-    NFTA_HOOK_HOOKNUM, NFTA_HOOK_PRIORITY, NFTA_LIST_ELEM, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS,
+    CHAIN, NFTA_DATA_VALUE, NFTA_LIST_ELEM, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS,
     NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_RULE_USERDATA, NFTA_SET_ELEM_KEY,
     NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE,
     NFTA_SET_ELEM_USERDATA, NFTA_SET_ID, NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE, NFTA_SET_NAME,
-    NFTA_SET_TABLE, NFTA_TABLE_NAME, NFT_MSG_DELRULE, NFT_MSG_DELSETELEM, NFT_MSG_NEWCHAIN,
-    NFT_MSG_NEWRULE, NFT_MSG_NEWSET, NFT_MSG_NEWSETELEM, NFT_MSG_NEWTABLE, NF_INET_POST_ROUTING,
-    NF_IP_PRI_NAT_SRC, TABLE, TYPE_IPV4_ADDR, TYPE_IPV6_ADDR,
+    NFTA_SET_TABLE, NFT_MSG_DELRULE, NFT_MSG_DELSETELEM, NFT_MSG_NEWRULE, NFT_MSG_NEWSET,
+    NFT_MSG_NEWSETELEM, NF_INET_POST_ROUTING, NF_IP_PRI_NAT_SRC, TABLE, TYPE_IPV4_ADDR,
+    TYPE_IPV6_ADDR,
 };
+use super::objects::{new_chain, new_table, BaseChain, Table};
 use super::port_elements::PortElement;
 use super::portmap::port_changes;
 use super::rule::masquerade_rule;
@@ -68,8 +68,8 @@ impl Nftables {
     pub fn apply(&mut self, change: &NatChange) -> NlResult<()> {
         let mut changes = Vec::new();
         if !change.ensure.is_empty() || !change.rules.is_empty() {
-            changes.push(table());
-            changes.push(chain());
+            changes.push(new_table(Table::Academy));
+            changes.push(postrouting());
         }
         for (id, network) in change.ensure.iter().enumerate() {
             changes.push(set(network, id as u32 + 1));
@@ -116,34 +116,15 @@ impl Nftables {
     }
 }
 
-fn table() -> Change {
-    let mut attrs = Attrs::default();
-    attrs.str(NFTA_TABLE_NAME, TABLE);
-    Change {
-        step: Step::CreateTable,
-        kind: NFT_MSG_NEWTABLE,
-        flags: NLM_F_CREATE,
-        attrs,
-        description: format!("create table inet {TABLE}"),
-    }
-}
-
-fn chain() -> Change {
-    let mut attrs = Attrs::default();
-    attrs.str(NFTA_CHAIN_TABLE, TABLE);
-    attrs.str(NFTA_CHAIN_NAME, CHAIN);
-    attrs.nested(NFTA_CHAIN_HOOK, |hook| {
-        hook.be32(NFTA_HOOK_HOOKNUM, NF_INET_POST_ROUTING);
-        hook.be32(NFTA_HOOK_PRIORITY, NF_IP_PRI_NAT_SRC as u32);
-    });
-    attrs.str(NFTA_CHAIN_TYPE, "nat");
-    Change {
-        step: Step::CreateChain,
-        kind: NFT_MSG_NEWCHAIN,
-        flags: NLM_F_CREATE,
-        attrs,
-        description: format!("create chain inet {TABLE} {CHAIN} (type nat, hook postrouting)"),
-    }
+/// The masquerade's chain.
+fn postrouting() -> Change {
+    let chain = BaseChain {
+        name: CHAIN,
+        hook: NF_INET_POST_ROUTING,
+        priority: NF_IP_PRI_NAT_SRC,
+        kind: "nat",
+    };
+    new_chain(Table::Academy, chain)
 }
 
 /// Without NLM_F_EXCL: an identical set is success, any other set of the name EEXIST.
@@ -253,7 +234,12 @@ mod tests {
                 comment: "n:c:eth0".into(),
             },
         };
-        let mut changes = vec![table(), chain(), set(&network, 1), rule(&network, 1)];
+        let mut changes = vec![
+            new_table(Table::Academy),
+            postrouting(),
+            set(&network, 1),
+            rule(&network, 1),
+        ];
         element_changes(
             &mut changes,
             NFT_MSG_NEWSETELEM,

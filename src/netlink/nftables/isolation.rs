@@ -33,17 +33,16 @@ use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE};
 use super::attrs::comment_udata;
 use super::batch::Batch;
 use super::consts::{
-    IFNAMSIZ, ISOLATED_SET, NFPROTO_INET, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE,
-    NFTA_CHAIN_TYPE, NFTA_DATA_VALUE, NFTA_DATA_VERDICT, NFTA_HOOK_HOOKNUM, NFTA_HOOK_PRIORITY,
-    NFTA_IMMEDIATE_DATA, NFTA_IMMEDIATE_DREG, NFTA_LIST_ELEM, NFTA_LOOKUP_FLAGS, NFTA_LOOKUP_SET,
-    NFTA_LOOKUP_SET_ID, NFTA_LOOKUP_SREG, NFTA_META_DREG, NFTA_META_KEY, NFTA_RULE_CHAIN,
-    NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_RULE_USERDATA,
-    NFTA_SET_ELEM_KEY, NFTA_SET_ID, NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE, NFTA_SET_NAME,
-    NFTA_SET_TABLE, NFTA_TABLE_NAME, NFTA_VERDICT_CODE, NFT_LOOKUP_F_INV, NFT_META_IIFNAME,
-    NFT_META_OIFNAME, NFT_MSG_DELRULE, NFT_MSG_GETSETELEM, NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE,
-    NFT_MSG_NEWSET, NFT_MSG_NEWSETELEM, NFT_MSG_NEWTABLE, NFT_REG_1, NFT_REG_2, NFT_REG_VERDICT,
+    IFNAMSIZ, ISOLATED_SET, NFPROTO_INET, NFTA_DATA_VALUE, NFTA_DATA_VERDICT, NFTA_IMMEDIATE_DATA,
+    NFTA_IMMEDIATE_DREG, NFTA_LIST_ELEM, NFTA_LOOKUP_FLAGS, NFTA_LOOKUP_SET, NFTA_LOOKUP_SET_ID,
+    NFTA_LOOKUP_SREG, NFTA_META_DREG, NFTA_META_KEY, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS,
+    NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_RULE_USERDATA, NFTA_SET_ELEM_KEY, NFTA_SET_ID,
+    NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE, NFTA_SET_NAME, NFTA_SET_TABLE, NFTA_VERDICT_CODE,
+    NFT_LOOKUP_F_INV, NFT_META_IIFNAME, NFT_META_OIFNAME, NFT_MSG_DELRULE, NFT_MSG_GETSETELEM,
+    NFT_MSG_NEWRULE, NFT_MSG_NEWSET, NFT_MSG_NEWSETELEM, NFT_REG_1, NFT_REG_2, NFT_REG_VERDICT,
     NF_DROP, NF_INET_FORWARD, NF_IP_PRI_FILTER, TABLE, TYPE_BITS, TYPE_IFNAME,
 };
+use super::objects::{new_chain, new_table, BaseChain, Table};
 use super::portmap::{element_list, hairpin_key, FORWARD};
 use super::rule::expr;
 use super::step::Step;
@@ -142,15 +141,7 @@ pub(super) fn element(bridge: &str) -> Attrs {
 /// Table, set and chain (created if missing), the copies of the rule deleted, and the
 /// rule added at the chain's end.
 fn add_objects(batch: &mut Batch, present: &[u64]) {
-    let mut table = Attrs::default();
-    table.str(NFTA_TABLE_NAME, TABLE);
-    batch.add(
-        Step::CreateTable,
-        NFT_MSG_NEWTABLE,
-        NLM_F_CREATE,
-        table,
-        format!("create table inet {TABLE}"),
-    );
+    batch.push(new_table(Table::Academy));
     let mut set = Attrs::default();
     set.str(NFTA_SET_TABLE, TABLE);
     set.str(NFTA_SET_NAME, ISOLATED_SET);
@@ -165,21 +156,15 @@ fn add_objects(batch: &mut Batch, present: &[u64]) {
         format!("create set {ISOLATED_SET}"),
     );
     // Port mapping's chain, with its hook and priority: whichever comes first makes it.
-    let mut chain = Attrs::default();
-    chain.str(NFTA_CHAIN_TABLE, TABLE);
-    chain.str(NFTA_CHAIN_NAME, FORWARD);
-    chain.nested(NFTA_CHAIN_HOOK, |h| {
-        h.be32(NFTA_HOOK_HOOKNUM, NF_INET_FORWARD);
-        h.be32(NFTA_HOOK_PRIORITY, NF_IP_PRI_FILTER as u32);
-    });
-    chain.str(NFTA_CHAIN_TYPE, "filter");
-    batch.add(
-        Step::CreateChain,
-        NFT_MSG_NEWCHAIN,
-        NLM_F_CREATE,
-        chain,
-        format!("create chain {FORWARD}"),
-    );
+    batch.push(new_chain(
+        Table::Academy,
+        BaseChain {
+            name: FORWARD,
+            hook: NF_INET_FORWARD,
+            priority: NF_IP_PRI_FILTER,
+            kind: "filter",
+        },
+    ));
     for handle in present {
         let mut rule = Attrs::default();
         rule.str(NFTA_RULE_TABLE, TABLE);

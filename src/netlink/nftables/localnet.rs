@@ -26,19 +26,18 @@ use super::attrs::comment_udata;
 use super::batch::Batch;
 use super::consts::{
     IFNAMSIZ, IPS_DST_NAT, LOCALNET_SET, NFPROTO_INET, NFTA_BITWISE_DREG, NFTA_BITWISE_LEN,
-    NFTA_BITWISE_MASK, NFTA_BITWISE_SREG, NFTA_BITWISE_XOR, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME,
-    NFTA_CHAIN_TABLE, NFTA_CHAIN_TYPE, NFTA_CT_DREG, NFTA_CT_KEY, NFTA_DATA_VALUE,
-    NFTA_DATA_VERDICT, NFTA_HOOK_HOOKNUM, NFTA_HOOK_PRIORITY, NFTA_IMMEDIATE_DATA,
-    NFTA_IMMEDIATE_DREG, NFTA_LIST_ELEM, NFTA_LOOKUP_SET, NFTA_LOOKUP_SET_ID, NFTA_LOOKUP_SREG,
-    NFTA_META_DREG, NFTA_META_KEY, NFTA_PAYLOAD_BASE, NFTA_PAYLOAD_DREG, NFTA_PAYLOAD_LEN,
-    NFTA_PAYLOAD_OFFSET, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE, NFTA_RULE_TABLE,
-    NFTA_RULE_USERDATA, NFTA_SET_ELEM_KEY, NFTA_SET_ID, NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE,
-    NFTA_SET_NAME, NFTA_SET_TABLE, NFTA_SET_USERDATA, NFTA_TABLE_NAME, NFTA_VERDICT_CODE,
-    NFT_CMP_EQ, NFT_CMP_NEQ, NFT_CT_STATUS, NFT_META_IIFNAME, NFT_META_NFPROTO, NFT_MSG_DELRULE,
-    NFT_MSG_GETSETELEM, NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE, NFT_MSG_NEWSET, NFT_MSG_NEWSETELEM,
-    NFT_MSG_NEWTABLE, NFT_PAYLOAD_NETWORK_HEADER, NFT_REG_1, NFT_REG_VERDICT, NF_DROP,
-    NF_INET_LOCAL_IN, NF_IP_PRI_FILTER, TABLE, TYPE_IFNAME,
+    NFTA_BITWISE_MASK, NFTA_BITWISE_SREG, NFTA_BITWISE_XOR, NFTA_CT_DREG, NFTA_CT_KEY,
+    NFTA_DATA_VALUE, NFTA_DATA_VERDICT, NFTA_IMMEDIATE_DATA, NFTA_IMMEDIATE_DREG, NFTA_LIST_ELEM,
+    NFTA_LOOKUP_SET, NFTA_LOOKUP_SET_ID, NFTA_LOOKUP_SREG, NFTA_META_DREG, NFTA_META_KEY,
+    NFTA_PAYLOAD_BASE, NFTA_PAYLOAD_DREG, NFTA_PAYLOAD_LEN, NFTA_PAYLOAD_OFFSET, NFTA_RULE_CHAIN,
+    NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_RULE_USERDATA,
+    NFTA_SET_ELEM_KEY, NFTA_SET_ID, NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE, NFTA_SET_NAME,
+    NFTA_SET_TABLE, NFTA_SET_USERDATA, NFTA_VERDICT_CODE, NFT_CMP_EQ, NFT_CMP_NEQ, NFT_CT_STATUS,
+    NFT_META_IIFNAME, NFT_META_NFPROTO, NFT_MSG_DELRULE, NFT_MSG_GETSETELEM, NFT_MSG_NEWRULE,
+    NFT_MSG_NEWSET, NFT_MSG_NEWSETELEM, NFT_PAYLOAD_NETWORK_HEADER, NFT_REG_1, NFT_REG_VERDICT,
+    NF_DROP, NF_INET_LOCAL_IN, NF_IP_PRI_FILTER, TABLE, TYPE_IFNAME,
 };
+use super::objects::{new_chain, new_table, BaseChain, Table};
 use super::portmap::element_list;
 use super::rule::{cmp, expr};
 use super::step::Step;
@@ -157,15 +156,7 @@ fn complete(present: &[(String, u64)]) -> bool {
 /// Table, set and chain (created if missing), what is left of the rules deleted, and
 /// both rules added, in their order.
 fn add_objects(batch: &mut Batch, present: &[(String, u64)]) {
-    let mut table = Attrs::default();
-    table.str(NFTA_TABLE_NAME, TABLE);
-    batch.add(
-        Step::CreateTable,
-        NFT_MSG_NEWTABLE,
-        NLM_F_CREATE,
-        table,
-        format!("create table inet {TABLE}"),
-    );
+    batch.push(new_table(Table::Academy));
     let mut set = Attrs::default();
     set.str(NFTA_SET_TABLE, TABLE);
     set.str(NFTA_SET_NAME, LOCALNET_SET);
@@ -180,21 +171,15 @@ fn add_objects(batch: &mut Batch, present: &[(String, u64)]) {
         set,
         format!("create set {LOCALNET_SET}"),
     );
-    let mut chain = Attrs::default();
-    chain.str(NFTA_CHAIN_TABLE, TABLE);
-    chain.str(NFTA_CHAIN_NAME, INPUT);
-    chain.nested(NFTA_CHAIN_HOOK, |h| {
-        h.be32(NFTA_HOOK_HOOKNUM, NF_INET_LOCAL_IN);
-        h.be32(NFTA_HOOK_PRIORITY, NF_IP_PRI_FILTER as u32);
-    });
-    chain.str(NFTA_CHAIN_TYPE, "filter");
-    batch.add(
-        Step::CreateChain,
-        NFT_MSG_NEWCHAIN,
-        NLM_F_CREATE,
-        chain,
-        format!("create chain {INPUT}"),
-    );
+    batch.push(new_chain(
+        Table::Academy,
+        BaseChain {
+            name: INPUT,
+            hook: NF_INET_LOCAL_IN,
+            priority: NF_IP_PRI_FILTER,
+            kind: "filter",
+        },
+    ));
     for (comment, handle) in present {
         let mut rule = Attrs::default();
         rule.str(NFTA_RULE_TABLE, TABLE);

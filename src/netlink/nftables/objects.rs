@@ -5,12 +5,18 @@
 //! the shared chains, maps and rules stay: other networks use them, and an empty chain
 //! (or a rule whose set is empty) costs a packet nothing (one lookup).
 
-use super::batch::Batch;
+use netlink_packet_core::NLM_F_CREATE;
+
+use super::batch::{Batch, Change};
 use super::consts::{
     HAIRPIN_SET, ISOLATED_SET, LOCALNET_SET, NFPROTO_BRIDGE, NFPROTO_INET, NFTA_DATA_VALUE,
     NFTA_LIST_ELEM, NFTA_RULE_CHAIN, NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_SET_ELEM_KEY,
     NFTA_SET_NAME, NFTA_SET_TABLE, NFT_MSG_DELRULE, NFT_MSG_DELSET, NFT_MSG_DELSETELEM,
     NFT_MSG_GETSETELEM, TABLE,
+};
+use super::consts::{
+    NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_CHAIN_TYPE, NFTA_HOOK_HOOKNUM,
+    NFTA_HOOK_PRIORITY, NFTA_TABLE_NAME, NFT_MSG_NEWCHAIN, NFT_MSG_NEWTABLE,
 };
 use super::localnet::localnet_key;
 use super::portmap::{element_list, hairpin_key};
@@ -39,7 +45,7 @@ impl Table {
         }
     }
 
-    fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             Table::Academy | Table::AcademyBridge => TABLE,
             Table::IptablesFilter(_) => "filter",
@@ -91,6 +97,60 @@ impl Object {
             Object::Hairpin(_) | Object::Localnet(_) | Object::Isolated(_) => Table::Academy,
         }
     }
+}
+
+/// Academy's table in `table`'s family, made if missing (an existing one is success).
+pub(super) fn new_table(table: Table) -> Change {
+    let mut attrs = Attrs::default();
+    attrs.str(NFTA_TABLE_NAME, table.name());
+    Change {
+        step: Step::CreateTable,
+        kind: NFT_MSG_NEWTABLE,
+        flags: NLM_F_CREATE,
+        attrs,
+        description: format!("create table {table}"),
+    }
+}
+
+/// A base chain of academy's: its name, hook, priority and type.
+pub(super) struct BaseChain {
+    pub(super) name: &'static str,
+    pub(super) hook: u32,
+    pub(super) priority: i32,
+    pub(super) kind: &'static str,
+}
+
+/// The base chain in `table`, made if missing (one of the same name is success, so the
+/// kinds that share a chain, e.g. `forward`, each make it whichever comes first).
+pub(super) fn new_chain(table: Table, chain: BaseChain) -> Change {
+    let mut attrs = Attrs::default();
+    attrs.str(NFTA_CHAIN_TABLE, table.name());
+    attrs.str(NFTA_CHAIN_NAME, chain.name);
+    attrs.nested(NFTA_CHAIN_HOOK, |hook| {
+        hook.be32(NFTA_HOOK_HOOKNUM, chain.hook);
+        hook.be32(NFTA_HOOK_PRIORITY, chain.priority as u32);
+    });
+    attrs.str(NFTA_CHAIN_TYPE, chain.kind);
+    Change {
+        step: Step::CreateChain,
+        kind: NFT_MSG_NEWCHAIN,
+        flags: NLM_F_CREATE,
+        attrs,
+        description: format!(
+            "create chain {table} {} (type {}, hook {})",
+            chain.name,
+            chain.kind,
+            hook_name(chain.hook)
+        ),
+    }
+}
+
+/// The netfilter hook's name; the inet and bridge families number theirs alike.
+fn hook_name(hook: u32) -> &'static str {
+    ["prerouting", "input", "forward", "output", "postrouting"]
+        .get(hook as usize)
+        .copied()
+        .unwrap_or("?")
 }
 
 impl Nftables {

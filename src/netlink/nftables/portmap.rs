@@ -29,18 +29,17 @@ use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE};
 use super::attrs::comment_udata;
 use super::batch::{element_groups, named, Batch, Change};
 use super::consts::{
-    CHAIN, HAIRPIN_SET, IFNAMSIZ, NFPROTO_INET, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE,
-    NFTA_CHAIN_TYPE, NFTA_DATA_VALUE, NFTA_HOOK_HOOKNUM, NFTA_HOOK_PRIORITY, NFTA_LIST_ELEM,
-    NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_RULE_USERDATA,
+    CHAIN, HAIRPIN_SET, IFNAMSIZ, NFPROTO_INET, NFTA_DATA_VALUE, NFTA_LIST_ELEM, NFTA_RULE_CHAIN,
+    NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_RULE_USERDATA,
     NFTA_SET_DATA_LEN, NFTA_SET_DATA_TYPE, NFTA_SET_ELEM_DATA, NFTA_SET_ELEM_KEY,
     NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE,
     NFTA_SET_ELEM_USERDATA, NFTA_SET_FLAGS, NFTA_SET_ID, NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE,
-    NFTA_SET_NAME, NFTA_SET_TABLE, NFTA_TABLE_NAME, NFT_MSG_DELRULE, NFT_MSG_DELSETELEM,
-    NFT_MSG_GETSETELEM, NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE, NFT_MSG_NEWSET, NFT_MSG_NEWSETELEM,
-    NFT_MSG_NEWTABLE, NFT_SET_MAP, NF_INET_FORWARD, NF_INET_LOCAL_OUT, NF_INET_POST_ROUTING,
-    NF_INET_PRE_ROUTING, NF_IP_PRI_FILTER, NF_IP_PRI_NAT_DST, NF_IP_PRI_NAT_SRC, TABLE, TYPE_BITS,
-    TYPE_IFNAME,
+    NFTA_SET_NAME, NFTA_SET_TABLE, NFT_MSG_DELRULE, NFT_MSG_DELSETELEM, NFT_MSG_GETSETELEM,
+    NFT_MSG_NEWRULE, NFT_MSG_NEWSET, NFT_MSG_NEWSETELEM, NFT_SET_MAP, NF_INET_FORWARD,
+    NF_INET_LOCAL_OUT, NF_INET_POST_ROUTING, NF_INET_PRE_ROUTING, NF_IP_PRI_FILTER,
+    NF_IP_PRI_NAT_DST, NF_IP_PRI_NAT_SRC, TABLE, TYPE_BITS, TYPE_IFNAME,
 };
+use super::objects::{new_chain, new_table, BaseChain, Table};
 use super::port_elements::{decode_ports, describe, key_text, PortElement, PortKey, PortMap};
 use super::portmap_rules::{dnat_rule, hairpin_rule, localhost_rule, masquerade_marked};
 use super::step::Step;
@@ -212,15 +211,7 @@ impl Nftables {
             return Ok(None);
         }
         let mut batch = Batch::new(&mut self.socket);
-        let mut table = Attrs::default();
-        table.str(NFTA_TABLE_NAME, TABLE);
-        batch.add(
-            Step::CreateTable,
-            NFT_MSG_NEWTABLE,
-            NLM_F_CREATE,
-            table,
-            format!("create table inet {TABLE}"),
-        );
+        batch.push(new_table(Table::Academy));
         let chains = [
             (PREROUTING, NF_INET_PRE_ROUTING, NF_IP_PRI_NAT_DST, "nat"),
             (OUTPUT, NF_INET_LOCAL_OUT, NF_IP_PRI_NAT_DST, "nat"),
@@ -228,21 +219,13 @@ impl Nftables {
             (CHAIN, NF_INET_POST_ROUTING, NF_IP_PRI_NAT_SRC, "nat"),
         ];
         for (name, hook, priority, kind) in chains {
-            let mut chain = Attrs::default();
-            chain.str(NFTA_CHAIN_TABLE, TABLE);
-            chain.str(NFTA_CHAIN_NAME, name);
-            chain.nested(NFTA_CHAIN_HOOK, |h| {
-                h.be32(NFTA_HOOK_HOOKNUM, hook);
-                h.be32(NFTA_HOOK_PRIORITY, priority as u32);
-            });
-            chain.str(NFTA_CHAIN_TYPE, kind);
-            batch.add(
-                Step::CreateChain,
-                NFT_MSG_NEWCHAIN,
-                NLM_F_CREATE,
-                chain,
-                format!("create chain {name}"),
-            );
+            let chain = BaseChain {
+                name,
+                hook,
+                priority,
+                kind,
+            };
+            batch.push(new_chain(Table::Academy, chain));
         }
         for (id, map) in (1..).zip(PortMap::ALL) {
             let (key_type, key_len) = map.key();

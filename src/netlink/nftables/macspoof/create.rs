@@ -4,6 +4,7 @@
 use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_EXCL};
 
 use super::*;
+use crate::netlink::nftables::objects::{new_chain, new_table, BaseChain, Table};
 
 impl Nftables {
     /// The table, chain, map, sets and rule of one network, in one batch. The map is
@@ -17,32 +18,17 @@ impl Nftables {
         );
         let mut batch = Batch::in_family(&mut self.socket, NFPROTO_BRIDGE);
 
-        let mut table = Attrs::default();
-        table.str(NFTA_TABLE_NAME, TABLE);
-        batch.add(
-            Step::CreateTable,
-            NFT_MSG_NEWTABLE,
-            NLM_F_CREATE,
-            table,
-            format!("create table bridge {TABLE}"),
-        );
+        batch.push(new_table(Table::AcademyBridge));
 
-        let mut chain = Attrs::default();
-        chain.str(NFTA_CHAIN_TABLE, TABLE);
-        chain.str(NFTA_CHAIN_NAME, BRIDGE_CHAIN);
-        chain.nested(NFTA_CHAIN_HOOK, |hook| {
-            hook.be32(NFTA_HOOK_HOOKNUM, NF_BR_PRE_ROUTING);
-            // The reference's priority.
-            hook.be32(NFTA_HOOK_PRIORITY, NF_BR_PRI_NAT_DST_BRIDGED as u32);
-        });
-        chain.str(NFTA_CHAIN_TYPE, "filter");
-        batch.add(
-            Step::CreateChain,
-            NFT_MSG_NEWCHAIN,
-            NLM_F_CREATE,
-            chain,
-            format!("create chain bridge {TABLE} {BRIDGE_CHAIN}"),
-        );
+        batch.push(new_chain(
+            Table::AcademyBridge,
+            BaseChain {
+                name: BRIDGE_CHAIN,
+                hook: NF_BR_PRE_ROUTING,
+                priority: NF_BR_PRI_NAT_DST_BRIDGED,
+                kind: "filter",
+            },
+        ));
 
         // Keyed by interface name, the map and the guarded set say so in their userdata
         // as nft does (so `nft list` prints names, not bytes); the pair set's
