@@ -38,9 +38,9 @@ use super::consts::{
     NFTA_LOOKUP_SREG, NFTA_META_DREG, NFTA_META_KEY, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS,
     NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_RULE_USERDATA, NFTA_SET_ELEM_KEY, NFTA_SET_ID,
     NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE, NFTA_SET_NAME, NFTA_SET_TABLE, NFTA_VERDICT_CODE,
-    NFT_LOOKUP_F_INV, NFT_META_IIFNAME, NFT_META_OIFNAME, NFT_MSG_DELRULE, NFT_MSG_GETSETELEM,
-    NFT_MSG_NEWRULE, NFT_MSG_NEWSET, NFT_MSG_NEWSETELEM, NFT_REG_1, NFT_REG_2, NFT_REG_VERDICT,
-    NF_DROP, NF_INET_FORWARD, NF_IP_PRI_FILTER, TABLE, TYPE_BITS, TYPE_IFNAME,
+    NFT_LOOKUP_F_INV, NFT_META_IIFNAME, NFT_META_OIFNAME, NFT_MSG_DELRULE, NFT_MSG_NEWRULE,
+    NFT_MSG_NEWSET, NFT_MSG_NEWSETELEM, NFT_REG_1, NFT_REG_2, NFT_REG_VERDICT, NF_DROP,
+    NF_INET_FORWARD, NF_IP_PRI_FILTER, TABLE, TYPE_BITS, TYPE_IFNAME,
 };
 use super::objects::{new_chain, new_table, BaseChain, Table};
 use super::portmap::{element_list, hairpin_key, FORWARD};
@@ -48,7 +48,7 @@ use super::rule::expr;
 use super::step::Step;
 use super::Nftables;
 use crate::netlink::nfnetlink::Attrs;
-use crate::netlink::socket::{Await, NlResult};
+use crate::netlink::socket::NlResult;
 
 /// The isolation rule's comment, by which it is found.
 pub const ISOLATION_RULE: &str = "academy isolation";
@@ -102,18 +102,7 @@ impl Nftables {
     pub fn is_isolated(&mut self, bridge: &str) -> NlResult<bool> {
         let what =
             format!("look up {bridge} . {bridge} in nf_tables set inet {TABLE} {ISOLATED_SET}");
-        match self.request(
-            NFT_MSG_GETSETELEM,
-            0,
-            element(bridge),
-            Await::One,
-            &what,
-            |_| {},
-        ) {
-            Ok(()) => Ok(true),
-            Err(e) if e.is(libc::ENOENT) => Ok(false),
-            Err(e) => Err(e),
-        }
+        self.has_element(NFPROTO_INET, ISOLATED_SET, &hairpin_key(bridge), &what)
     }
 
     /// The handles of the isolation rule's copies in chain `forward`; none when it is gone.

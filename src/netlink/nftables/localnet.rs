@@ -33,9 +33,9 @@ use super::consts::{
     NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_RULE_USERDATA,
     NFTA_SET_ELEM_KEY, NFTA_SET_ID, NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE, NFTA_SET_NAME,
     NFTA_SET_TABLE, NFTA_SET_USERDATA, NFTA_VERDICT_CODE, NFT_CMP_EQ, NFT_CMP_NEQ, NFT_CT_STATUS,
-    NFT_META_IIFNAME, NFT_META_NFPROTO, NFT_MSG_DELRULE, NFT_MSG_GETSETELEM, NFT_MSG_NEWRULE,
-    NFT_MSG_NEWSET, NFT_MSG_NEWSETELEM, NFT_PAYLOAD_NETWORK_HEADER, NFT_REG_1, NFT_REG_VERDICT,
-    NF_DROP, NF_INET_LOCAL_IN, NF_IP_PRI_FILTER, TABLE, TYPE_IFNAME,
+    NFT_META_IIFNAME, NFT_META_NFPROTO, NFT_MSG_DELRULE, NFT_MSG_NEWRULE, NFT_MSG_NEWSET,
+    NFT_MSG_NEWSETELEM, NFT_PAYLOAD_NETWORK_HEADER, NFT_REG_1, NFT_REG_VERDICT, NF_DROP,
+    NF_INET_LOCAL_IN, NF_IP_PRI_FILTER, TABLE, TYPE_IFNAME,
 };
 use super::objects::{new_chain, new_table, BaseChain, Table};
 use super::portmap::element_list;
@@ -43,7 +43,7 @@ use super::rule::{cmp, expr};
 use super::step::Step;
 use super::Nftables;
 use crate::netlink::nfnetlink::{Attrs, Family};
-use crate::netlink::socket::{Await, NlResult};
+use crate::netlink::socket::NlResult;
 
 /// The guard's chain in `inet academy`.
 pub const INPUT: &str = "input";
@@ -118,19 +118,8 @@ impl Nftables {
 
     /// Whether `_localnet` holds `bridge`.
     pub fn has_localnet(&mut self, bridge: &str) -> NlResult<bool> {
-        let attrs = element_list(LOCALNET_SET, |list| {
-            list.nested(NFTA_LIST_ELEM, |elem| {
-                elem.nested(NFTA_SET_ELEM_KEY, |k| {
-                    k.put(NFTA_DATA_VALUE, &localnet_key(bridge))
-                });
-            });
-        });
         let what = format!("look up {bridge} in nf_tables set inet {TABLE} {LOCALNET_SET}");
-        match self.request(NFT_MSG_GETSETELEM, 0, attrs, Await::One, &what, |_| {}) {
-            Ok(()) => Ok(true),
-            Err(e) if e.is(libc::ENOENT) => Ok(false),
-            Err(e) => Err(e),
-        }
+        self.has_element(NFPROTO_INET, LOCALNET_SET, &localnet_key(bridge), &what)
     }
 
     /// The guard's rules in chain `input`, as (comment, handle); none when it is gone.

@@ -277,6 +277,32 @@ impl Nftables {
         self.request_in(NFPROTO_INET, kind, flags, attrs, awaiting, what, on_reply)
     }
 
+    /// Whether set `set` of academy's table in `family` holds the element whose key is
+    /// `key` (its bytes as the set stores them). A missing set or table is "no".
+    fn has_element(&mut self, family: u8, set: &str, key: &[u8], what: &str) -> NlResult<bool> {
+        let mut attrs = Attrs::default();
+        attrs.str(NFTA_SET_ELEM_LIST_TABLE, TABLE);
+        attrs.str(NFTA_SET_ELEM_LIST_SET, set);
+        attrs.nested(NFTA_SET_ELEM_LIST_ELEMENTS, |list| {
+            list.nested(NFTA_LIST_ELEM, |elem| {
+                elem.nested(NFTA_SET_ELEM_KEY, |k| k.put(NFTA_DATA_VALUE, key));
+            });
+        });
+        match self.request_in(
+            family,
+            NFT_MSG_GETSETELEM,
+            0,
+            attrs,
+            Await::One,
+            what,
+            |_| {},
+        ) {
+            Ok(()) => Ok(true),
+            Err(e) if e.is(libc::ENOENT) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// A dump in `family` whose replies `collect` decodes into a list; the list is empty
     /// when the table, chain or set dumped is gone (ENOENT), as after an admin's flush.
     fn dump_in<T>(

@@ -11,8 +11,7 @@ use super::batch::{Batch, Change};
 use super::consts::{
     HAIRPIN_SET, ISOLATED_SET, LOCALNET_SET, NFPROTO_BRIDGE, NFPROTO_INET, NFTA_DATA_VALUE,
     NFTA_LIST_ELEM, NFTA_RULE_CHAIN, NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_SET_ELEM_KEY,
-    NFTA_SET_NAME, NFTA_SET_TABLE, NFT_MSG_DELRULE, NFT_MSG_DELSET, NFT_MSG_DELSETELEM,
-    NFT_MSG_GETSETELEM, TABLE,
+    NFTA_SET_NAME, NFTA_SET_TABLE, NFT_MSG_DELRULE, NFT_MSG_DELSET, NFT_MSG_DELSETELEM, TABLE,
 };
 use super::consts::{
     NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_CHAIN_TYPE, NFTA_HOOK_HOOKNUM,
@@ -23,7 +22,7 @@ use super::portmap::{element_list, hairpin_key};
 use super::step::Step;
 use super::{Family, Nftables};
 use crate::netlink::nfnetlink::Attrs;
-use crate::netlink::socket::{Await, NlResult};
+use crate::netlink::socket::NlResult;
 
 /// The tables academy keeps state in (its own two) or adds rules to (iptables-nft's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -276,19 +275,8 @@ impl Nftables {
 
     /// Whether `_hairpin` holds `bridge . bridge`.
     pub fn has_hairpin(&mut self, bridge: &str) -> NlResult<bool> {
-        let attrs = element_list(HAIRPIN_SET, |list| {
-            list.nested(NFTA_LIST_ELEM, |elem| {
-                elem.nested(NFTA_SET_ELEM_KEY, |k| {
-                    k.put(NFTA_DATA_VALUE, &hairpin_key(bridge))
-                });
-            });
-        });
         let what =
             format!("look up {bridge} . {bridge} in nf_tables set inet {TABLE} {HAIRPIN_SET}");
-        match self.request(NFT_MSG_GETSETELEM, 0, attrs, Await::One, &what, |_| {}) {
-            Ok(()) => Ok(true),
-            Err(e) if e.is(libc::ENOENT) => Ok(false),
-            Err(e) => Err(e),
-        }
+        self.has_element(NFPROTO_INET, HAIRPIN_SET, &hairpin_key(bridge), &what)
     }
 }

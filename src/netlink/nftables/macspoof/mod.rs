@@ -195,21 +195,8 @@ impl Nftables {
     }
 
     fn bridge_has_element(&mut self, set: &str, key: &[u8], port: &str) -> NlResult<bool> {
-        let attrs = element_list(set, key);
         let what = format!("look up {port} in nf_tables set bridge {TABLE} {set}");
-        match self.request_in(
-            NFPROTO_BRIDGE,
-            NFT_MSG_GETSETELEM,
-            0,
-            attrs,
-            Await::One,
-            &what,
-            |_| {},
-        ) {
-            Ok(()) => Ok(true),
-            Err(e) if e.is(libc::ENOENT) => Ok(false),
-            Err(e) => Err(e),
-        }
+        self.has_element(NFPROTO_BRIDGE, set, key, &what)
     }
 
     /// Whether chain prerouting holds the network's drop rule.
