@@ -60,6 +60,27 @@ fn install_plugins(p: &PrivatePodman) -> std::path::PathBuf {
     plugins
 }
 
+/// A private podman in `lab`'s folder with academy's shim and the reference plugins
+/// installed, its image built; the guard and its conf dir.
+fn private_podman(lab: &Lab) -> (Guard, std::path::PathBuf) {
+    let lock = lock_file(PODMAN_LOCK);
+    require_podman_packages();
+    let dir = lab.root.join("podman");
+    fs::create_dir_all(dir.join("tmp")).unwrap();
+    let guard = Guard {
+        podman: PrivatePodman { dir },
+        netns_before: podman_netns(),
+        _lock: lock,
+    };
+    let p = &guard.podman;
+    let confs = p.dir.join("net.d");
+    fs::create_dir_all(&confs).unwrap();
+    let plugins = install_plugins(p);
+    p.write_conf(&plugins, &confs);
+    p.build_image();
+    (guard, confs)
+}
+
 /// `podman network create` for the lab, then its bridge plugin switched to academy.
 fn create_network(p: &PrivatePodman, confs: &std::path::Path, lab: &Lab) {
     let create = ["network", "create", "--subnet", &lab.subnet(), &lab.network];
@@ -136,23 +157,10 @@ fn dnat_targets(port: u16) -> BTreeSet<String> {
 
 #[test]
 fn podman_container_on_two_academy_networks() {
-    let lock = lock_file(PODMAN_LOCK);
-    require_podman_packages();
     let (a, b) = (Lab::new("pmna"), Lab::new("pmnb"));
     let outside = Outside::new(&a);
-    let dir = a.root.join("podman");
-    fs::create_dir_all(dir.join("tmp")).unwrap();
-    let guard = Guard {
-        podman: PrivatePodman { dir },
-        netns_before: podman_netns(),
-        _lock: lock,
-    };
+    let (guard, confs) = private_podman(&a);
     let p = &guard.podman;
-    let confs = p.dir.join("net.d");
-    fs::create_dir_all(&confs).unwrap();
-    let plugins = install_plugins(p);
-    p.write_conf(&plugins, &confs);
-    p.build_image();
     create_network(p, &confs, &a);
     create_network(p, &confs, &b);
 
@@ -266,23 +274,10 @@ fn podman_container_on_two_academy_networks() {
 /// (docs/ports-and-nat.md), not a conflict with itself (it was 105, naming the container).
 #[test]
 fn podman_container_on_two_converted_networks_publishes_its_port_once() {
-    let lock = lock_file(PODMAN_LOCK);
-    require_podman_packages();
     let (a, b) = (Lab::new("pmca"), Lab::new("pmcb"));
     let outside = Outside::new(&a);
-    let dir = a.root.join("podman");
-    fs::create_dir_all(dir.join("tmp")).unwrap();
-    let guard = Guard {
-        podman: PrivatePodman { dir },
-        netns_before: podman_netns(),
-        _lock: lock,
-    };
+    let (guard, confs) = private_podman(&a);
     let p = &guard.podman;
-    let confs = p.dir.join("net.d");
-    fs::create_dir_all(&confs).unwrap();
-    let plugins = install_plugins(p);
-    p.write_conf(&plugins, &confs);
-    p.build_image();
     for lab in [&a, &b] {
         create_network(p, &confs, lab);
         let file = confs.join(format!("{}.conflist", lab.network));
