@@ -21,6 +21,8 @@ import subprocess
 import time
 
 PREFIX = "bnch"
+# Where academy keeps a lock file per network (src/firewall/network.rs).
+NETWORK_LOCKS = "/run/academy/networks"
 # The stores live where real ones do (/var/lib/cni/...), on the same file system.
 SCRATCH = "/var/lib/cni/academy-bench"
 LOCK = "/run/academy-bench.lock"
@@ -82,6 +84,13 @@ class Lab:
         for link in _our_links():
             sh("ip", "link", "del", link, check=False)
         _clean_nftables()
+        # academy's per-network locks of the bench's networks (nothing holds them now).
+        for name in os.listdir(NETWORK_LOCKS) if os.path.isdir(NETWORK_LOCKS) else []:
+            if name.startswith(PREFIX):
+                try:
+                    os.remove(os.path.join(NETWORK_LOCKS, name))
+                except OSError:
+                    pass
         self.netns.clear()
         self.bridges.clear()
         shutil.rmtree(SCRATCH, ignore_errors=True)

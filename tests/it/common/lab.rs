@@ -343,6 +343,21 @@ impl Lab {
         // The host-local form's default store, and the network's nf_tables objects.
         let _ = std::fs::remove_dir_all(Path::new(HOST_LOCAL_STORE).join(&self.network));
         super::nft::remove_network(&self.network, &self.bridge);
+        // The network locks of its networks (the lab's name, and names it prefixes): no
+        // process of the lab holds them any more.
+        for entry in std::fs::read_dir(NETWORK_LOCKS)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name == format!("{}.lock", self.network)
+                || name.starts_with(&format!("{}-", self.network))
+            {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
         super::nft_bridge::remove_mac_filter_objects(&self.network);
         let prefix = format!("{}-", self.network);
         for entry in std::fs::read_dir(RESULTS_DIR)
@@ -356,6 +371,9 @@ impl Lab {
         }
     }
 }
+
+/// Where academy keeps its per-network locks (src/firewall/network.rs).
+const NETWORK_LOCKS: &str = "/run/academy/networks";
 
 impl Drop for Lab {
     fn drop(&mut self) {
