@@ -34,13 +34,13 @@ use crate::netlink::{Nftables, Object};
 pub mod bandwidth;
 pub mod forward;
 pub mod isolation;
-pub mod macspoof;
+pub mod mac_filter;
 pub mod masquerade;
-pub mod nat;
 pub mod network;
 pub mod ports;
 pub mod reference;
 pub mod services;
+pub mod tables;
 mod wired;
 
 pub use wired::Wired;
@@ -139,7 +139,7 @@ impl Kind {
         match self {
             Kind::Masquerade => masquerade::remove(nft, conf, r),
             Kind::Ports => ports::remove(nft, conf, r),
-            Kind::MacFilter => macspoof::remove(nft, conf, r),
+            Kind::MacFilter => mac_filter::remove(nft, conf, r),
             Kind::Bandwidth => bandwidth::remove(nft, conf, r),
             Kind::Forward | Kind::Isolation => Ok(()),
         }
@@ -157,7 +157,7 @@ impl Kind {
         match self {
             Kind::Masquerade if conf.ip_masq => masquerade::check(nft, conf, who, addresses),
             Kind::Ports => ports::check(nft, conf, who, addresses),
-            Kind::MacFilter if conf.mac_spoof_check => macspoof::check(nft, conf, who, mac),
+            Kind::MacFilter if conf.mac_spoof_check => mac_filter::check(nft, conf, who, mac),
             Kind::Forward => forward::check(nft, conf),
             Kind::Bandwidth => bandwidth::check(nft, conf, who),
             Kind::Isolation => isolation::check(nft, conf),
@@ -171,7 +171,7 @@ impl Kind {
         match self {
             Kind::Masquerade => masquerade::sweep(nft, conf, live, errors),
             Kind::Ports => ports::sweep(nft, conf, live, errors),
-            Kind::MacFilter => macspoof::sweep(nft, conf, live, errors),
+            Kind::MacFilter => mac_filter::sweep(nft, conf, live, errors),
             Kind::Bandwidth => bandwidth::sweep(nft, conf, live, errors),
             Kind::Forward | Kind::Isolation => {}
         }
@@ -180,9 +180,9 @@ impl Kind {
     /// What of this kind the network should have and the kernel lacks (STATUS), in words.
     pub fn missing(self, nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<String>> {
         match self {
-            Kind::Masquerade => nat::plan(nft, conf, wired).map(|r| r.missing),
+            Kind::Masquerade => masquerade::nat::plan(nft, conf, wired).map(|r| r.missing),
             Kind::Ports => ports::missing(nft, conf, wired),
-            Kind::MacFilter => macspoof::missing(nft, conf, wired),
+            Kind::MacFilter => mac_filter::missing(nft, conf, wired),
             Kind::Forward => forward::missing(nft, conf, wired),
             Kind::Bandwidth => bandwidth::missing(nft, conf, wired),
             Kind::Isolation => isolation::missing(nft, conf, wired),
@@ -192,9 +192,9 @@ impl Kind {
     /// Puts back what `missing` names; returns it.
     pub fn restore(self, nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<String>> {
         match self {
-            Kind::Masquerade => nat::restore(nft, conf, wired),
+            Kind::Masquerade => masquerade::nat::restore(nft, conf, wired),
             Kind::Ports => ports::restore(nft, conf, wired),
-            Kind::MacFilter => macspoof::restore(nft, conf, wired),
+            Kind::MacFilter => mac_filter::restore(nft, conf, wired),
             Kind::Forward => forward::restore(nft, conf, wired),
             Kind::Bandwidth => bandwidth::restore(nft, conf, wired),
             Kind::Isolation => isolation::restore(nft, conf, wired),
@@ -208,7 +208,7 @@ impl Kind {
         match self {
             Kind::Masquerade => masquerade::objects(nft, conf),
             Kind::Ports => ports::objects(nft, conf),
-            Kind::MacFilter => macspoof::objects(nft, conf),
+            Kind::MacFilter => mac_filter::objects(nft, conf),
             Kind::Forward => forward::objects(nft, conf).map(Some),
             Kind::Bandwidth => bandwidth::objects(nft, conf),
             Kind::Isolation => isolation::objects(nft, conf).map(Some),

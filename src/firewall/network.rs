@@ -92,10 +92,7 @@ pub fn release_if_unused(conf: &Config) -> Result<Vec<String>> {
 fn describe(object: &Object) -> String {
     match object {
         Object::Rule(r) => format!("rule {:?} of {} {}", r.comment, r.table, r.chain),
-        Object::Set(table, name) => format!("set {table} {name}"),
-        Object::Hairpin(bridge) => format!("the hairpin mark of bridge {bridge}"),
-        Object::Localnet(bridge) => format!("the loopback guard of bridge {bridge}"),
-        Object::Isolated(bridge) => format!("the isolation of bridge {bridge}"),
+        other => other.describe(),
     }
 }
 

@@ -11,10 +11,10 @@
 //!   its mirred redirect to an ifb) and the ifb links. With `route`, `bridge` and
 //!   `decode`, the only users of netlink-packet-route, whose API breaks in almost every
 //!   minor release.
-//! - `nftables`: nf_tables over NETLINK_NETFILTER, the masquerade of `ipMasq` and the
-//!   published ports of `portMappings` (with their bridges' loopback guard). Its
-//!   messages are encoded here by hand (no crate covers nf_tables). Its `monitor`
-//!   reads the kernel's change notifications (`academy watch`).
+//! - `nftables`: nf_tables over NETLINK_NETFILTER, encoded here by hand (no crate covers
+//!   it): tables, chains, sets, elements, rules and their expressions, batches, dumps,
+//!   and the change notifications `academy watch` reads. What academy keeps in them is
+//!   src/firewall/'s.
 //! - `conntrack`: ctnetlink on the same socket protocol, encoded the same way: the UDP
 //!   entries a newly published port must not keep (port mapping's ADD).
 //! - `nfnetlink`: what those two share, the attributes and messages of NETLINK_NETFILTER
@@ -27,7 +27,7 @@ mod bridge;
 mod conntrack;
 mod decode;
 mod nfnetlink;
-mod nftables;
+pub mod nftables;
 mod route;
 mod socket;
 mod tc;
@@ -35,14 +35,10 @@ mod tc;
 pub use bridge::VlanEntry;
 pub use conntrack::{flush_udp as flush_udp_conntrack, Flushed, UdpDestination};
 pub use decode::Route;
-pub use nfnetlink::Family;
-pub use nftables::{guard_sets, GuardedPort, Object, Table, TableRule, CHAIN as MASQUERADE_CHAIN};
-pub use nftables::{
-    key_text, set_name as nftables_set_name, stored_comment, MasqElement, MasqNetwork, MasqRule,
-    NatChange, Nftables, NftablesOnDemand, PortElement, PortKey, SetElement, SetShape, Step,
-};
+pub use nfnetlink::{attributes, Attrs, Family};
+pub use nftables::{stored_comment, Nftables, NftablesOnDemand, Object, Step, Table, TableRule};
 pub use nftables::{Commit as NftCommit, Monitor as NftMonitor, Notice as NftNotice};
 pub use nftables::{Expr, IptablesRemoval, IptablesRule, Verdict};
 pub use route::{Link, LinkKind, Netlink, RouteAttrs, VethPair, MAIN_TABLE};
-pub use socket::{NlError, Subsystem};
+pub use socket::{NlError, NlResult, Subsystem};
 pub use tc::Tbf;

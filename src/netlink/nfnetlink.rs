@@ -36,7 +36,7 @@ impl Family {
 }
 
 /// The attributes in `bytes` as (type without flags, value); stops at a malformed one.
-pub(super) fn attributes(bytes: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+pub fn attributes(bytes: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
     let mut rest = bytes;
     std::iter::from_fn(move || {
         if rest.len() < 4 {
@@ -57,10 +57,10 @@ pub(super) fn attributes(bytes: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
 /// attribute's length is 16 bits: one that does not fit marks the whole as too long
 /// (`too_long`), which the request then refuses to send rather than send garbage.
 #[derive(Default)]
-pub(super) struct Attrs(pub(super) Vec<u8>, bool);
+pub struct Attrs(pub Vec<u8>, bool);
 
 impl Attrs {
-    pub(super) fn put(&mut self, kind: u16, value: &[u8]) {
+    pub fn put(&mut self, kind: u16, value: &[u8]) {
         let len = 4 + value.len();
         if len > ATTR_MAX {
             self.1 = true;
@@ -72,26 +72,26 @@ impl Attrs {
         self.0.resize((self.0.len() + 3) & !3, 0);
     }
 
-    pub(super) fn str(&mut self, kind: u16, value: &str) {
+    pub fn str(&mut self, kind: u16, value: &str) {
         let mut bytes = value.as_bytes().to_vec();
         bytes.push(0);
         self.put(kind, &bytes);
     }
 
     /// nf_tables' integers are big-endian (NLA_BE32).
-    pub(super) fn be32(&mut self, kind: u16, value: u32) {
+    pub fn be32(&mut self, kind: u16, value: u32) {
         self.put(kind, &value.to_be_bytes());
     }
 
-    pub(super) fn be64(&mut self, kind: u16, value: u64) {
+    pub fn be64(&mut self, kind: u16, value: u64) {
         self.put(kind, &value.to_be_bytes());
     }
 
-    pub(super) fn too_long(&self) -> bool {
+    pub fn too_long(&self) -> bool {
         self.1
     }
 
-    pub(super) fn nested(&mut self, kind: u16, inner: impl FnOnce(&mut Attrs)) {
+    pub fn nested(&mut self, kind: u16, inner: impl FnOnce(&mut Attrs)) {
         let mut nested = Attrs::default();
         inner(&mut nested);
         self.1 |= nested.1;

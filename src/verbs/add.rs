@@ -21,7 +21,8 @@ use crate::cni::env::Env;
 use crate::cni::result::{format_mac, CniResult, Interface};
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
-use crate::firewall::{bandwidth, forward, isolation, macspoof, nat, network, services};
+use crate::firewall::masquerade::nat;
+use crate::firewall::{bandwidth, forward, isolation, mac_filter, network, services};
 use crate::leaks;
 use crate::netlink::{Netlink, NftablesOnDemand};
 use crate::netns::{Netns, OpenError};
@@ -216,7 +217,7 @@ fn wire_up(
     // Before the container's interface has an address: no frame it sends with another
     // source MAC reaches the bridge.
     if conf.mac_spoof_check {
-        macspoof::add(nft.get()?, conf, who, host.container_mac)?;
+        mac_filter::add(nft.get()?, conf, who, host.container_mac)?;
     }
     if conf.hairpin_mode {
         wire::set_hairpin(nl, &host.name)?;

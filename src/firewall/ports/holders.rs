@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use nix::fcntl::Flock;
 
+use super::{key_text, PortElement, PortKey};
 use crate::attachment::Attachment;
 use crate::cni::{code, Error, Result};
 use crate::ipam::store::files;
-use crate::netlink::{key_text, Family, Nftables, PortElement, PortKey};
+use crate::netlink::{Family, Nftables};
 
 /// Keys looked up one by one before one dump of their map is cheaper (a lookup and a
 /// dump are one round trip each; a dump's cost grows with what the map holds).

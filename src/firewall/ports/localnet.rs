@@ -9,7 +9,7 @@ use crate::netlink::Nftables;
 /// kernel drops a packet from 127.0.0.0/8 leaving by an interface without
 /// route_localnet (the reference portmap sets it on the same interface). The bridge's
 /// loopback guard comes first: with route_localnet, a container's frame to 127.0.0.1
-/// would otherwise reach the host's services bound there (netlink/nftables/localnet.rs).
+/// would otherwise reach the host's services bound there (guard.rs).
 pub(crate) fn allow_localhost(nft: &mut Nftables, bridge: &str) -> Result<()> {
     let lock = crate::firewall::network::repair_lock;
     // A release deleting the table between the look and the batch: look again.

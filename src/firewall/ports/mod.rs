@@ -18,10 +18,7 @@ use super::{Diff, Live, Removing, Wired};
 use crate::attachment::Attachment;
 use crate::cni::{Error, Result};
 use crate::config::{Config, PortMapping};
-use crate::netlink::{
-    flush_udp_conntrack, key_text, Family, Flushed, Nftables, Object, PortElement, PortKey,
-    UdpDestination,
-};
+use crate::netlink::{flush_udp_conntrack, Family, Flushed, Nftables, Object, UdpDestination};
 
 mod holders;
 mod localnet;
@@ -30,6 +27,15 @@ use holders::*;
 pub(super) use holders::{cross_conflict, holders, publish_lock};
 pub(super) use localnet::allow_localhost;
 use localnet::*;
+
+mod elements;
+mod guard;
+mod nft;
+mod rules;
+
+pub use elements::{key_text, PortElement, PortKey};
+pub use guard::localnet_object;
+pub use nft::{hairpin_key, hairpin_object, port_changes};
 
 const IPPROTO_UDP: u8 = 17;
 
@@ -371,10 +377,10 @@ pub fn objects(nft: &mut Nftables, conf: &Config) -> Result<Option<Vec<Object>>>
     let mut objects = Vec::new();
     // Set for published ports, or for Services (services.rs).
     if nft.has_hairpin(&conf.bridge)? {
-        objects.push(Object::Hairpin(conf.bridge.clone()));
+        objects.push(hairpin_object(&conf.bridge));
     }
     if conf.publishes_ports && localhost_off(&conf.bridge) {
-        objects.push(Object::Localnet(conf.bridge.clone()));
+        objects.push(localnet_object(&conf.bridge));
     }
     Ok(Some(objects))
 }

@@ -8,10 +8,10 @@ use crate::netlink::nfnetlink::Family;
 
 /// libnftnl's user data: a comment is TLV type 0 (for rules and set elements alike),
 /// NUL-terminated, at most 128 bytes; nft shows it as `comment "..."`.
-pub(super) const UDATA_COMMENT: u8 = 0;
-pub(super) const COMMENT_MAX: usize = 127;
+pub const UDATA_COMMENT: u8 = 0;
+pub const COMMENT_MAX: usize = 127;
 
-pub(super) fn address_bytes(ip: IpAddr) -> Vec<u8> {
+pub fn address_bytes(ip: IpAddr) -> Vec<u8> {
     match ip {
         IpAddr::V4(v4) => v4.octets().to_vec(),
         IpAddr::V6(v6) => v6.octets().to_vec(),
@@ -36,7 +36,7 @@ pub fn stored_comment(identity: &str) -> String {
 }
 
 /// `comment` as libnftnl user data; `comment` must already be a stored comment.
-pub(super) fn comment_udata(comment: &str) -> Vec<u8> {
+pub fn comment_udata(comment: &str) -> Vec<u8> {
     let text = comment.as_bytes();
     debug_assert!(text.len() <= COMMENT_MAX, "comment not capped: {comment}");
     let text = &text[..text.len().min(COMMENT_MAX)];
@@ -46,7 +46,7 @@ pub(super) fn comment_udata(comment: &str) -> Vec<u8> {
     udata
 }
 
-pub(super) fn comment_of(udata: &[u8]) -> Option<String> {
+pub fn comment_of(udata: &[u8]) -> Option<String> {
     let mut rest = udata;
     while rest.len() >= 2 {
         let (kind, len) = (rest[0], rest[1] as usize);
@@ -60,7 +60,33 @@ pub(super) fn comment_of(udata: &[u8]) -> Option<String> {
     None
 }
 
-pub(super) fn address_from(bytes: &[u8], family: Family) -> Option<IpAddr> {
+/// libnftnl's set user data telling nft the byte order of a key that is an interface
+/// name (NFTNL_UDATA_SET_KEYBYTEORDER host) and, with `map_data`, of a map's values
+/// (NFTNL_UDATA_SET_DATABYTEORDER big endian), as nft writes it for `type ifname`:
+/// without it, nft reads a name as a big-endian number and lists it as "". The kernel
+/// ignores it.
+pub fn name_byteorder(map_data: bool) -> Vec<u8> {
+    const KEY_BYTEORDER: u8 = 0;
+    const DATA_BYTEORDER: u8 = 1;
+    const HOST_ENDIAN: u32 = 1;
+    const BIG_ENDIAN: u32 = 2;
+    let mut udata = vec![KEY_BYTEORDER, 4];
+    udata.extend_from_slice(&HOST_ENDIAN.to_ne_bytes());
+    if map_data {
+        udata.extend_from_slice(&[DATA_BYTEORDER, 4]);
+        udata.extend_from_slice(&BIG_ENDIAN.to_ne_bytes());
+    }
+    udata
+}
+
+/// An interface name NUL-padded to IFNAMSIZ, as the kernel loads `iifname`/`oifname`.
+pub fn ifname_bytes(name: &str) -> Vec<u8> {
+    let mut bytes = name.as_bytes().to_vec();
+    bytes.resize(super::consts::IFNAMSIZ, 0);
+    bytes
+}
+
+pub fn address_from(bytes: &[u8], family: Family) -> Option<IpAddr> {
     match family {
         Family::V4 => <[u8; 4]>::try_from(bytes).ok().map(IpAddr::from),
         Family::V6 => <[u8; 16]>::try_from(bytes).ok().map(IpAddr::from),

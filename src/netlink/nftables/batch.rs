@@ -3,18 +3,20 @@
 
 use netlink_packet_core::{NLM_F_ACK, NLM_F_REQUEST};
 
-use super::consts::{NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES, NFPROTO_INET};
+#[cfg(test)]
+use super::consts::NFPROTO_INET;
+use super::consts::{NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES};
 use super::step::Step;
 use crate::netlink::nfnetlink::{encode, Attrs};
 use crate::netlink::socket::{NlError, NlResult, NlSocket, Subsystem};
 
-pub(super) fn nftables_type(kind: u8) -> u16 {
+pub fn nftables_type(kind: u8) -> u16 {
     NFNL_SUBSYS_NFTABLES << 8 | u16::from(kind)
 }
 
 /// Changes sent together between BATCH_BEGIN and BATCH_END: one sendmsg, one ack per
 /// change, applied all or nothing.
-pub(super) struct Batch<'a> {
+struct Batch<'a> {
     socket: &'a mut NlSocket,
     bytes: Vec<u8>,
     first: u32,
@@ -30,20 +32,20 @@ pub(super) struct Batch<'a> {
 /// than about 1,400 ports, a GC removing thousands of elements, a restore of a big node)
 /// is split, each part applied all or nothing: nfnetlink's batch is the kernel's
 /// transaction, and one batch is one sendmsg. How a split ADD stays whole: nat.rs.
-pub(super) const BATCH_BYTES: usize = 128 * 1024;
+pub const BATCH_BYTES: usize = 128 * 1024;
 
 /// Bytes of one message's element list (NFTA_SET_ELEM_LIST_ELEMENTS): an attribute's
 /// length is 16 bits, so a longer list cannot be sent at all; this leaves room for the
 /// rest of the message and keeps a few messages in one batch.
-pub(super) const ELEMENT_LIST_BYTES: usize = 48 * 1024;
+pub const ELEMENT_LIST_BYTES: usize = 48 * 1024;
 
 /// How many items a description names before "and N more": an error names its request,
 /// and a request of thousands of elements must not make an error of hundreds of KB.
-pub(super) const NAMED_IN_DESCRIPTION: usize = 8;
+pub const NAMED_IN_DESCRIPTION: usize = 8;
 
 /// `items` grouped so that each group's encoded elements (`encode` writes one
 /// NFTA_LIST_ELEM) fit ELEMENT_LIST_BYTES: (the encoded list, the group's range).
-pub(super) fn element_groups<T>(
+pub fn element_groups<T>(
     items: &[T],
     encode: impl Fn(&mut Attrs, &T),
 ) -> Vec<(Vec<u8>, std::ops::Range<usize>)> {
@@ -65,7 +67,7 @@ pub(super) fn element_groups<T>(
 }
 
 /// "a, b, c" for a few, "a, b, ... and 598 more" for many.
-pub(super) fn named(items: impl ExactSizeIterator<Item = String>) -> String {
+pub fn named(items: impl ExactSizeIterator<Item = String>) -> String {
     let total = items.len();
     let mut names: Vec<String> = items.take(NAMED_IN_DESCRIPTION).collect();
     if total > names.len() {
@@ -75,24 +77,24 @@ pub(super) fn named(items: impl ExactSizeIterator<Item = String>) -> String {
 }
 
 /// One change of a batch, not yet encoded.
-pub(super) struct Change {
-    pub(super) step: Step,
-    pub(super) kind: u8,
-    pub(super) flags: u16,
-    pub(super) attrs: Attrs,
-    pub(super) description: String,
+pub struct Change {
+    pub step: Step,
+    pub kind: u8,
+    pub flags: u16,
+    pub attrs: Attrs,
+    pub description: String,
 }
 
 /// Sends `changes` in as few batches as fit BATCH_BYTES (one in every usual case), in
 /// order; stops at the first refused batch.
-pub(super) fn commit_all(socket: &mut NlSocket, changes: Vec<Change>) -> NlResult<()> {
-    let mut batch = Batch::new(socket);
+pub(super) fn commit_all(socket: &mut NlSocket, family: u8, changes: Vec<Change>) -> NlResult<()> {
+    let mut batch = Batch::in_family(socket, family);
     for change in changes {
         if !batch.descriptions.is_empty()
             && batch.bytes.len() + change.attrs.0.len() + 64 > BATCH_BYTES
         {
             let socket = batch.commit_keep()?;
-            batch = Batch::new(socket);
+            batch = Batch::in_family(socket, family);
         }
         batch.add(
             change.step,
@@ -106,12 +108,13 @@ pub(super) fn commit_all(socket: &mut NlSocket, changes: Vec<Change>) -> NlResul
 }
 
 impl<'a> Batch<'a> {
-    pub(super) fn new(socket: &'a mut NlSocket) -> Batch<'a> {
+    #[cfg(test)]
+    fn new(socket: &'a mut NlSocket) -> Batch<'a> {
         Batch::in_family(socket, NFPROTO_INET)
     }
 
     /// A batch whose changes address tables of `family` (nfproto).
-    pub(super) fn in_family(socket: &'a mut NlSocket, family: u8) -> Batch<'a> {
+    fn in_family(socket: &'a mut NlSocket, family: u8) -> Batch<'a> {
         let mut bytes = Vec::with_capacity(1024);
         let sequence = socket.next_sequence();
         let res_id = NFNL_SUBSYS_NFTABLES;
@@ -134,25 +137,7 @@ impl<'a> Batch<'a> {
         }
     }
 
-    /// Adds a change built elsewhere (objects.rs's table and base chains).
-    pub(super) fn push(&mut self, change: Change) {
-        self.add(
-            change.step,
-            change.kind,
-            change.flags,
-            change.attrs,
-            change.description,
-        );
-    }
-
-    pub(super) fn add(
-        &mut self,
-        step: Step,
-        kind: u8,
-        flags: u16,
-        attrs: Attrs,
-        description: String,
-    ) {
+    fn add(&mut self, step: Step, kind: u8, flags: u16, attrs: Attrs, description: String) {
         if attrs.too_long() {
             self.too_long.get_or_insert((description, step));
             return;
@@ -171,7 +156,7 @@ impl<'a> Batch<'a> {
         self.descriptions.push((description, step));
     }
 
-    pub(super) fn commit(self) -> NlResult<()> {
+    fn commit(self) -> NlResult<()> {
         self.commit_keep().map(drop)
     }
 

@@ -1,7 +1,7 @@
 //! Every number of the nf_tables uapi that academy writes or reads, each defined once,
 //! grouped by the enum of include/uapi/linux/netfilter/nf_tables.h it comes from (then
 //! the other headers' few), under the headers' own names so that each can be checked
-//! against its header. Then the names of academy's own objects that several files share.
+//! against its header.
 
 // linux/netfilter/nfnetlink.h
 pub const NFNL_SUBSYS_NFTABLES: u16 = 10;
@@ -239,16 +239,6 @@ pub const TYPE_INET_SERVICE: u32 = 13;
 pub const TYPE_IFNAME: u32 = 41;
 pub const TYPE_BITS: u32 = 6;
 
-// academy's own names that several files share.
-pub const TABLE: &str = "academy";
-/// The masquerade's chain, which port mapping's postrouting rules share.
-pub const CHAIN: &str = "postrouting";
-/// Port mapping's set of bridges whose hairpin traffic is marked (portmap.rs).
-pub const HAIRPIN_SET: &str = "_hairpin";
-/// The loopback guard's set of bridges academy set route_localnet on (localnet.rs).
-pub const LOCALNET_SET: &str = "_localnet";
-/// The set of isolated bridges (`ingressPolicy` same-bridge), as `bridge . bridge` (isolation.rs).
-pub const ISOLATED_SET: &str = "_isolated";
 // Added for the reference's leftovers (reference.rs), the change monitor (monitor.rs)
 // and iptables-nft's FORWARD rules (forward.rs), each from the enum of nf_tables.h or
 // nfnetlink.h named beside it.

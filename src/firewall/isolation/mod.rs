@@ -15,6 +15,10 @@ use crate::cni::Result;
 use crate::config::Config;
 use crate::netlink::{Nftables, Object};
 
+mod nft;
+
+pub use nft::isolated_object;
+
 /// ADD's step: the rule and the bridge's element (one dump and one batch; the host's
 /// repair lock only when the rule must be written).
 pub fn add(nft: &mut Nftables, conf: &Config) -> Result<()> {
@@ -85,7 +89,7 @@ pub fn restore(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<S
 /// left behind, it would isolate whatever network used the bridge next.
 pub fn objects(nft: &mut Nftables, conf: &Config) -> Result<Vec<Object>> {
     if conf.same_bridge_ingress || nft.is_isolated(&conf.bridge)? {
-        return Ok(vec![Object::Isolated(conf.bridge.clone())]);
+        return Ok(vec![isolated_object(&conf.bridge)]);
     }
     Ok(Vec::new())
 }

@@ -3,25 +3,22 @@
 //! taken over. Everything is idempotent but the elements added exclusively, so the same
 //! change can be sent again after a concurrent one.
 
-use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_EXCL};
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
 
-use super::attrs::{address_bytes, comment_udata};
-use super::batch::{commit_all, element_groups, named, Change};
-use super::consts::{
-    CHAIN, NFTA_DATA_VALUE, NFTA_LIST_ELEM, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS,
-    NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_RULE_USERDATA, NFTA_SET_ELEM_KEY,
-    NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE,
-    NFTA_SET_ELEM_USERDATA, NFTA_SET_ID, NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE, NFTA_SET_NAME,
-    NFTA_SET_TABLE, NFT_MSG_DELRULE, NFT_MSG_DELSETELEM, NFT_MSG_NEWRULE, NFT_MSG_NEWSET,
-    NFT_MSG_NEWSETELEM, NF_INET_POST_ROUTING, NF_IP_PRI_NAT_SRC, TABLE, TYPE_IPV4_ADDR,
-    TYPE_IPV6_ADDR,
-};
-use super::objects::{new_chain, new_table, BaseChain, Table};
-use super::port_elements::PortElement;
-use super::portmap::port_changes;
+use std::net::IpAddr;
+
+use super::nft::{set_name, MasqElement, MasqNetwork};
 use super::rule::masquerade_rule;
-use super::step::Step;
-use super::*;
+use crate::firewall::ports::port_changes;
+use crate::firewall::ports::PortElement;
+use crate::firewall::tables::{postrouting, ACADEMY, POSTROUTING};
+use crate::netlink::nftables::attrs::address_bytes;
+use crate::netlink::nftables::batch::{element_groups, named, Change};
+use crate::netlink::nftables::consts::{
+    NFPROTO_INET, NFT_MSG_DELSETELEM, NFT_MSG_NEWSETELEM, TYPE_IPV4_ADDR, TYPE_IPV6_ADDR,
+};
+use crate::netlink::nftables::objects::{delete_rule, element, new_rule, new_table, NewSet};
+use crate::netlink::{Family, Nftables, NlResult, Step};
 
 /// An element of a set, by set name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,26 +65,21 @@ impl Nftables {
     pub fn apply(&mut self, change: &NatChange) -> NlResult<()> {
         let mut changes = Vec::new();
         if !change.ensure.is_empty() || !change.rules.is_empty() {
-            changes.push(new_table(Table::Academy));
+            changes.push(new_table(ACADEMY));
             changes.push(postrouting());
         }
         for (id, network) in change.ensure.iter().enumerate() {
             changes.push(set(network, id as u32 + 1));
         }
         for handle in &change.drop_rules {
-            let mut attrs = Attrs::default();
-            attrs.str(NFTA_RULE_TABLE, TABLE);
-            attrs.str(NFTA_RULE_CHAIN, CHAIN);
-            attrs.be64(NFTA_RULE_HANDLE, *handle);
-            changes.push(Change {
-                step: Step::DeleteRule,
-                kind: NFT_MSG_DELRULE,
-                flags: 0,
-                attrs,
-                description: format!(
-                    "delete academy's outdated rule (handle {handle}) from chain {CHAIN}"
+            changes.push(delete_rule(
+                ACADEMY,
+                POSTROUTING,
+                *handle,
+                format!(
+                    "delete academy's outdated rule (handle {handle}) from chain {POSTROUTING}"
                 ),
-            });
+            ));
         }
         for network in &change.rules {
             let id = change
@@ -112,59 +104,73 @@ impl Nftables {
         );
         let hairpin = !change.hairpin_bridge.is_empty();
         changes.extend(port_changes(&change.ports, &change.hairpin_bridge, hairpin));
-        commit_all(&mut self.socket, changes)
+        self.commit(NFPROTO_INET, changes)
     }
-}
 
-/// The masquerade's chain.
-fn postrouting() -> Change {
-    let chain = BaseChain {
-        name: CHAIN,
-        hook: NF_INET_POST_ROUTING,
-        priority: NF_IP_PRI_NAT_SRC,
-        kind: "nat",
-    };
-    new_chain(Table::Academy, chain)
+    /// Removes the addresses from the network's sets. Nothing to remove is success.
+    pub fn delete_elements(&mut self, network: &str, addresses: &[IpAddr]) -> NlResult<()> {
+        match self.change_elements(network, addresses) {
+            // One batch is all or nothing: one missing element (or set, or table) keeps
+            // the others. Rare (a DEL repeated, a crash undone), so one at a time.
+            Err(e) if e.is(libc::ENOENT) => {
+                for address in addresses {
+                    match self.change_elements(network, std::slice::from_ref(address)) {
+                        Err(e) if !e.is(libc::ENOENT) => return Err(e),
+                        _ => {}
+                    }
+                }
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// One batch removing `addresses` from the network's sets (all or nothing).
+    fn change_elements(&mut self, network: &str, addresses: &[IpAddr]) -> NlResult<()> {
+        let change = NatChange {
+            retake: addresses
+                .iter()
+                .map(|a| SetElement {
+                    set: set_name(network, Family::of(*a)),
+                    element: MasqElement {
+                        address: *a,
+                        comment: String::new(),
+                    },
+                })
+                .collect(),
+            ..NatChange::default()
+        };
+        self.apply(&change)
+    }
 }
 
 /// Without NLM_F_EXCL: an identical set is success, any other set of the name EEXIST.
 fn set(network: &MasqNetwork, id: u32) -> Change {
-    let set = network.set_name();
     let (_, len, _, _) = network.family.layout();
-    let mut attrs = Attrs::default();
-    attrs.str(NFTA_SET_TABLE, TABLE);
-    attrs.str(NFTA_SET_NAME, &set);
     let key_type = match network.family {
         Family::V4 => TYPE_IPV4_ADDR,
         Family::V6 => TYPE_IPV6_ADDR,
     };
-    attrs.be32(NFTA_SET_KEY_TYPE, key_type);
-    attrs.be32(NFTA_SET_KEY_LEN, len);
-    attrs.be32(NFTA_SET_ID, id);
-    Change {
-        step: Step::CreateSet,
-        kind: NFT_MSG_NEWSET,
-        flags: NLM_F_CREATE,
-        attrs,
-        description: format!("create set inet {TABLE} {set}"),
+    NewSet {
+        table: ACADEMY,
+        name: &network.set_name(),
+        id,
+        key: (key_type, len),
+        data: None,
+        userdata: None,
+        exclusive: false,
     }
+    .change()
 }
 
 fn rule(network: &MasqNetwork, set_id: u32) -> Change {
-    let mut attrs = Attrs::default();
-    attrs.str(NFTA_RULE_TABLE, TABLE);
-    attrs.str(NFTA_RULE_CHAIN, CHAIN);
-    attrs.nested(NFTA_RULE_EXPRESSIONS, |list| {
-        masquerade_rule(list, network, set_id)
-    });
-    attrs.put(NFTA_RULE_USERDATA, &comment_udata(&network.rule_comment()));
-    Change {
-        step: Step::AddRule,
-        kind: NFT_MSG_NEWRULE,
-        flags: NLM_F_CREATE | NLM_F_APPEND,
-        attrs,
-        description: format!("add the masquerade rule of set {}", network.set_name()),
-    }
+    new_rule(
+        ACADEMY,
+        POSTROUTING,
+        Some(&network.rule_comment()),
+        |list| masquerade_rule(list, network, set_id),
+        format!("add the masquerade rule of set {}", network.set_name()),
+    )
 }
 
 /// One message per set and ELEMENT_LIST_BYTES of elements.
@@ -183,21 +189,16 @@ fn element_changes(out: &mut Vec<Change>, kind: u8, flags: u16, elements: &[SetE
             .filter(|e| e.set == set)
             .map(|e| &e.element)
             .collect();
-        let groups = element_groups(&mine, |list, element| {
-            list.nested(NFTA_LIST_ELEM, |elem| {
-                elem.nested(NFTA_SET_ELEM_KEY, |key| {
-                    key.put(NFTA_DATA_VALUE, &address_bytes(element.address))
-                });
-                if kind == NFT_MSG_NEWSETELEM && !element.comment.is_empty() {
-                    elem.put(NFTA_SET_ELEM_USERDATA, &comment_udata(&element.comment));
-                }
-            });
+        let groups = element_groups(&mine, |list, e| {
+            let comment = if kind == NFT_MSG_NEWSETELEM {
+                e.comment.as_str()
+            } else {
+                ""
+            };
+            element(list, &address_bytes(e.address), None, comment)
         });
         for (encoded, range) in groups {
-            let mut attrs = Attrs::default();
-            attrs.str(NFTA_SET_ELEM_LIST_TABLE, TABLE);
-            attrs.str(NFTA_SET_ELEM_LIST_SET, set);
-            attrs.nested(NFTA_SET_ELEM_LIST_ELEMENTS, |list| {
+            let attrs = crate::netlink::nftables::objects::element_list(ACADEMY, set, |list| {
                 list.0.extend_from_slice(&encoded)
             });
             let addresses = named(mine[range].iter().map(|e| e.address.to_string()));
@@ -206,7 +207,7 @@ fn element_changes(out: &mut Vec<Change>, kind: u8, flags: u16, elements: &[SetE
                 kind,
                 flags,
                 attrs,
-                description: format!("{verb} {addresses} in nf_tables set inet {TABLE} {set}"),
+                description: format!("{verb} {addresses} in nf_tables set {ACADEMY} {set}"),
             });
         }
     }
@@ -235,7 +236,7 @@ mod tests {
             },
         };
         let mut changes = vec![
-            new_table(Table::Academy),
+            new_table(ACADEMY),
             postrouting(),
             set(&network, 1),
             rule(&network, 1),
@@ -248,7 +249,7 @@ mod tests {
         );
         element_changes(&mut changes, NFT_MSG_DELSETELEM, 0, &[element]);
         let port = PortElement {
-            key: crate::netlink::nftables::PortKey {
+            key: crate::firewall::ports::PortKey {
                 family: Family::V6,
                 protocol: 6,
                 host_ip: Some("fd00::1".parse().unwrap()),

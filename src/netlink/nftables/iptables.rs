@@ -1,15 +1,14 @@
-//! The reference plugins' iptables state, as iptables-nft keeps it in nf_tables (tables
-//! `ip nat`, `ip filter` and their ip6 twins): their rules read back, and the ones a
-//! switched network's DEL takes away for a container the reference made. The policy
-//! (which rules and chains are a container's) is firewall/reference.rs's; this file only
-//! reads and deletes what it is told.
+//! iptables' rules as iptables-nft keeps them in nf_tables (tables `ip nat`, `ip
+//! filter` and their ip6 twins): read back with their expressions decoded as far as
+//! telling rules apart needs, and rules and chains deleted. Which rules are whose is the
+//! callers' (src/firewall/); this file only reads and deletes what it is told.
 //!
 //! iptables-nft 1.8.9 (Debian 12) keeps `-m comment` as an xt `match` expression whose
 //! info is `struct xt_comment_info { char comment[256]; }`, not as rule user data (nft
 //! lists such rules without their comment); both forms are read, for newer iptables.
 
 use super::attrs::comment_of;
-use super::batch::Batch;
+use super::batch::Change;
 use super::consts::{
     NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_CMP_DATA, NFTA_CMP_OP, NFTA_DATA_VALUE,
     NFTA_DATA_VERDICT, NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_IMMEDIATE_DATA, NFTA_LIST_ELEM,
@@ -20,8 +19,8 @@ use super::consts::{
     NF_ACCEPT, NF_DROP,
 };
 use super::step::Step;
-use super::{Family, Nftables};
-use crate::netlink::nfnetlink::{attributes, Attrs};
+use super::Nftables;
+use crate::netlink::nfnetlink::{attributes, Attrs, Family};
 use crate::netlink::socket::NlResult;
 
 /// The verdict codes as the kernel stores them, signed beside NFT_JUMP and the others.
@@ -120,7 +119,7 @@ impl Nftables {
             attrs.str(NFTA_RULE_CHAIN, chain);
         }
         let what = format!("list the rules of iptables' table {table} ({family:?})");
-        self.dump_in(
+        self.dump(
             nfproto(family),
             NFT_MSG_GETRULE,
             attrs,
@@ -140,39 +139,36 @@ impl Nftables {
         if removal.is_empty() {
             return Ok(());
         }
-        let mut batch = Batch::in_family(&mut self.socket, nfproto(family));
+        let mut changes = Vec::new();
+        let change = |step, kind, attrs, description| Change {
+            step,
+            kind,
+            flags: 0,
+            attrs,
+            description,
+        };
         for (chain, handle) in &removal.rules {
             let mut rule = Attrs::default();
             rule.str(NFTA_RULE_TABLE, table);
             rule.str(NFTA_RULE_CHAIN, chain);
             rule.be64(NFTA_RULE_HANDLE, *handle);
             let what = format!("delete rule {handle} of iptables' chain {table} {chain}");
-            batch.add(Step::DeleteRule, NFT_MSG_DELRULE, 0, rule, what);
+            changes.push(change(Step::DeleteRule, NFT_MSG_DELRULE, rule, what));
         }
         for chain in &removal.chains {
             // A DELRULE naming a chain and no handle deletes every rule of the chain.
             let mut flush = Attrs::default();
             flush.str(NFTA_RULE_TABLE, table);
             flush.str(NFTA_RULE_CHAIN, chain);
-            batch.add(
-                Step::DeleteRule,
-                NFT_MSG_DELRULE,
-                0,
-                flush,
-                format!("empty iptables' chain {table} {chain}"),
-            );
+            let what = format!("empty iptables' chain {table} {chain}");
+            changes.push(change(Step::DeleteRule, NFT_MSG_DELRULE, flush, what));
             let mut del = Attrs::default();
             del.str(NFTA_CHAIN_TABLE, table);
             del.str(NFTA_CHAIN_NAME, chain);
-            batch.add(
-                Step::DeleteChain,
-                NFT_MSG_DELCHAIN,
-                0,
-                del,
-                format!("delete iptables' chain {table} {chain}"),
-            );
+            let what = format!("delete iptables' chain {table} {chain}");
+            changes.push(change(Step::DeleteChain, NFT_MSG_DELCHAIN, del, what));
         }
-        batch.commit()
+        self.commit(nfproto(family), changes)
     }
 }
 

@@ -8,18 +8,19 @@ use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 
-use super::masquerade::{is_current, networks};
-use super::network::repair_lock;
-use super::{ports, Wired};
+use super::{
+    is_current, networks, set_name, MasqElement, MasqNetwork, MasqRule, NatChange, SetElement,
+    SetShape,
+};
 use crate::addressing::open_store;
 use crate::attachment::Attachment;
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
+use crate::firewall::network::repair_lock;
+use crate::firewall::ports::{self, key_text, PortElement, PortKey};
+use crate::firewall::Wired;
 use crate::ipam::Holder;
-use crate::netlink::{
-    key_text, nftables_set_name, Family, MasqElement, MasqNetwork, MasqRule, NatChange, Nftables,
-    NlError, PortElement, PortKey, SetElement, SetShape, Step,
-};
+use crate::netlink::{Family, Nftables, NlError, Step};
 
 /// ADD: the attachment's masquerade elements (ipMasq) and published ports
 /// (portMappings) in one batch, so ADD's nf_tables state is one sendmsg and all or
@@ -138,7 +139,7 @@ fn send(
         }
         for address in &own {
             let element = SetElement {
-                set: nftables_set_name(&conf.name, Family::of(*address)),
+                set: set_name(&conf.name, Family::of(*address)),
                 element: MasqElement {
                     address: *address,
                     comment: key.clone(),
@@ -374,7 +375,7 @@ fn elements_of(conf: &Config, wired: &Wired) -> Vec<SetElement> {
         let comment = a.who(conf).owner();
         for address in &a.addresses {
             elements.push(SetElement {
-                set: nftables_set_name(&conf.name, Family::of(*address)),
+                set: set_name(&conf.name, Family::of(*address)),
                 element: MasqElement {
                     address: *address,
                     comment: comment.clone(),

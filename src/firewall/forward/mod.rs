@@ -15,6 +15,8 @@ use crate::cni::Result;
 use crate::config::Config;
 use crate::netlink::{Family, Nftables, Object};
 
+mod nft;
+
 /// ADD: where FORWARD drops, the bridge's accepts are there once each. The common case
 /// (all there) is one chain lookup and one dump per family; a change is made under the
 /// host's repair lock after a second look, so concurrent first ADDs append them once.

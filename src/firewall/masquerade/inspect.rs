@@ -4,23 +4,17 @@
 
 use std::net::IpAddr;
 
-use super::attrs::{address_bytes, comment_of};
-use super::consts::{
-    CHAIN, NFPROTO_INET, NFTA_DATA_VALUE, NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_LIST_ELEM,
-    NFTA_LOOKUP_SET, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE, NFTA_RULE_TABLE,
-    NFTA_RULE_USERDATA, NFTA_SET_DATA_TYPE, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_LIST_ELEMENTS,
-    NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_EXPR, NFTA_SET_EXPRESSIONS,
-    NFTA_SET_FLAGS, NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE, NFTA_SET_NAME, NFTA_SET_OBJ_TYPE,
-    NFTA_SET_TABLE, NFTA_SET_TIMEOUT, NFT_MSG_GETRULE, NFT_MSG_GETSET, NFT_MSG_GETSETELEM, TABLE,
-    TYPE_IPV4_ADDR, TYPE_IPV6_ADDR,
+use super::nft::{masq_element, set_name, MasqElement, RULE_PREFIX};
+use crate::firewall::tables::{ACADEMY, POSTROUTING};
+use crate::netlink::nftables::attrs::{address_bytes, comment_of};
+use crate::netlink::nftables::consts::{
+    NFPROTO_INET, NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_LIST_ELEM, NFTA_LOOKUP_SET, NFTA_RULE_CHAIN,
+    NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_RULE_USERDATA,
+    NFTA_SET_DATA_TYPE, NFTA_SET_EXPR, NFTA_SET_EXPRESSIONS, NFTA_SET_FLAGS, NFTA_SET_KEY_LEN,
+    NFTA_SET_KEY_TYPE, NFTA_SET_NAME, NFTA_SET_OBJ_TYPE, NFTA_SET_TABLE, NFTA_SET_TIMEOUT,
+    NFT_MSG_GETRULE, NFT_MSG_GETSET, TYPE_IPV4_ADDR, TYPE_IPV6_ADDR,
 };
-use super::{decode_elements, set_name, Family, MasqElement, Nftables};
-
-use crate::netlink::nfnetlink::{attributes, Attrs};
-use crate::netlink::socket::{Await, NlResult};
-
-/// Every masquerade rule academy writes has a comment starting so.
-pub const RULE_PREFIX: &str = "academy ipMasq ";
+use crate::netlink::{attributes, Attrs, Family, Nftables, NlResult};
 
 /// A rule of academy's chain that academy wrote: its comment starts with RULE_PREFIX.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,62 +36,14 @@ pub enum SetShape {
     Foreign(String),
 }
 
-/// A rule as a dump shows it: where it is, its handle, its comment.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct CommentedRule {
-    pub chain: String,
-    pub handle: u64,
-    pub comment: String,
-}
-
 impl Nftables {
-    /// The commented rules of a table of `nfproto` (of one chain when given), in one dump;
-    /// none when the table or chain is gone. Shared by port mapping's repair and the
-    /// FORWARD rules of iptables' table.
-    pub(super) fn commented_rules(
-        &mut self,
-        nfproto: u8,
-        table: &str,
-        chain: Option<&str>,
-    ) -> NlResult<Vec<CommentedRule>> {
-        let mut attrs = Attrs::default();
-        attrs.str(NFTA_RULE_TABLE, table);
-        if let Some(chain) = chain {
-            attrs.str(NFTA_RULE_CHAIN, chain);
-        }
-        let what = format!("list the rules of nf_tables table {table}");
-        self.dump_in(nfproto, NFT_MSG_GETRULE, attrs, &what, |p, found| {
-            let (mut chain, mut comment, mut handle) = (None, None, None);
-            for (kind, data) in attributes(p) {
-                match kind {
-                    NFTA_RULE_CHAIN => {
-                        let name = data.split(|b| *b == 0).next().unwrap_or(data);
-                        chain = Some(String::from_utf8_lossy(name).into_owned());
-                    }
-                    NFTA_RULE_USERDATA => comment = comment_of(data),
-                    NFTA_RULE_HANDLE => {
-                        handle = <[u8; 8]>::try_from(data).ok().map(u64::from_be_bytes)
-                    }
-                    _ => {}
-                }
-            }
-            if let (Some(chain), Some(comment), Some(handle)) = (chain, comment, handle) {
-                found.push(CommentedRule {
-                    chain,
-                    handle,
-                    comment,
-                });
-            }
-        })
-    }
-
     /// academy's rules in its chain (one small dump); none when the table or chain is gone.
     pub fn masquerade_rules(&mut self) -> NlResult<Vec<MasqRule>> {
         let mut attrs = Attrs::default();
-        attrs.str(NFTA_RULE_TABLE, TABLE);
-        attrs.str(NFTA_RULE_CHAIN, CHAIN);
-        let what = format!("list the rules of nf_tables chain inet {TABLE} {CHAIN}");
-        self.dump_in(NFPROTO_INET, NFT_MSG_GETRULE, attrs, &what, |p, found| {
+        attrs.str(NFTA_RULE_TABLE, ACADEMY.name);
+        attrs.str(NFTA_RULE_CHAIN, POSTROUTING);
+        let what = format!("list the rules of nf_tables chain {ACADEMY} {POSTROUTING}");
+        self.dump(NFPROTO_INET, NFT_MSG_GETRULE, attrs, &what, |p, found| {
             found.extend(decode_rule(p))
         })
     }
@@ -106,11 +52,11 @@ impl Nftables {
     pub fn set_shape(&mut self, network: &str, family: Family) -> NlResult<SetShape> {
         let set = set_name(network, family);
         let mut attrs = Attrs::default();
-        attrs.str(NFTA_SET_TABLE, TABLE);
+        attrs.str(NFTA_SET_TABLE, ACADEMY.name);
         attrs.str(NFTA_SET_NAME, &set);
-        let what = format!("look up nf_tables set inet {TABLE} {set}");
+        let what = format!("look up nf_tables set {ACADEMY} {set}");
         let mut shape = SetShape::Missing;
-        let result = self.request(NFT_MSG_GETSET, 0, attrs, Await::One, &what, |p| {
+        let result = self.get(NFPROTO_INET, NFT_MSG_GETSET, attrs, &what, |p| {
             shape = judge_set(p, family);
         });
         match result {
@@ -123,25 +69,9 @@ impl Nftables {
     pub fn element(&mut self, network: &str, address: IpAddr) -> NlResult<Option<MasqElement>> {
         let family = Family::of(address);
         let set = set_name(network, family);
-        let mut attrs = Attrs::default();
-        attrs.str(NFTA_SET_ELEM_LIST_TABLE, TABLE);
-        attrs.str(NFTA_SET_ELEM_LIST_SET, &set);
-        attrs.nested(NFTA_SET_ELEM_LIST_ELEMENTS, |list| {
-            list.nested(NFTA_LIST_ELEM, |elem| {
-                elem.nested(NFTA_SET_ELEM_KEY, |key| {
-                    key.put(NFTA_DATA_VALUE, &address_bytes(address))
-                })
-            })
-        });
-        let what = format!("look up {address} in nf_tables set inet {TABLE} {set}");
-        let mut found = None;
-        let result = self.request(NFT_MSG_GETSETELEM, 0, attrs, Await::One, &what, |p| {
-            found = decode_elements(p, family).into_iter().next();
-        });
-        match result {
-            Err(e) if e.is(libc::ENOENT) => Ok(None),
-            other => other.map(|()| found),
-        }
+        let what = format!("look up {address} in nf_tables set {ACADEMY} {set}");
+        let found = self.element_of(ACADEMY, &set, &address_bytes(address), &what)?;
+        Ok(found.and_then(|raw| masq_element(&raw, family)))
     }
 }
 

@@ -17,9 +17,18 @@ use super::{Diff, Live, Removing};
 use crate::attachment::Attachment;
 use crate::cni::{Error, Result};
 use crate::config::{Config, Ipam};
-use crate::netlink::{
-    nftables_set_name, Family, MasqNetwork, MasqRule, Nftables, Object, SetShape, Table, TableRule,
-};
+use crate::firewall::tables::{ACADEMY, POSTROUTING};
+use crate::netlink::{Family, Nftables, Object, TableRule};
+
+mod change;
+mod inspect;
+pub mod nat;
+mod nft;
+mod rule;
+
+pub use change::{NatChange, SetElement};
+pub use inspect::{MasqRule, SetShape};
+pub use nft::{set_name, MasqElement, MasqNetwork};
 
 /// For a legacy reservation that names its container only: the elements whose comment
 /// names that container (in either owner form).
@@ -67,7 +76,7 @@ fn remove_if(
             Err(e) => match nft.set_shape(&conf.name, Family::of(*address)) {
                 Ok(SetShape::Foreign(why)) => eprintln!(
                     "academy: nf_tables set inet academy {} is not academy's ({why}): nothing of this attachment's is in it, left alone",
-                    nftables_set_name(&conf.name, Family::of(*address))
+                    set_name(&conf.name, Family::of(*address))
                 ),
                 _ => return Err(e.into()),
             },
@@ -134,7 +143,7 @@ pub fn check(
         }
     }
     for address in addresses {
-        let set = nftables_set_name(&conf.name, Family::of(address.ip()));
+        let set = set_name(&conf.name, Family::of(address.ip()));
         match nft.element(&conf.name, address.ip()) {
             Ok(Some(e)) if who.owns(&e.comment) => {}
             Ok(Some(e)) => diff(format!(
@@ -174,7 +183,7 @@ pub fn sweep(nft: &mut Nftables, conf: &Config, live: &Live, errors: &mut Vec<Er
             Ok(SetShape::Foreign(why)) => {
                 eprintln!(
                     "academy: GC left nf_tables set inet academy {} alone: it is not academy's ({why})",
-                    nftables_set_name(&conf.name, family)
+                    set_name(&conf.name, family)
                 );
                 continue;
             }
@@ -214,21 +223,21 @@ pub fn objects(nft: &mut Nftables, conf: &Config) -> Result<Option<Vec<Object>>>
     let mut objects = Vec::new();
     let rules = nft.masquerade_rules()?;
     for family in [Family::V4, Family::V6] {
-        let set = nftables_set_name(&conf.name, family);
+        let set = set_name(&conf.name, family);
         let shape = nft.set_shape(&conf.name, family)?;
         if shape == SetShape::Ours && !nft.elements(&conf.name, family)?.is_empty() {
             return Ok(None);
         }
         objects.extend(rules.iter().filter(|r| r.set == set).map(|r| {
             Object::Rule(TableRule {
-                table: Table::Academy,
-                chain: crate::netlink::MASQUERADE_CHAIN.to_string(),
+                table: ACADEMY,
+                chain: POSTROUTING.to_string(),
                 handle: r.handle,
                 comment: r.comment.clone(),
             })
         }));
         if shape == SetShape::Ours {
-            objects.push(Object::Set(Table::Academy, set));
+            objects.push(Object::Set(ACADEMY, set));
         }
     }
     Ok(Some(objects))

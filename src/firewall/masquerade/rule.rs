@@ -1,15 +1,12 @@
 //! The masquerade rule of one network and family, as nf_tables expressions.
 
-use super::attrs::address_bytes;
-use super::consts::{
-    NFTA_BITWISE_DREG, NFTA_BITWISE_LEN, NFTA_BITWISE_MASK, NFTA_BITWISE_SREG, NFTA_BITWISE_XOR,
-    NFTA_CMP_DATA, NFTA_CMP_OP, NFTA_CMP_SREG, NFTA_DATA_VALUE, NFTA_EXPR_DATA, NFTA_EXPR_NAME,
-    NFTA_LIST_ELEM, NFTA_LOOKUP_SET, NFTA_LOOKUP_SET_ID, NFTA_LOOKUP_SREG, NFTA_META_DREG,
-    NFTA_META_KEY, NFTA_PAYLOAD_BASE, NFTA_PAYLOAD_DREG, NFTA_PAYLOAD_LEN, NFTA_PAYLOAD_OFFSET,
+use super::MasqNetwork;
+use crate::netlink::nftables::attrs::address_bytes;
+use crate::netlink::nftables::consts::{
     NFT_CMP_EQ, NFT_CMP_NEQ, NFT_META_NFPROTO, NFT_PAYLOAD_NETWORK_HEADER, NFT_REG_1, NFT_REG_2,
 };
-use super::MasqNetwork;
-use crate::netlink::nfnetlink::Attrs;
+use crate::netlink::nftables::expr::{bitwise, cmp, expr, lookup, meta, payload};
+use crate::netlink::Attrs;
 
 /// The rule, as `nft --debug=netlink` shows it for
 /// `meta nfproto ipv4 ip saddr @set ip daddr != SUBNET ... ip daddr != NONMASQ ...
@@ -22,71 +19,25 @@ use crate::netlink::nfnetlink::Attrs;
 /// per new connection and nothing per later packet.
 pub(super) fn masquerade_rule(list: &mut Attrs, network: &MasqNetwork, set_id: u32) {
     let (nfproto, len, saddr, daddr) = network.family.layout();
-    expr(list, "meta", |e| {
-        e.be32(NFTA_META_DREG, NFT_REG_1);
-        e.be32(NFTA_META_KEY, NFT_META_NFPROTO);
-    });
+    meta(list, NFT_REG_1, NFT_META_NFPROTO);
     cmp(list, NFT_REG_1, NFT_CMP_EQ, &[nfproto]);
-    payload(list, saddr, len);
-    expr(list, "lookup", |e| {
-        e.str(NFTA_LOOKUP_SET, &network.set_name());
-        e.be32(NFTA_LOOKUP_SREG, NFT_REG_1);
-        // The set may be new in this batch.
-        if set_id != 0 {
-            e.be32(NFTA_LOOKUP_SET_ID, set_id);
-        }
-    });
-    payload(list, daddr, len);
+    payload(list, NFT_PAYLOAD_NETWORK_HEADER, saddr, len, NFT_REG_1);
+    lookup(list, &network.set_name(), NFT_REG_1, set_id, false);
+    payload(list, NFT_PAYLOAD_NETWORK_HEADER, daddr, len, NFT_REG_1);
     for subnet in &network.excluded() {
         let mask = address_bytes(subnet.mask());
-        expr(list, "bitwise", |e| {
-            e.be32(NFTA_BITWISE_SREG, NFT_REG_1);
-            e.be32(NFTA_BITWISE_DREG, NFT_REG_2);
-            e.be32(NFTA_BITWISE_LEN, len);
-            e.nested(NFTA_BITWISE_MASK, |m| m.put(NFTA_DATA_VALUE, &mask));
-            e.nested(NFTA_BITWISE_XOR, |x| {
-                x.put(NFTA_DATA_VALUE, &vec![0; len as usize])
-            });
-        });
-        cmp(
-            list,
-            NFT_REG_2,
-            NFT_CMP_NEQ,
-            &address_bytes(subnet.network()),
-        );
+        bitwise(list, NFT_REG_1, NFT_REG_2, &mask, &vec![0; len as usize]);
+        let network = address_bytes(subnet.network());
+        cmp(list, NFT_REG_2, NFT_CMP_NEQ, &network);
     }
     expr(list, "masq", |_| {});
-}
-
-pub(super) fn expr(list: &mut Attrs, name: &str, data: impl FnOnce(&mut Attrs)) {
-    list.nested(NFTA_LIST_ELEM, |e| {
-        e.str(NFTA_EXPR_NAME, name);
-        e.nested(NFTA_EXPR_DATA, data);
-    });
-}
-
-pub(super) fn cmp(list: &mut Attrs, register: u32, op: u32, value: &[u8]) {
-    expr(list, "cmp", |e| {
-        e.be32(NFTA_CMP_SREG, register);
-        e.be32(NFTA_CMP_OP, op);
-        e.nested(NFTA_CMP_DATA, |d| d.put(NFTA_DATA_VALUE, value));
-    });
-}
-
-fn payload(list: &mut Attrs, offset: u32, len: u32) {
-    expr(list, "payload", |e| {
-        e.be32(NFTA_PAYLOAD_DREG, NFT_REG_1);
-        e.be32(NFTA_PAYLOAD_BASE, NFT_PAYLOAD_NETWORK_HEADER);
-        e.be32(NFTA_PAYLOAD_OFFSET, offset);
-        e.be32(NFTA_PAYLOAD_LEN, len);
-    });
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::netlink::nftables::digest::{hex, sha256};
-    use crate::netlink::nftables::Family;
+    use crate::netlink::Family;
 
     /// The rule's bytes, pinned as their digest: a refactor of the encoding that changes
     /// one byte on the wire fails here.

@@ -14,7 +14,14 @@ use crate::attachment::Attachment;
 use crate::cni::result::format_mac;
 use crate::cni::{Error, Result};
 use crate::config::Config;
-use crate::netlink::{guard_sets, GuardedPort, Netlink, Nftables, Object, Table};
+use crate::firewall::tables::ACADEMY_BRIDGE;
+use crate::netlink::{Netlink, Nftables, Object};
+
+mod create;
+mod names;
+mod nft;
+
+pub use names::{guard_sets, GuardedPort};
 
 /// Guards the attachment's host veth: only `mac` may be a source on it.
 pub fn add(nft: &mut Nftables, conf: &Config, who: &Attachment, mac: [u8; 6]) -> Result<()> {
@@ -197,7 +204,7 @@ pub fn restore(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<S
         // No rule, so no port is checked: the leftover guards go with the sets.
         let mut objects: Vec<Object> = guard_sets(&conf.name)
             .into_iter()
-            .map(|set| Object::Set(Table::AcademyBridge, set))
+            .map(|set| Object::Set(ACADEMY_BRIDGE, set))
             .collect();
         objects.extend(nft.guard_rule(&conf.name)?.map(Object::Rule));
         nft.delete_objects(&objects)?;
@@ -247,7 +254,7 @@ pub fn objects(nft: &mut Nftables, conf: &Config) -> Result<Option<Vec<Object>>>
     objects.extend(
         guard_sets(&conf.name)
             .into_iter()
-            .map(|set| Object::Set(Table::AcademyBridge, set)),
+            .map(|set| Object::Set(ACADEMY_BRIDGE, set)),
     );
     Ok(Some(objects))
 }

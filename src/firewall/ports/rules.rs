@@ -1,20 +1,18 @@
 //! The rules of port mapping, as nf_tables expressions (what `nft --debug=netlink`
 //! shows for the rules quoted on each function).
 
-use super::consts::{
-    HAIRPIN_SET, IPS_DST_NAT, NFTA_BITWISE_DREG, NFTA_BITWISE_LEN, NFTA_BITWISE_MASK,
-    NFTA_BITWISE_SREG, NFTA_BITWISE_XOR, NFTA_CT_DREG, NFTA_CT_KEY, NFTA_DATA_VALUE, NFTA_FIB_DREG,
-    NFTA_FIB_FLAGS, NFTA_FIB_F_DADDR, NFTA_FIB_RESULT, NFTA_LOOKUP_DREG, NFTA_LOOKUP_SET,
-    NFTA_LOOKUP_SET_ID, NFTA_LOOKUP_SREG, NFTA_META_DREG, NFTA_META_KEY, NFTA_META_SREG,
-    NFTA_NAT_FAMILY, NFTA_NAT_REG_ADDR_MIN, NFTA_NAT_REG_PROTO_MIN, NFTA_NAT_TYPE,
-    NFTA_PAYLOAD_BASE, NFTA_PAYLOAD_DREG, NFTA_PAYLOAD_LEN, NFTA_PAYLOAD_OFFSET, NFT_CMP_EQ,
-    NFT_CMP_NEQ, NFT_CT_STATUS, NFT_FIB_RESULT_ADDRTYPE, NFT_META_IIFNAME, NFT_META_L4PROTO,
-    NFT_META_MARK, NFT_META_NFPROTO, NFT_META_OIFNAME, NFT_NAT_DNAT, NFT_PAYLOAD_NETWORK_HEADER,
-    NFT_PAYLOAD_TRANSPORT_HEADER, NFT_REG32_00, NFT_REG_1, NFT_REG_2, RTN_LOCAL,
+use super::elements::{PortMap, HAIRPIN_SET};
+use crate::netlink::nftables::consts::{
+    IPS_DST_NAT, NFTA_FIB_DREG, NFTA_FIB_FLAGS, NFTA_FIB_F_DADDR, NFTA_FIB_RESULT,
+    NFTA_LOOKUP_DREG, NFTA_LOOKUP_SET, NFTA_LOOKUP_SET_ID, NFTA_LOOKUP_SREG, NFTA_META_KEY,
+    NFTA_META_SREG, NFTA_NAT_FAMILY, NFTA_NAT_REG_ADDR_MIN, NFTA_NAT_REG_PROTO_MIN, NFTA_NAT_TYPE,
+    NFT_CMP_EQ, NFT_CMP_NEQ, NFT_CT_STATUS, NFT_FIB_RESULT_ADDRTYPE, NFT_META_IIFNAME,
+    NFT_META_L4PROTO, NFT_META_MARK, NFT_META_NFPROTO, NFT_META_OIFNAME, NFT_NAT_DNAT,
+    NFT_PAYLOAD_NETWORK_HEADER, NFT_PAYLOAD_TRANSPORT_HEADER, NFT_REG32_00, NFT_REG_1, NFT_REG_2,
+    RTN_LOCAL,
 };
-use super::port_elements::PortMap;
-use super::rule::{cmp, expr};
-use crate::netlink::nfnetlink::{Attrs, Family};
+use crate::netlink::nftables::expr::{self, cmp, ct, expr, lookup, meta, payload};
+use crate::netlink::{Attrs, Family};
 
 /// The packet mark bit asking for masquerade (the reference portmap's default, 13).
 const MASQ_MARK: u32 = 1 << 13;
@@ -72,11 +70,7 @@ pub(super) fn hairpin_rule(list: &mut Attrs, set_id: u32) {
     ct_dnat(list);
     meta(list, NFT_REG_1, NFT_META_IIFNAME);
     meta(list, NFT_REG_2, NFT_META_OIFNAME);
-    expr(list, "lookup", |e| {
-        e.str(NFTA_LOOKUP_SET, HAIRPIN_SET);
-        e.be32(NFTA_LOOKUP_SREG, NFT_REG_1);
-        e.be32(NFTA_LOOKUP_SET_ID, set_id);
-    });
+    lookup(list, HAIRPIN_SET, NFT_REG_1, set_id, false);
     meta(list, NFT_REG_1, NFT_META_MARK);
     bitwise(list, !MASQ_MARK, MASQ_MARK);
     expr(list, "meta", |e| {
@@ -107,44 +101,21 @@ pub(super) fn localhost_rule(list: &mut Attrs) {
 }
 
 /// `ct status dnat`
-fn ct_dnat(list: &mut Attrs) {
-    expr(list, "ct", |e| {
-        e.be32(NFTA_CT_DREG, NFT_REG_1);
-        e.be32(NFTA_CT_KEY, NFT_CT_STATUS);
-    });
+pub(super) fn ct_dnat(list: &mut Attrs) {
+    ct(list, NFT_REG_1, NFT_CT_STATUS);
     bitwise(list, IPS_DST_NAT, 0);
     cmp(list, NFT_REG_1, NFT_CMP_NEQ, &[0; 4]);
 }
 
 /// `reg 1 = (reg 1 & mask) ^ xor` on a 32-bit host-order value.
 fn bitwise(list: &mut Attrs, mask: u32, xor: u32) {
-    expr(list, "bitwise", |e| {
-        e.be32(NFTA_BITWISE_SREG, NFT_REG_1);
-        e.be32(NFTA_BITWISE_DREG, NFT_REG_1);
-        e.be32(NFTA_BITWISE_LEN, 4);
-        e.nested(NFTA_BITWISE_MASK, |m| {
-            m.put(NFTA_DATA_VALUE, &mask.to_ne_bytes())
-        });
-        e.nested(NFTA_BITWISE_XOR, |x| {
-            x.put(NFTA_DATA_VALUE, &xor.to_ne_bytes())
-        });
-    });
-}
-
-fn meta(list: &mut Attrs, register: u32, key: u32) {
-    expr(list, "meta", |e| {
-        e.be32(NFTA_META_DREG, register);
-        e.be32(NFTA_META_KEY, key);
-    });
-}
-
-fn payload(list: &mut Attrs, base: u32, offset: u32, len: u32, register: u32) {
-    expr(list, "payload", |e| {
-        e.be32(NFTA_PAYLOAD_DREG, register);
-        e.be32(NFTA_PAYLOAD_BASE, base);
-        e.be32(NFTA_PAYLOAD_OFFSET, offset);
-        e.be32(NFTA_PAYLOAD_LEN, len);
-    });
+    expr::bitwise(
+        list,
+        NFT_REG_1,
+        NFT_REG_1,
+        &mask.to_ne_bytes(),
+        &xor.to_ne_bytes(),
+    );
 }
 
 #[cfg(test)]

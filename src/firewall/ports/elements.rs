@@ -3,14 +3,16 @@
 
 use std::net::IpAddr;
 
-use super::attrs::{address_bytes, address_from, comment_of};
-use super::consts::{
-    NFTA_DATA_VALUE, NFTA_LIST_ELEM, NFTA_SET_ELEM_DATA, NFTA_SET_ELEM_KEY,
-    NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_USERDATA, TYPE_BITS, TYPE_INET_PROTOCOL,
-    TYPE_INET_SERVICE, TYPE_IPV4_ADDR, TYPE_IPV6_ADDR,
+use crate::firewall::tables::suffix;
+use crate::netlink::nftables::attrs::{address_bytes, address_from};
+use crate::netlink::nftables::consts::{
+    TYPE_BITS, TYPE_INET_PROTOCOL, TYPE_INET_SERVICE, TYPE_IPV4_ADDR, TYPE_IPV6_ADDR,
 };
+use crate::netlink::nftables::dump::RawElement;
+use crate::netlink::Family;
 
-use crate::netlink::nfnetlink::{attributes, Family};
+/// Port mapping's set of bridges whose hairpin traffic is marked.
+pub const HAIRPIN_SET: &str = "_hairpin";
 
 /// One of the four maps: a family, keyed by the host address or not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -42,7 +44,7 @@ impl PortMap {
 
     pub fn name(self) -> String {
         let hostip = if self.by_host_ip { "-hostip" } else { "" };
-        format!("_ports{hostip}-{}", self.family.suffix())
+        format!("_ports{hostip}-{}", suffix(self.family))
     }
 
     pub(super) fn address_type(self) -> u32 {
@@ -150,7 +152,7 @@ pub(super) fn protocol_name(protocol: u8) -> String {
 pub fn key_text(key: &PortKey) -> String {
     let proto = protocol_name(key.protocol);
     match key.host_ip {
-        None => format!("{proto}/{} ({})", key.host_port, key.family.suffix()),
+        None => format!("{proto}/{} ({})", key.host_port, suffix(key.family)),
         Some(IpAddr::V6(ip)) => format!("{proto}/[{ip}]:{}", key.host_port),
         Some(ip) => format!("{proto}/{ip}:{}", key.host_port),
     }
@@ -167,49 +169,32 @@ pub(super) fn describe(p: &PortElement) -> String {
     )
 }
 
-/// The elements of one GETSETELEM reply of `map`.
-pub(super) fn decode_ports(payload: &[u8], map: PortMap) -> Vec<PortElement> {
-    let mut found = Vec::new();
-    let lists = attributes(payload).filter(|(k, _)| *k == NFTA_SET_ELEM_LIST_ELEMENTS);
-    for (_, list) in lists {
-        for (_, element) in attributes(list).filter(|(k, _)| *k == NFTA_LIST_ELEM) {
-            let (mut key, mut data, mut comment) = (None, None, String::new());
-            for (kind, value) in attributes(element) {
-                let inner = || {
-                    attributes(value)
-                        .find(|(k, _)| *k == NFTA_DATA_VALUE)
-                        .map(|(_, b)| b.to_vec())
-                };
-                match kind {
-                    NFTA_SET_ELEM_KEY => key = inner().and_then(|b| PortKey::from_bytes(map, &b)),
-                    NFTA_SET_ELEM_DATA => data = inner(),
-                    NFTA_SET_ELEM_USERDATA => comment = comment_of(value).unwrap_or_default(),
-                    _ => {}
-                }
-            }
-            let len = map.address_len() as usize;
-            let target = data.filter(|d| d.len() == len + 4).and_then(|d| {
-                let address = address_from(&d[..len], map.family)?;
-                Some((address, u16::from_be_bytes([d[len], d[len + 1]])))
-            });
-            if let (Some(key), Some((address, port))) = (key, target) {
-                found.push(PortElement {
-                    key,
-                    address,
-                    port,
-                    comment,
-                });
-            }
-        }
-    }
-    found
+/// A map's element as a published port: the key and the data of `map`'s shape.
+pub(super) fn port_element(raw: &RawElement, map: PortMap) -> Option<PortElement> {
+    let key = PortKey::from_bytes(map, &raw.key)?;
+    let len = map.address_len() as usize;
+    let data = raw.data.as_ref().filter(|d| d.len() == len + 4)?;
+    Some(PortElement {
+        key,
+        address: address_from(&data[..len], map.family)?,
+        port: u16::from_be_bytes([data[len], data[len + 1]]),
+        comment: raw.comment.clone(),
+    })
+}
+
+/// The published ports of a NEWSETELEM message or reply of `map`.
+#[cfg(test)]
+fn decode_ports(payload: &[u8], map: PortMap) -> Vec<PortElement> {
+    let raw = crate::netlink::nftables::dump::decode_elements(payload);
+    raw.iter().filter_map(|r| port_element(r, map)).collect()
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::attrs::comment_udata;
-    use super::super::portmap::{element_list, hairpin_key, port_changes};
+    use super::super::nft::{hairpin_key, port_changes};
     use super::*;
+    use crate::firewall::tables::ACADEMY;
+    use crate::netlink::nftables::objects::element_list;
 
     /// 65,535 mappings of both families: every message's element list fits netlink's
     /// 16-bit attribute length, no element is lost or doubled, and each description
@@ -284,16 +269,9 @@ mod tests {
         let map = element.key.map();
         assert_eq!(map.name(), "_ports-hostip-v6");
         assert_eq!(map.key(), ((8 << 12) | (12 << 6) | 13, 24));
-        let reply = element_list(&map.name(), |list| {
-            list.nested(NFTA_LIST_ELEM, |e| {
-                e.nested(NFTA_SET_ELEM_KEY, |k| {
-                    k.put(NFTA_DATA_VALUE, &element.key.bytes())
-                });
-                e.nested(NFTA_SET_ELEM_DATA, |d| {
-                    d.put(NFTA_DATA_VALUE, &element.data())
-                });
-                e.put(NFTA_SET_ELEM_USERDATA, &comment_udata(&element.comment));
-            });
+        let reply = element_list(ACADEMY, &map.name(), |list| {
+            let (key, data) = (element.key.bytes(), element.data());
+            crate::netlink::nftables::objects::element(list, &key, Some(&data), &element.comment)
         });
         assert_eq!(decode_ports(&reply.0, map), vec![element]);
     }

@@ -22,31 +22,20 @@
 //! academy wrote user data, and iptables-restore turns that into a match), whatever its
 //! other expressions. It never makes the table or the chain: without them nothing drops.
 
-use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE};
-
-use super::batch::Batch;
-use super::consts::{
-    NFTA_CHAIN_NAME, NFTA_CHAIN_POLICY, NFTA_CHAIN_TABLE, NFTA_DATA_VERDICT, NFTA_IMMEDIATE_DATA,
-    NFTA_IMMEDIATE_DREG, NFTA_MATCH_INFO, NFTA_MATCH_NAME, NFTA_MATCH_REV, NFTA_META_DREG,
-    NFTA_META_KEY, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE, NFTA_RULE_TABLE,
-    NFTA_VERDICT_CODE, NFT_CMP_EQ, NFT_META_IIFNAME, NFT_META_OIFNAME, NFT_MSG_DELRULE,
-    NFT_MSG_GETCHAIN, NFT_MSG_NEWRULE, NFT_REG_1, NFT_REG_VERDICT, NF_ACCEPT, NF_DROP,
-    XT_CONNTRACK_INFO_LEN, XT_CONNTRACK_MATCH_FLAGS_AT, XT_CONNTRACK_REV, XT_CONNTRACK_STATE,
-    XT_CONNTRACK_STATE_DNAT, XT_CONNTRACK_STATE_ESTABLISHED, XT_CONNTRACK_STATE_MASK_AT,
-    XT_CONNTRACK_STATE_RELATED, XT_MAX_COMMENT_LEN,
+use crate::firewall::tables::iptables_filter;
+use crate::netlink::nftables::consts::{
+    NFTA_CHAIN_NAME, NFTA_CHAIN_POLICY, NFTA_CHAIN_TABLE, NFTA_META_DREG, NFTA_META_KEY,
+    NFT_CMP_EQ, NFT_META_IIFNAME, NFT_META_OIFNAME, NFT_MSG_GETCHAIN, NFT_REG_1, NF_ACCEPT,
+    NF_DROP, XT_CONNTRACK_INFO_LEN, XT_CONNTRACK_MATCH_FLAGS_AT, XT_CONNTRACK_REV,
+    XT_CONNTRACK_STATE, XT_CONNTRACK_STATE_DNAT, XT_CONNTRACK_STATE_ESTABLISHED,
+    XT_CONNTRACK_STATE_MASK_AT, XT_CONNTRACK_STATE_RELATED, XT_MAX_COMMENT_LEN,
 };
-use super::consts::{NFTA_COUNTER_BYTES, NFTA_COUNTER_PACKETS};
-use super::rule::{cmp, expr};
-use super::step::Step;
-use super::{Family, Nftables, Table, TableRule};
-use crate::netlink::nfnetlink::{attributes, Attrs};
-use crate::netlink::socket::{Await, NlResult};
+use crate::netlink::nftables::expr::{cmp, counter, expr, verdict, xt_match};
+use crate::netlink::nftables::objects::{delete_rule, new_rule};
+use crate::netlink::{attributes, Attrs, Family, Nftables, NlResult, TableRule};
 
 const FILTER: &str = "filter";
 const FORWARD: &str = "FORWARD";
-
-// libnftnl's counter attributes (enum nft_counter_attributes), sent zeroed as
-// iptables-nft sends them.
 
 /// One of academy's accept rules for a bridge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,20 +104,12 @@ impl Nftables {
         let (nfproto, _, _, _) = family.layout();
         let what = format!("look up chain {FORWARD} of iptables' table {FILTER}");
         let mut policy = None;
-        let result = self.request_in(
-            nfproto,
-            NFT_MSG_GETCHAIN,
-            0,
-            attrs,
-            Await::One,
-            &what,
-            |p| {
-                policy = attributes(p)
-                    .find(|(kind, _)| *kind == NFTA_CHAIN_POLICY)
-                    .and_then(|(_, v)| <[u8; 4]>::try_from(v).ok())
-                    .map(u32::from_be_bytes);
-            },
-        );
+        let result = self.get(nfproto, NFT_MSG_GETCHAIN, attrs, &what, |p| {
+            policy = attributes(p)
+                .find(|(kind, _)| *kind == NFTA_CHAIN_POLICY)
+                .and_then(|(_, v)| <[u8; 4]>::try_from(v).ok())
+                .map(u32::from_be_bytes);
+        });
         match result {
             Err(e) if e.is(libc::ENOENT) => Ok(false),
             other => other.map(|()| policy == Some(NF_DROP)),
@@ -157,45 +138,30 @@ impl Nftables {
         if found.missing.is_empty() && found.surplus.is_empty() {
             return Ok(Vec::new());
         }
-        let (nfproto, _, _, _) = family.layout();
-        let mut changed = Vec::new();
-        let mut batch = Batch::in_family(&mut self.socket, nfproto);
+        let (table, mut changed, mut changes) = (iptables_filter(family), Vec::new(), Vec::new());
         for accept in &found.missing {
             let text = accept.comment(bridge);
-            let mut rule = Attrs::default();
-            rule.str(NFTA_RULE_TABLE, FILTER);
-            rule.str(NFTA_RULE_CHAIN, FORWARD);
-            rule.nested(NFTA_RULE_EXPRESSIONS, |list| accept.encode(list, bridge));
-            batch.add(
-                Step::AddRule,
-                NFT_MSG_NEWRULE,
-                NLM_F_CREATE | NLM_F_APPEND,
-                rule,
+            changes.push(new_rule(
+                table,
+                FORWARD,
+                None,
+                |list| accept.encode(list, bridge),
                 format!("append {text:?} to iptables' chain {FILTER} {FORWARD}"),
-            );
+            ));
             changed.push(format!("appended {text:?}"));
         }
         for rule in &found.surplus {
-            let mut attrs = Attrs::default();
-            attrs.str(NFTA_RULE_TABLE, FILTER);
-            attrs.str(NFTA_RULE_CHAIN, FORWARD);
-            attrs.be64(NFTA_RULE_HANDLE, rule.handle);
-            batch.add(
-                Step::DeleteRule,
-                NFT_MSG_DELRULE,
-                0,
-                attrs,
-                format!(
-                    "delete {:?} (handle {}) from iptables' chain {FILTER} {FORWARD}",
-                    rule.comment, rule.handle
-                ),
+            let what = format!(
+                "delete {:?} (handle {}) from iptables' chain {FILTER} {FORWARD}",
+                rule.comment, rule.handle
             );
+            changes.push(delete_rule(table, FORWARD, rule.handle, what));
             changed.push(format!(
                 "deleted {:?} (handle {})",
                 rule.comment, rule.handle
             ));
         }
-        batch.commit().map(|()| changed)
+        self.commit(table.nfproto, changes).map(|()| changed)
     }
 
     /// academy's rules for `bridge` in iptables' FORWARD chain of `family`, outdated
@@ -227,7 +193,7 @@ impl Nftables {
                 continue;
             };
             let table_rule = TableRule {
-                table: Table::IptablesFilter(family),
+                table: iptables_filter(family),
                 chain: rule.chain.clone(),
                 handle: rule.handle,
                 comment: comment.clone(),
@@ -255,15 +221,6 @@ fn interface(list: &mut Attrs, key: u32, name: &str) {
     cmp(list, NFT_REG_1, NFT_CMP_EQ, &bytes);
 }
 
-/// An xt match inside the rule (nft_compat), as iptables-nft writes `-m NAME`.
-fn xt_match(list: &mut Attrs, name: &str, revision: u32, info: &[u8]) {
-    expr(list, "match", |e| {
-        e.str(NFTA_MATCH_NAME, name);
-        e.be32(NFTA_MATCH_REV, revision);
-        e.put(NFTA_MATCH_INFO, info);
-    });
-}
-
 /// `-m conntrack --ctstate STATES`: struct xt_conntrack_mtinfo3 with only the state
 /// test set.
 fn conntrack_state(list: &mut Attrs, states: u16) {
@@ -286,18 +243,8 @@ fn comment_match(list: &mut Attrs, text: &str) {
 
 /// `counter; accept`, the counter zeroed as iptables-nft sends it.
 fn counter_and_accept(list: &mut Attrs) {
-    expr(list, "counter", |e| {
-        e.be64(NFTA_COUNTER_BYTES, 0);
-        e.be64(NFTA_COUNTER_PACKETS, 0);
-    });
-    expr(list, "immediate", |e| {
-        e.be32(NFTA_IMMEDIATE_DREG, NFT_REG_VERDICT);
-        e.nested(NFTA_IMMEDIATE_DATA, |data| {
-            data.nested(NFTA_DATA_VERDICT, |verdict| {
-                verdict.be32(NFTA_VERDICT_CODE, NF_ACCEPT)
-            })
-        });
-    });
+    counter(list);
+    verdict(list, NF_ACCEPT);
 }
 
 #[cfg(test)]

@@ -28,27 +28,23 @@
 //! Both families (the table is inet); the reference writes its rules in the families of
 //! the network's addresses, which are the only ones its bridge routes.
 
-use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE};
+use netlink_packet_core::NLM_F_CREATE;
 
-use super::attrs::comment_udata;
-use super::batch::Batch;
-use super::consts::{
-    IFNAMSIZ, ISOLATED_SET, NFPROTO_INET, NFTA_DATA_VALUE, NFTA_DATA_VERDICT, NFTA_IMMEDIATE_DATA,
-    NFTA_IMMEDIATE_DREG, NFTA_LIST_ELEM, NFTA_LOOKUP_FLAGS, NFTA_LOOKUP_SET, NFTA_LOOKUP_SET_ID,
-    NFTA_LOOKUP_SREG, NFTA_META_DREG, NFTA_META_KEY, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS,
-    NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_RULE_USERDATA, NFTA_SET_ELEM_KEY, NFTA_SET_ID,
-    NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE, NFTA_SET_NAME, NFTA_SET_TABLE, NFTA_VERDICT_CODE,
-    NFT_LOOKUP_F_INV, NFT_META_IIFNAME, NFT_META_OIFNAME, NFT_MSG_DELRULE, NFT_MSG_NEWRULE,
-    NFT_MSG_NEWSET, NFT_MSG_NEWSETELEM, NFT_REG_1, NFT_REG_2, NFT_REG_VERDICT, NF_DROP,
-    NF_INET_FORWARD, NF_IP_PRI_FILTER, TABLE, TYPE_BITS, TYPE_IFNAME,
+use crate::firewall::ports::hairpin_key;
+use crate::firewall::tables::{forward, ACADEMY, FORWARD};
+use crate::netlink::nftables::batch::Change;
+use crate::netlink::nftables::consts::{
+    IFNAMSIZ, NFPROTO_INET, NFT_META_IIFNAME, NFT_META_OIFNAME, NFT_MSG_NEWSETELEM, NFT_REG_1,
+    NFT_REG_2, NF_DROP, TYPE_BITS, TYPE_IFNAME,
 };
-use super::objects::{new_chain, new_table, BaseChain, Table};
-use super::portmap::{element_list, hairpin_key, FORWARD};
-use super::rule::expr;
-use super::step::Step;
-use super::Nftables;
-use crate::netlink::nfnetlink::Attrs;
-use crate::netlink::socket::NlResult;
+use crate::netlink::nftables::expr::{lookup, meta, verdict};
+use crate::netlink::nftables::objects::{
+    delete_rule, element, element_list, new_rule, new_table, NewSet,
+};
+use crate::netlink::{Attrs, Nftables, NlResult, Object, Step};
+
+/// The set of isolated bridges (`ingressPolicy` same-bridge), as `bridge . bridge`.
+pub const ISOLATED_SET: &str = "_isolated";
 
 /// The isolation rule's comment, by which it is found.
 pub const ISOLATION_RULE: &str = "academy isolation";
@@ -79,18 +75,22 @@ impl Nftables {
             }
         };
         let repair = present.len() != 1;
-        let mut batch = Batch::new(&mut self.socket);
-        if repair {
-            add_objects(&mut batch, &present);
-        }
-        batch.add(
-            Step::AddElement,
-            NFT_MSG_NEWSETELEM,
-            NLM_F_CREATE,
-            element(bridge),
-            format!("add {bridge} . {bridge} to nf_tables set inet {TABLE} {ISOLATED_SET}"),
-        );
-        batch.commit().map(|()| repair)
+        let mut changes = match repair {
+            true => isolation_objects(&present),
+            false => Vec::new(),
+        };
+        changes.push(Change {
+            step: Step::AddElement,
+            kind: NFT_MSG_NEWSETELEM,
+            flags: NLM_F_CREATE,
+            attrs: element_list(ACADEMY, ISOLATED_SET, |list| {
+                element(list, &hairpin_key(bridge), None, "")
+            }),
+            description: format!(
+                "add {bridge} . {bridge} to nf_tables set {ACADEMY} {ISOLATED_SET}"
+            ),
+        });
+        self.commit(NFPROTO_INET, changes).map(|()| repair)
     }
 
     /// Whether chain `forward` lacks the isolation rule.
@@ -100,15 +100,14 @@ impl Nftables {
 
     /// Whether `_isolated` holds `bridge . bridge`.
     pub fn is_isolated(&mut self, bridge: &str) -> NlResult<bool> {
-        let what =
-            format!("look up {bridge} . {bridge} in nf_tables set inet {TABLE} {ISOLATED_SET}");
-        self.has_element(NFPROTO_INET, ISOLATED_SET, &hairpin_key(bridge), &what)
+        let what = format!("look up {bridge} . {bridge} in nf_tables set {ACADEMY} {ISOLATED_SET}");
+        self.has_element(ACADEMY, ISOLATED_SET, &hairpin_key(bridge), &what)
     }
 
     /// The handles of the isolation rule's copies in chain `forward`; none when it is gone.
     fn isolation_rules(&mut self) -> NlResult<Vec<u64>> {
         Ok(self
-            .commented_rules(NFPROTO_INET, TABLE, Some(FORWARD))?
+            .rules_of(ACADEMY, Some(FORWARD))?
             .into_iter()
             .filter(|r| r.comment == ISOLATION_RULE)
             .map(|r| r.handle)
@@ -116,76 +115,53 @@ impl Nftables {
     }
 }
 
-/// `bridge . bridge` as the one element of an element list of `_isolated`.
-pub(super) fn element(bridge: &str) -> Attrs {
-    element_list(ISOLATED_SET, |list| {
-        list.nested(NFTA_LIST_ELEM, |elem| {
-            elem.nested(NFTA_SET_ELEM_KEY, |k| {
-                k.put(NFTA_DATA_VALUE, &hairpin_key(bridge))
-            });
-        });
-    })
+/// The bridge's element of `_isolated`, to delete with its network.
+pub fn isolated_object(bridge: &str) -> Object {
+    Object::Element {
+        table: ACADEMY,
+        set: ISOLATED_SET.to_string(),
+        key: hairpin_key(bridge),
+        shown: format!("{bridge} . {bridge}"),
+    }
 }
 
 /// Table, set and chain (created if missing), the copies of the rule deleted, and the
 /// rule added at the chain's end.
-fn add_objects(batch: &mut Batch, present: &[u64]) {
-    batch.push(new_table(Table::Academy));
-    let mut set = Attrs::default();
-    set.str(NFTA_SET_TABLE, TABLE);
-    set.str(NFTA_SET_NAME, ISOLATED_SET);
-    set.be32(NFTA_SET_KEY_TYPE, (TYPE_IFNAME << TYPE_BITS) | TYPE_IFNAME);
-    set.be32(NFTA_SET_KEY_LEN, 2 * IFNAMSIZ as u32);
-    set.be32(NFTA_SET_ID, SET_ID);
-    batch.add(
-        Step::CreateSet,
-        NFT_MSG_NEWSET,
-        NLM_F_CREATE,
-        set,
-        format!("create set {ISOLATED_SET}"),
-    );
+fn isolation_objects(present: &[u64]) -> Vec<Change> {
+    let set = NewSet {
+        table: ACADEMY,
+        name: ISOLATED_SET,
+        id: SET_ID,
+        key: (
+            (TYPE_IFNAME << TYPE_BITS) | TYPE_IFNAME,
+            2 * IFNAMSIZ as u32,
+        ),
+        data: None,
+        userdata: None,
+        exclusive: false,
+    };
     // Port mapping's chain, with its hook and priority: whichever comes first makes it.
-    batch.push(new_chain(
-        Table::Academy,
-        BaseChain {
-            name: FORWARD,
-            hook: NF_INET_FORWARD,
-            priority: NF_IP_PRI_FILTER,
-            kind: "filter",
-        },
-    ));
+    let mut changes = vec![new_table(ACADEMY), set.change(), forward()];
     for handle in present {
-        let mut rule = Attrs::default();
-        rule.str(NFTA_RULE_TABLE, TABLE);
-        rule.str(NFTA_RULE_CHAIN, FORWARD);
-        rule.be64(NFTA_RULE_HANDLE, *handle);
-        batch.add(
-            Step::DeleteRule,
-            NFT_MSG_DELRULE,
-            0,
-            rule,
-            format!("delete the rule {ISOLATION_RULE:?} (handle {handle}) from chain {FORWARD}"),
-        );
+        let what =
+            format!("delete the rule {ISOLATION_RULE:?} (handle {handle}) from chain {FORWARD}");
+        changes.push(delete_rule(ACADEMY, FORWARD, *handle, what));
     }
-    let mut rule = Attrs::default();
-    rule.str(NFTA_RULE_TABLE, TABLE);
-    rule.str(NFTA_RULE_CHAIN, FORWARD);
-    rule.nested(NFTA_RULE_EXPRESSIONS, |list| isolation_rule(list, SET_ID));
-    rule.put(NFTA_RULE_USERDATA, &comment_udata(ISOLATION_RULE));
-    batch.add(
-        Step::AddRule,
-        NFT_MSG_NEWRULE,
-        NLM_F_CREATE | NLM_F_APPEND,
-        rule,
+    changes.push(new_rule(
+        ACADEMY,
+        FORWARD,
+        Some(ISOLATION_RULE),
+        |list| isolation_rule(list, SET_ID),
         format!("add the rule {ISOLATION_RULE:?} to chain {FORWARD}"),
-    );
+    ));
+    changes
 }
 
 /// `iifname . iifname @_isolated oifname . oifname @_isolated iifname . oifname !=
 /// @_isolated drop`, expression for expression as `nft --debug=netlink` shows nft 1.0.6
 /// writing it: each pair of names loaded into registers 1 and 2 (16 bytes each, so the
 /// 32-byte key spans both) and looked up, the last lookup inverted.
-pub(super) fn isolation_rule(list: &mut Attrs, set_id: u32) {
+fn isolation_rule(list: &mut Attrs, set_id: u32) {
     let pairs = [
         (NFT_META_IIFNAME, NFT_META_IIFNAME, false),
         (NFT_META_OIFNAME, NFT_META_OIFNAME, false),
@@ -194,31 +170,10 @@ pub(super) fn isolation_rule(list: &mut Attrs, set_id: u32) {
     for (first, second, inverted) in pairs {
         meta(list, NFT_REG_1, first);
         meta(list, NFT_REG_2, second);
-        expr(list, "lookup", |e| {
-            e.str(NFTA_LOOKUP_SET, ISOLATED_SET);
-            e.be32(NFTA_LOOKUP_SREG, NFT_REG_1);
-            // The set may be new in this batch.
-            e.be32(NFTA_LOOKUP_SET_ID, set_id);
-            if inverted {
-                e.be32(NFTA_LOOKUP_FLAGS, NFT_LOOKUP_F_INV);
-            }
-        });
+        // The set may be new in this batch.
+        lookup(list, ISOLATED_SET, NFT_REG_1, set_id, inverted);
     }
-    expr(list, "immediate", |e| {
-        e.be32(NFTA_IMMEDIATE_DREG, NFT_REG_VERDICT);
-        e.nested(NFTA_IMMEDIATE_DATA, |data| {
-            data.nested(NFTA_DATA_VERDICT, |verdict| {
-                verdict.be32(NFTA_VERDICT_CODE, NF_DROP)
-            })
-        });
-    });
-}
-
-fn meta(list: &mut Attrs, register: u32, key: u32) {
-    expr(list, "meta", |e| {
-        e.be32(NFTA_META_DREG, register);
-        e.be32(NFTA_META_KEY, key);
-    });
+    verdict(list, NF_DROP);
 }
 
 #[cfg(test)]

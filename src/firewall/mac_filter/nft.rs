@@ -1,0 +1,269 @@
+//! `macspoofchk` in nf_tables: academy's own table of the bridge family, `bridge
+//! academy` (the reference keeps its chains in `bridge nat`, which academy never
+//! touches). In it:
+//! - chain `prerouting`: type filter, hook prerouting, priority -300 (the reference's),
+//!   so a frame is judged as it enters the bridge from a port, before it is forwarded
+//!   or delivered to the host;
+//! - per network, a set `<network>-guarded` (type ifname) of the guarded host veths, a
+//!   set `<network>-allowed` (type ifname . ether_addr) of each one's pair with the one
+//!   source MAC it may send, and a map `<network>-ports` (type ifname : ether_addr)
+//!   holding the same pairs, each element commented with its attachment;
+//! - per network, one rule: `iifname @<network>-guarded iifname . ether saddr !=
+//!   @<network>-allowed drop`. Ports not guarded (containers without macspoofchk, the
+//!   host's own) are not looked at.
+//!
+//! Per container that is three elements, added in one batch and removed in one batch:
+//! O(1) whatever the number of containers, where the reference adds two chains and a
+//! rule in the base chain per container (every frame walks that base chain). The map
+//! is the record a removal reads: it knows only the port's name, and the map gives the
+//! MAC that names the set's element, without a dump. The rule cannot look the port up
+//! in the map itself: kernels before 6.5 (Debian 12 runs 6.1) refuse a lookup in a map
+//! that does not load its value (EINVAL; "relax set/map validation checks", May 2023).
+
+use netlink_packet_core::NLM_F_CREATE;
+
+use super::create::create_guard;
+use super::names::{
+    allowed_set, guard_sets, guarded_set, pair_key, ports_map, rule_comment, GuardedPort,
+    BRIDGE_CHAIN,
+};
+use crate::firewall::tables::ACADEMY_BRIDGE;
+use crate::netlink::nftables::attrs::ifname_bytes;
+use crate::netlink::nftables::batch::Change;
+use crate::netlink::nftables::consts::{NFPROTO_BRIDGE, NFT_MSG_DELSETELEM, NFT_MSG_NEWSETELEM};
+use crate::netlink::nftables::dump::RawElement;
+use crate::netlink::nftables::objects::{element, element_list};
+use crate::netlink::{Nftables, NlResult, Step, TableRule};
+
+impl Nftables {
+    /// Guards `port`: its three elements in one batch, creating the network's table,
+    /// chain, map, sets and rule first when missing. A port already guarded with another
+    /// MAC is refused by the kernel (EBUSY): the caller decides whether it is stale.
+    pub fn guard_port(&mut self, network: &str, port: &GuardedPort) -> NlResult<()> {
+        let ports = std::slice::from_ref(port);
+        match self.commit(
+            NFPROTO_BRIDGE,
+            change_ports(NFT_MSG_NEWSETELEM, network, ports),
+        ) {
+            Err(e) if e.is(libc::ENOENT) => {
+                create_guard(self, network)?;
+                self.commit(
+                    NFPROTO_BRIDGE,
+                    change_ports(NFT_MSG_NEWSETELEM, network, ports),
+                )
+            }
+            other => other,
+        }
+    }
+
+    /// Removes the ports' elements. Elements already gone are success.
+    pub fn unguard_ports(&mut self, network: &str, ports: &[GuardedPort]) -> NlResult<()> {
+        match self.commit(
+            NFPROTO_BRIDGE,
+            change_ports(NFT_MSG_DELSETELEM, network, ports),
+        ) {
+            // One missing element fails the whole batch (a removal repeated, a table
+            // never made): then each element alone, missing ones skipped.
+            Err(e) if e.is(libc::ENOENT) => {
+                for port in ports {
+                    for (set, key, _) in elements_of(network, port) {
+                        let remove = Change {
+                            step: Step::RemoveElement,
+                            kind: NFT_MSG_DELSETELEM,
+                            flags: 0,
+                            attrs: element_list(ACADEMY_BRIDGE, &set, |l| {
+                                element(l, &key, None, "")
+                            }),
+                            description: format!("remove {} from {set}", port.port),
+                        };
+                        match self.commit(NFPROTO_BRIDGE, vec![remove]) {
+                            Err(e) if !e.is(libc::ENOENT) => return Err(e),
+                            _ => {}
+                        }
+                    }
+                }
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// The map's element for host veth `port`; None when absent.
+    pub fn guarded_port(&mut self, network: &str, port: &str) -> NlResult<Option<GuardedPort>> {
+        let map = ports_map(network);
+        let what = format!("look up {port} in nf_tables map {ACADEMY_BRIDGE} {map}");
+        let found = self.element_of(ACADEMY_BRIDGE, &map, &ifname_bytes(port), &what)?;
+        Ok(found.as_ref().and_then(guarded_port))
+    }
+
+    /// Every guarded port of a network; none when its map does not exist.
+    pub fn guarded_ports(&mut self, network: &str) -> NlResult<Vec<GuardedPort>> {
+        let found = self.elements_of(ACADEMY_BRIDGE, &ports_map(network))?;
+        Ok(found.iter().filter_map(guarded_port).collect())
+    }
+
+    /// Whether the guarded set holds `port`.
+    pub fn port_guarded(&mut self, network: &str, port: &str) -> NlResult<bool> {
+        self.bridge_has_element(&guarded_set(network), &ifname_bytes(port), port)
+    }
+
+    /// Whether the allowed set holds `port` with `mac`.
+    pub fn port_allows(&mut self, network: &str, port: &str, mac: [u8; 6]) -> NlResult<bool> {
+        self.bridge_has_element(&allowed_set(network), &pair_key(port, mac), port)
+    }
+
+    fn bridge_has_element(&mut self, set: &str, key: &[u8], port: &str) -> NlResult<bool> {
+        let what = format!("look up {port} in nf_tables set {ACADEMY_BRIDGE} {set}");
+        self.has_element(ACADEMY_BRIDGE, set, key, &what)
+    }
+
+    /// The network's MAC filter rule, if it is there.
+    pub fn guard_rule(&mut self, network: &str) -> NlResult<Option<TableRule>> {
+        let wanted = rule_comment(network);
+        Ok(self
+            .rules_of(ACADEMY_BRIDGE, Some(BRIDGE_CHAIN))?
+            .into_iter()
+            .find(|r| r.comment == wanted))
+    }
+
+    /// Whether chain prerouting holds the network's drop rule.
+    pub fn has_guard_rule(&mut self, network: &str) -> NlResult<bool> {
+        self.guard_rule(network).map(|rule| rule.is_some())
+    }
+}
+
+/// One batch's messages: one per map or set, each with the ports' elements in it.
+fn change_ports(kind: u8, network: &str, ports: &[GuardedPort]) -> Vec<Change> {
+    let (verb, step) = if kind == NFT_MSG_NEWSETELEM {
+        ("add", Step::AddElement)
+    } else {
+        ("remove", Step::RemoveElement)
+    };
+    let names: Vec<&str> = ports.iter().map(|p| p.port.as_str()).collect();
+    let mut changes = Vec::new();
+    for (i, set) in guard_sets(network).iter().enumerate() {
+        let attrs = element_list(ACADEMY_BRIDGE, set, |list| {
+            for port in ports {
+                let (_, key, data) = elements_of(network, port).swap_remove(i);
+                // A removal names the key alone, as `nft delete element` does.
+                match kind {
+                    NFT_MSG_NEWSETELEM => element(list, &key, data.as_deref(), &port.comment),
+                    _ => element(list, &key, None, ""),
+                }
+            }
+        });
+        let what = format!(
+            "{verb} {} in nf_tables {ACADEMY_BRIDGE} {set}",
+            names.join(", ")
+        );
+        // An element that exists already, same data (an ADD repeated), is fine.
+        changes.push(Change {
+            step,
+            kind,
+            flags: NLM_F_CREATE,
+            attrs,
+            description: what,
+        });
+    }
+    changes
+}
+
+/// A port's three elements, in the order of guard_sets: (set, key, map data).
+fn elements_of(network: &str, port: &GuardedPort) -> Vec<(String, Vec<u8>, Option<Vec<u8>>)> {
+    vec![
+        (
+            ports_map(network),
+            ifname_bytes(&port.port),
+            Some(port.mac.to_vec()),
+        ),
+        (guarded_set(network), ifname_bytes(&port.port), None),
+        (allowed_set(network), pair_key(&port.port, port.mac), None),
+    ]
+}
+
+/// A map element as a guarded port: an interface name key and a MAC value.
+fn guarded_port(raw: &RawElement) -> Option<GuardedPort> {
+    let name = raw.key.split(|b| *b == 0).next().unwrap_or(&[]);
+    Some(GuardedPort {
+        port: String::from_utf8_lossy(name).into_owned(),
+        mac: raw.data.as_deref()?.try_into().ok()?,
+        comment: raw.comment.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::create::{drop_rule, map_of};
+    use super::*;
+    use crate::netlink::nftables::consts::{NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_TABLE};
+    use crate::netlink::nftables::digest::{hex, sha256};
+    use crate::netlink::nftables::dump::decode_elements;
+    use crate::netlink::Attrs;
+
+    /// The rule's and sets' bytes, pinned as their digest: a refactor of the encoding that
+    /// changes one byte on the wire fails here.
+    #[test]
+    fn the_guard_encodes_as_before() {
+        let mut list = Attrs::default();
+        drop_rule(&mut list, "n-guarded", "n-allowed");
+        assert_eq!(
+            hex(&sha256(&list.0)),
+            "eb4617dd366842f6d14afa4744516320cafec8019c087cfcea599eaf5eda84a3"
+        );
+        assert_eq!(
+            hex(&sha256(&map_of("n-ports").change().attrs.0)),
+            "4a9c1e9230ad7c16b81beb0ba9d9c181127a9c0852c050f4772d8f0488fbb6ef"
+        );
+        let port = GuardedPort {
+            port: "veth1".into(),
+            mac: [2, 0, 0, 0, 0, 9],
+            comment: "n:c:eth0".into(),
+        };
+        let mut list = Attrs::default();
+        for (_, key, data) in elements_of("n", &port) {
+            element(&mut list, &key, data.as_deref(), &port.comment);
+        }
+        assert_eq!(
+            hex(&sha256(&list.0)),
+            "7d0bd1d2e2c2f05e046bb6041ef0998cae51b2e9f0bda6080c559f8da383c67e"
+        );
+    }
+
+    #[test]
+    fn a_pair_key_is_the_padded_name_then_the_padded_mac() {
+        let key = pair_key("veth1", [2, 0, 0, 0, 0, 9]);
+        assert_eq!(key.len(), 24);
+        assert_eq!(&key[..5], b"veth1");
+        assert!(key[5..16].iter().all(|b| *b == 0));
+        assert_eq!(&key[16..22], &[2, 0, 0, 0, 0, 9]);
+        assert_eq!(&key[22..], &[0, 0]);
+    }
+
+    #[test]
+    fn ports_decode_from_a_map_element_reply() {
+        let mut reply = Attrs::default();
+        reply.str(NFTA_SET_ELEM_LIST_TABLE, "academy");
+        reply.nested(NFTA_SET_ELEM_LIST_ELEMENTS, |list| {
+            element(
+                list,
+                &ifname_bytes("vethab"),
+                Some(&[2, 1, 2, 3, 4, 5]),
+                "c:eth0",
+            );
+            // An element without data is not a port (never in the map): skipped.
+            element(list, &ifname_bytes("x"), None, "");
+        });
+        let ports: Vec<GuardedPort> = decode_elements(&reply.0)
+            .iter()
+            .filter_map(guarded_port)
+            .collect();
+        assert_eq!(
+            ports,
+            vec![GuardedPort {
+                port: "vethab".into(),
+                mac: [2, 1, 2, 3, 4, 5],
+                comment: "c:eth0".into()
+            }]
+        );
+    }
+}

@@ -1,0 +1,338 @@
+//! Port mapping in academy's table (`inet academy`): DNAT of published host ports to
+//! containers, encoded by hand like the masquerade.
+//!
+//! Shared by every network (a host port is the host's, whatever network asks for it):
+//! - maps `_ports-v4` / `_ports-v6`: `inet_proto . inet_service : address . inet_service`,
+//!   (protocol, host port) to the container's address and port;
+//! - maps `_ports-hostip-v4` / `_ports-hostip-v6`: the same keyed by the host address
+//!   too, for mappings with a hostIP;
+//! - chains `prerouting` (traffic from elsewhere) and `output` (the host's own, to its
+//!   addresses and 127.0.0.1), type nat at priority dstnat, each with one DNAT rule per
+//!   map (the hostIP maps first: the more specific mapping wins on its address), every
+//!   rule matching only `fib daddr type local`: a map lookup, so the same cost for one
+//!   published port or ten thousand;
+//! - set `_hairpin` of `bridge . bridge` names, looked up by a rule of chain `forward`
+//!   (type filter, accepting everything) that marks DNATed traffic leaving by the
+//!   bridge it came from; in `postrouting`, rules masquerading marked traffic and
+//!   DNATed traffic from 127.0.0.0/8.
+//!
+//! Each map element's comment names its holder `<network>:<container id>:<ifname>`
+//! (the maps are shared, so the network is part of the name), which is how DEL, GC and
+//! reclaim remove only their own. The names start with '_', which no network name can
+//! (config.rs), so they never meet a network's masquerade sets.
+//!
+//! A host port is held once: adding a key the map has with other data is refused by the
+//! kernel (EEXIST) and, the batch being atomic, nothing of the ADD is applied.
+
+use netlink_packet_core::NLM_F_CREATE;
+
+use super::elements::{
+    describe, key_text, port_element, PortElement, PortKey, PortMap, HAIRPIN_SET,
+};
+use super::rules::{dnat_rule, hairpin_rule, localhost_rule, masquerade_marked};
+use crate::firewall::tables::{
+    forward, postrouting, ACADEMY, FORWARD, OUTPUT, POSTROUTING, PREROUTING,
+};
+use crate::netlink::nftables::attrs::ifname_bytes;
+use crate::netlink::nftables::batch::{element_groups, named, Change};
+use crate::netlink::nftables::consts::{
+    IFNAMSIZ, NFPROTO_INET, NFT_MSG_DELSETELEM, NFT_MSG_NEWSETELEM, NF_INET_LOCAL_OUT,
+    NF_INET_PRE_ROUTING, NF_IP_PRI_NAT_DST, TYPE_BITS, TYPE_IFNAME,
+};
+use crate::netlink::nftables::objects::{
+    delete_rule, element, element_list, new_chain, new_rule, new_table, BaseChain, NewSet,
+};
+use crate::netlink::{Attrs, Family, Nftables, NlResult, Object, Step};
+
+/// Keys per batch of a removal: a key is at most 36 bytes encoded (a v6 host address,
+/// protocol and port), so a batch stays below BATCH_BYTES.
+const DELETE_KEYS_PER_BATCH: usize = 2048;
+
+impl Nftables {
+    /// The element under `key`, if any.
+    pub fn port_element(&mut self, key: &PortKey) -> NlResult<Option<PortElement>> {
+        let map = key.map();
+        let what = format!(
+            "look up {} in nf_tables map {ACADEMY} {}",
+            key_text(key),
+            map.name()
+        );
+        let found = self.element_of(ACADEMY, &map.name(), &key.bytes(), &what)?;
+        Ok(found.and_then(|raw| port_element(&raw, map)))
+    }
+
+    /// Every element of the four maps (none when they do not exist).
+    pub fn port_elements(&mut self) -> NlResult<Vec<PortElement>> {
+        let mut found = Vec::new();
+        for map in PortMap::ALL {
+            found.extend(self.port_map_elements(map)?);
+        }
+        Ok(found)
+    }
+
+    /// Every element of the map of (`family`, keyed by host address or not).
+    pub fn port_elements_of(
+        &mut self,
+        family: Family,
+        by_host_ip: bool,
+    ) -> NlResult<Vec<PortElement>> {
+        self.port_map_elements(PortMap { family, by_host_ip })
+    }
+
+    fn port_map_elements(&mut self, map: PortMap) -> NlResult<Vec<PortElement>> {
+        let found = self.elements_of(ACADEMY, &map.name())?;
+        Ok(found
+            .iter()
+            .filter_map(|raw| port_element(raw, map))
+            .collect())
+    }
+
+    /// Removes the elements under `keys`. Nothing to remove is success. The caller
+    /// chooses the keys by their holder: the kernel deletes by key alone. Any number of
+    /// keys: DELETE_KEYS_PER_BATCH per batch, each applied all or nothing (a GC of
+    /// 10,000 stale ports is a few batches).
+    pub fn delete_port_elements(&mut self, keys: &[PortKey]) -> NlResult<()> {
+        for part in keys.chunks(DELETE_KEYS_PER_BATCH) {
+            match self.commit(NFPROTO_INET, unpublish(part)) {
+                // All or nothing: one key gone already keeps the others. Rare (a DEL
+                // repeated, a GC racing), so one at a time.
+                Err(e) if e.is(libc::ENOENT) => {
+                    for key in part {
+                        match self.commit(NFPROTO_INET, unpublish(std::slice::from_ref(key))) {
+                            Err(e) if !e.is(libc::ENOENT) => return Err(e),
+                            _ => {}
+                        }
+                    }
+                }
+                other => other?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Table, chains, maps, set and rules of port mapping, made sure of in one batch:
+    /// nothing is sent when every rule is there (one small dump of the table's rules);
+    /// otherwise the objects are created if missing (an identical one is success) and
+    /// academy's port mapping rules replaced, so an admin's `nft flush table` or `flush
+    /// chain` (which keep the maps and their elements) is repaired. True when it wrote.
+    pub fn ensure_portmap(&mut self) -> NlResult<bool> {
+        let present: Vec<(String, String, u64)> = self
+            .rules_of(ACADEMY, None)?
+            .into_iter()
+            .filter(|r| r.comment.starts_with(RULE_PREFIX))
+            .map(|r| (r.chain, r.comment, r.handle))
+            .collect();
+        let wanted = wanted_rules();
+        let complete = present.len() == wanted.len()
+            && wanted
+                .iter()
+                .all(|(chain, comment)| present.iter().any(|p| p.0 == *chain && p.1 == *comment));
+        if complete {
+            return Ok(false);
+        }
+        self.commit(NFPROTO_INET, portmap_objects(&present))?;
+        Ok(true)
+    }
+
+    /// The comments of port mapping's rules that are not in the table (none missing
+    /// when the table holds no port mapping at all: nothing was ever published).
+    pub fn missing_portmap_rules(&mut self) -> NlResult<Vec<String>> {
+        let present: Vec<(String, String)> = self
+            .rules_of(ACADEMY, None)?
+            .into_iter()
+            .filter(|r| r.comment.starts_with(RULE_PREFIX))
+            .map(|r| (r.chain, r.comment))
+            .collect();
+        Ok(wanted_rules()
+            .into_iter()
+            .filter(|(chain, comment)| !present.iter().any(|p| p.0 == *chain && p.1 == *comment))
+            .map(|(_, comment)| comment)
+            .collect())
+    }
+
+    /// Marks `bridge`'s hairpin traffic (its element in `_hairpin`), as ADD's batch does.
+    pub fn mark_hairpin(&mut self, bridge: &str) -> NlResult<()> {
+        self.commit(NFPROTO_INET, port_changes(&[], bridge, true))
+    }
+
+    /// Whether `_hairpin` holds `bridge . bridge`.
+    pub fn has_hairpin(&mut self, bridge: &str) -> NlResult<bool> {
+        let what = format!("look up {bridge} . {bridge} in nf_tables set {ACADEMY} {HAIRPIN_SET}");
+        self.has_element(ACADEMY, HAIRPIN_SET, &hairpin_key(bridge), &what)
+    }
+}
+
+/// The messages removing `keys` from their maps.
+fn unpublish(keys: &[PortKey]) -> Vec<Change> {
+    let mut changes = Vec::new();
+    for map in PortMap::ALL {
+        let mine: Vec<&PortKey> = keys.iter().filter(|k| k.map() == map).collect();
+        let groups = element_groups(&mine, |list, key| element(list, &key.bytes(), None, ""));
+        for (encoded, range) in groups {
+            changes.push(Change {
+                step: Step::Unpublish,
+                kind: NFT_MSG_DELSETELEM,
+                flags: 0,
+                attrs: element_list(ACADEMY, &map.name(), |list| {
+                    list.0.extend_from_slice(&encoded)
+                }),
+                description: format!(
+                    "unpublish {} from nf_tables map {ACADEMY} {}",
+                    named(mine[range].iter().map(|k| key_text(k))),
+                    map.name()
+                ),
+            });
+        }
+    }
+    changes
+}
+
+/// Port mapping's table, chains, maps, set and rules; the rules `present` (chain,
+/// comment, handle) deleted first, since they are added back whole, in their order.
+fn portmap_objects(present: &[(String, String, u64)]) -> Vec<Change> {
+    let mut changes = vec![new_table(ACADEMY)];
+    for (name, hook) in [
+        (PREROUTING, NF_INET_PRE_ROUTING),
+        (OUTPUT, NF_INET_LOCAL_OUT),
+    ] {
+        let chain = BaseChain {
+            name,
+            hook,
+            priority: NF_IP_PRI_NAT_DST,
+            kind: "nat",
+        };
+        changes.push(new_chain(ACADEMY, chain));
+    }
+    changes.push(forward());
+    changes.push(postrouting());
+    for (id, map) in (1..).zip(PortMap::ALL) {
+        let name = map.name();
+        let set = NewSet {
+            table: ACADEMY,
+            name: &name,
+            id,
+            key: map.key(),
+            data: Some(map.data()),
+            userdata: None,
+            exclusive: false,
+        };
+        changes.push(set.change());
+    }
+    let hairpin_id = PortMap::ALL.len() as u32 + 1;
+    let hairpin = NewSet {
+        table: ACADEMY,
+        name: HAIRPIN_SET,
+        id: hairpin_id,
+        key: (
+            (TYPE_IFNAME << TYPE_BITS) | TYPE_IFNAME,
+            2 * IFNAMSIZ as u32,
+        ),
+        data: None,
+        userdata: None,
+        exclusive: false,
+    };
+    changes.push(hairpin.change());
+    for (chain, comment, handle) in present {
+        let what = format!("delete the rule {comment:?} (handle {handle}) from chain {chain}");
+        changes.push(delete_rule(ACADEMY, chain, *handle, what));
+    }
+    for chain in [PREROUTING, OUTPUT] {
+        for (id, map) in (1..).zip(PortMap::ALL) {
+            let comment = format!("{RULE_PREFIX} {}", map.name());
+            changes.push(rule(chain, &comment, |list| dnat_rule(list, map, id)));
+        }
+    }
+    let hairpin_rule_comment = format!("{RULE_PREFIX} hairpin");
+    changes.push(rule(FORWARD, &hairpin_rule_comment, |list| {
+        hairpin_rule(list, hairpin_id)
+    }));
+    let marked = format!("{RULE_PREFIX} masquerade marked");
+    changes.push(rule(POSTROUTING, &marked, masquerade_marked));
+    let localhost = format!("{RULE_PREFIX} localhost");
+    changes.push(rule(POSTROUTING, &localhost, localhost_rule));
+    changes
+}
+
+/// Every rule of port mapping's, as (chain, comment).
+fn wanted_rules() -> Vec<(&'static str, String)> {
+    let mut wanted = Vec::new();
+    for chain in [PREROUTING, OUTPUT] {
+        for map in PortMap::ALL {
+            wanted.push((chain, format!("{RULE_PREFIX} {}", map.name())));
+        }
+    }
+    wanted.push((FORWARD, format!("{RULE_PREFIX} hairpin")));
+    wanted.push((POSTROUTING, format!("{RULE_PREFIX} masquerade marked")));
+    wanted.push((POSTROUTING, format!("{RULE_PREFIX} localhost")));
+    wanted
+}
+
+/// Every port mapping rule's comment starts so.
+const RULE_PREFIX: &str = "academy portmap";
+
+fn rule(chain: &str, comment: &str, expressions: impl FnOnce(&mut Attrs)) -> Change {
+    let what = format!("add the rule {comment:?} to chain {chain}");
+    new_rule(ACADEMY, chain, Some(comment), expressions, what)
+}
+
+/// The changes of ADD's batch that publish `ports` and mark `bridge` for hairpin (they
+/// go in the batch with the masquerade's). A key another attachment holds with other
+/// data makes the kernel refuse the batch (EEXIST, "publish ...").
+pub fn port_changes(ports: &[PortElement], bridge: &str, hairpin: bool) -> Vec<Change> {
+    let mut changes = Vec::new();
+    for map in PortMap::ALL {
+        let mine: Vec<&PortElement> = ports.iter().filter(|p| p.key.map() == map).collect();
+        let groups = element_groups(&mine, |list, p| {
+            element(list, &p.key.bytes(), Some(&p.data()), &p.comment)
+        });
+        for (encoded, range) in groups {
+            let attrs = element_list(ACADEMY, &map.name(), |list| {
+                list.0.extend_from_slice(&encoded)
+            });
+            // No EXCL: the same element again (an ADD repeated) is fine; the same key
+            // with other data (another container's port) is EEXIST all the same.
+            changes.push(Change {
+                step: Step::Publish,
+                kind: NFT_MSG_NEWSETELEM,
+                flags: NLM_F_CREATE,
+                attrs,
+                description: format!(
+                    "publish {} in nf_tables map {ACADEMY} {}",
+                    named(mine[range].iter().map(|p| describe(p))),
+                    map.name()
+                ),
+            });
+        }
+    }
+    if hairpin || !ports.is_empty() {
+        let attrs = element_list(ACADEMY, HAIRPIN_SET, |list| {
+            element(list, &hairpin_key(bridge), None, "")
+        });
+        changes.push(Change {
+            step: Step::AddElement,
+            kind: NFT_MSG_NEWSETELEM,
+            flags: NLM_F_CREATE,
+            attrs,
+            description: format!(
+                "add {bridge} . {bridge} to nf_tables set {ACADEMY} {HAIRPIN_SET}"
+            ),
+        });
+    }
+    changes
+}
+
+/// `bridge . bridge`, each name NUL-padded to IFNAMSIZ as the kernel loads it.
+pub fn hairpin_key(bridge: &str) -> Vec<u8> {
+    let name = ifname_bytes(bridge);
+    [name.clone(), name].concat()
+}
+
+/// The bridge's hairpin element, to delete with its network.
+pub fn hairpin_object(bridge: &str) -> Object {
+    Object::Element {
+        table: ACADEMY,
+        set: HAIRPIN_SET.to_string(),
+        key: hairpin_key(bridge),
+        shown: format!("{bridge} . {bridge}"),
+    }
+}

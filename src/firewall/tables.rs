@@ -1,0 +1,69 @@
+//! The tables academy keeps its state in, and the chains of `inet academy` that several
+//! kinds share. academy owns two tables and writes into one other: iptables-nft's
+//! `filter`, whose FORWARD chain Docker's DROP policy makes everyone's business.
+
+use crate::netlink::nftables::batch::Change;
+use crate::netlink::nftables::consts::{
+    NFPROTO_BRIDGE, NFPROTO_INET, NF_INET_FORWARD, NF_INET_POST_ROUTING, NF_IP_PRI_FILTER,
+    NF_IP_PRI_NAT_SRC,
+};
+use crate::netlink::nftables::objects::{new_chain, BaseChain};
+use crate::netlink::{Family, Table};
+
+/// The name of academy's own tables.
+pub const NAME: &str = "academy";
+
+/// `inet academy`: the masquerade, port mapping, the loopback guard, isolation.
+pub const ACADEMY: Table = Table::new(NFPROTO_INET, NAME);
+
+/// `bridge academy`: the MAC filter.
+pub const ACADEMY_BRIDGE: Table = Table::new(NFPROTO_BRIDGE, NAME);
+
+/// `ip filter` / `ip6 filter`, iptables-nft's: the FORWARD accepts.
+pub fn iptables_filter(family: Family) -> Table {
+    Table::new(family.layout().0, "filter")
+}
+
+/// The masquerade's chain, which port mapping's postrouting rules share.
+pub const POSTROUTING: &str = "postrouting";
+/// Port mapping's DNAT chains.
+pub const PREROUTING: &str = "prerouting";
+pub const OUTPUT: &str = "output";
+/// Port mapping's hairpin mark and isolation's drop.
+pub const FORWARD: &str = "forward";
+/// The loopback guard's chain.
+pub const INPUT: &str = "input";
+
+/// `postrouting`, made if missing (the masquerade's and port mapping's).
+pub fn postrouting() -> Change {
+    new_chain(
+        ACADEMY,
+        BaseChain {
+            name: POSTROUTING,
+            hook: NF_INET_POST_ROUTING,
+            priority: NF_IP_PRI_NAT_SRC,
+            kind: "nat",
+        },
+    )
+}
+
+/// `forward`, made if missing (port mapping's and isolation's: whichever comes first).
+pub fn forward() -> Change {
+    new_chain(
+        ACADEMY,
+        BaseChain {
+            name: FORWARD,
+            hook: NF_INET_FORWARD,
+            priority: NF_IP_PRI_FILTER,
+            kind: "filter",
+        },
+    )
+}
+
+/// The suffix of a set or map of one family: `<network>-v4`, `_ports-v6`.
+pub fn suffix(family: Family) -> &'static str {
+    match family {
+        Family::V4 => "v4",
+        Family::V6 => "v6",
+    }
+}
