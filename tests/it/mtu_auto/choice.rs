@@ -1,87 +1,12 @@
-//! `"mtu": "auto"` (issue 26, item 4): the bridge and both veth ends take the MTU of the
-//! interface the node's default route leaves by (per family, the lower of the two; the
-//! lowest metric's route), the result reports it, and CHECK recomputes it and says what
-//! changed. In a private node netns (common/node.rs), whose "uplinks" are veths of the
-//! node's own (the peer stays in the node) carrying on-link default routes: no traffic
-//! is needed, only routes and MTUs.
+//! What "auto" chooses (issue 26, item 4): the MTU of the interface the node's default
+//! route leaves by (per family, the lower of the two; the lowest metric's route), for the
+//! bridge and both veth ends; the result reports it, and CHECK recomputes it and says what
+//! changed.
 
-use serde_json::{json, Value};
+use serde_json::json;
 
+use super::*;
 use crate::common::*;
-
-/// A veth `name` of MTU `mtu` in the node, up, with `address` (its peer, up, stays in
-/// the node).
-fn uplink_link(node: &Node, name: &str, mtu: u32, address: &str) {
-    let (ns, mtu) = (node.ns.as_str(), mtu.to_string());
-    let peer = format!("{name}p");
-    ip(&[
-        "-n", ns, "link", "add", name, "mtu", &mtu, "type", "veth", "peer", "name", &peer,
-    ]);
-    for link in [name, peer.as_str()] {
-        ip(&["-n", ns, "link", "set", link, "up"]);
-    }
-    ip(&["-n", ns, "addr", "add", address, "dev", name, "nodad"]);
-}
-
-/// `ip -n NODE ROUTE...`.
-fn route(node: &Node, route: &[&str]) {
-    let mut args = vec!["-n", node.ns.as_str(), "route", "add"];
-    args.extend_from_slice(route);
-    ip(&args);
-}
-
-/// An IPv4 uplink on 192.0.NET.0/24 carrying a default route (on-link, never answered).
-fn uplink4(node: &Node, name: &str, mtu: u32, net: u8, metric: u32) {
-    uplink_link(node, name, mtu, &format!("192.0.{net}.2/24"));
-    let (via, metric) = (format!("192.0.{net}.1"), metric.to_string());
-    route(
-        node,
-        &["default", "via", &via, "dev", name, "metric", &metric],
-    );
-}
-
-fn uplink6(node: &Node, name: &str, mtu: u32) {
-    uplink_link(node, name, mtu, "2001:db8:6::2/64");
-    route(node, &["default", "via", "2001:db8:6::1", "dev", name]);
-}
-
-/// The MTU of `link` in `netns`.
-fn mtu_of(netns: &str, link: &str) -> u64 {
-    let links = ip_json(&["-n", netns, "link", "show", "dev", link]);
-    links[0]["mtu"]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no link {link} in {netns}: {links}"))
-}
-
-/// The MTUs of the bridge, the host veth (both in the node) and the container's eth0.
-fn mtus(lab: &Lab, node: &Node, a: &Attach) -> [u64; 3] {
-    let host = derived_host_veth_name(&a.cid, &a.ifname);
-    [
-        mtu_of(&node.ns, &lab.bridge),
-        mtu_of(&node.ns, &host),
-        mtu_of(&a.netns, &a.ifname),
-    ]
-}
-
-/// The MTU the result reports for each of its interfaces.
-fn reported(result: &Value) -> Vec<Value> {
-    result["interfaces"]
-        .as_array()
-        .expect("interfaces")
-        .iter()
-        .map(|i| i["mtu"].clone())
-        .collect()
-}
-
-fn auto(lab: &Lab) -> Value {
-    lab.config_with("1.1.0", "mtu", json!("auto"))
-}
-
-fn check(lab: &Lab, node: &Node, a: &Attach, result: &Value) -> Out {
-    let mut config = auto(lab);
-    config["prevResult"] = result.clone();
-    node.call("CHECK", a, &config)
-}
 
 #[test]
 fn auto_follows_the_default_routes_and_check_says_what_changed() {
