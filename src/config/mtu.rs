@@ -13,7 +13,8 @@ pub enum Mtu {
     /// A number: the veth ends, and the bridge when ADD creates it.
     Fixed(u32),
     /// `"auto"`: the MTU of the node's default route's interface, per family the lower;
-    /// the bridge is set to it too when it already exists with another.
+    /// the bridge is set to it too when it already exists with another, but never above
+    /// its smallest port's.
     Auto,
 }
 

@@ -166,7 +166,7 @@ fn wire_up(
         Some(_) => (&[][..], &gateways[..]),
         None => (&gateways[..], &[][..]),
     };
-    let mtu = wire::mtu::Chosen::for_add(nl, conf.mtu)?;
+    let mut mtu = wire::mtu::Chosen::for_add(nl, conf.mtu)?;
     let bridge = wire::ensure_bridge(
         nl,
         &BridgeSpec {
@@ -178,7 +178,7 @@ fn wire_up(
             vlan_filtering: conf.port.vlan_filtering(),
         },
     )?;
-    let bridge = mtu.fit_bridge(nl, bridge)?;
+    let bridge = mtu.fit_bridge(nl, bridge, &who.host_name())?;
     let vlan_gateway = match conf.port.vlan {
         Some(vid) if !vlan_gateways.is_empty() => Some(port::ensure_vlan_gateway(
             nl,

@@ -102,9 +102,10 @@ fn auto_takes_the_lowest_metric_s_route_and_1500_without_one() {
 }
 
 /// A bridge that exists with another MTU (set by hand, or by "auto" when the uplink had
-/// another): "auto" sets it, since CHECK compares it; a number leaves it, as the
-/// reference does. (An MTU given when the bridge is made is not one set by hand: the
-/// kernel lowers such a bridge to its smallest port's as ports join.)
+/// another): "auto" sets it, since CHECK compares it, but never above its smallest
+/// port's (live_bridge.rs says why); a number leaves it, as the reference does. (An MTU
+/// given when the bridge is made is not one set by hand: the kernel lowers such a bridge
+/// to its smallest port's as ports join.)
 #[test]
 fn auto_sets_an_existing_bridge_s_mtu() {
     let lab = Lab::new("mtubridge");
@@ -118,12 +119,22 @@ fn auto_sets_an_existing_bridge_s_mtu() {
     node.call("ADD", &a, &fixed).expect_result("ADD, mtu 1400");
     assert_eq!(mtus(&lab, &node, &a), [9000, 1400, 1400]);
 
+    // The port of mtu 1400 holds the bridge there: lowered from 9000, not set to 1460.
     let b = lab.attachment("auto");
+    let result = node.call("ADD", &b, &auto(&lab)).expect_result("ADD");
+    assert_eq!(mtus(&lab, &node, &b), [1400; 3]);
+    assert_eq!(reported(&result), vec![json!(1400); 3]);
+    let out = check(&lab, &node, &b, &result);
+    assert_cni_error(&out, 120, &["mtu \"auto\" gives 1460 now"]);
+    for (x, config) in [(&a, &fixed), (&b, &auto(&lab))] {
+        node.call("DEL", x, config).expect_silent_success("DEL");
+    }
+
+    // Without ports, the bridge (still of mtu 1400, which academy set) takes the node's.
     let result = node.call("ADD", &b, &auto(&lab)).expect_result("ADD");
     assert_eq!(mtus(&lab, &node, &b), [1460; 3]);
     assert_eq!(reported(&result), vec![json!(1460); 3]);
     check(&lab, &node, &b, &result).expect_silent_success("CHECK");
-    for (x, config) in [(&a, &fixed), (&b, &auto(&lab))] {
-        node.call("DEL", x, config).expect_silent_success("DEL");
-    }
+    node.call("DEL", &b, &auto(&lab))
+        .expect_silent_success("DEL");
 }

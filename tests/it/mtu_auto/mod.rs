@@ -1,14 +1,17 @@
 //! `"mtu": "auto"`: the bridge and both veth ends take the MTU of the node's way out. In
 //! a private node netns (common/node.rs), whose "uplinks" are veths of the node's own
-//! (the peer stays in the node) carrying on-link default routes: no traffic is needed,
-//! only routes and MTUs.
+//! (the peer stays in the node) carrying on-link default routes: only routes and MTUs,
+//! and the node's own pings to its containers.
 //!
 //! | file           | subject                                                        |
 //! |----------------|----------------------------------------------------------------|
 //! | `choice`       | what "auto" chooses (default routes, metrics, multipath, none), |
 //! |                | CHECK after the uplink changed, an existing bridge's MTU       |
+//! | `live_bridge`  | an uplink that rises under running containers: the bridge waits |
+//! |                | for its older ports to go; one that falls lowers it at once    |
 
 mod choice;
+mod live_bridge;
 
 use serde_json::{json, Value};
 
