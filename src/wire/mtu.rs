@@ -4,7 +4,7 @@
 //! and again at each CHECK.
 
 use crate::cni::Result;
-use crate::config::Mtu;
+use crate::config::{below_ipv6_minimum, Mtu, IPV6_MINIMUM};
 use crate::netlink::{Link, Netlink};
 
 /// The kernel's default MTU for a bridge or a veth (ETH_DATA_LEN): what `"auto"` uses on
@@ -129,6 +129,20 @@ impl Chosen {
                 }
             }
         })
+    }
+
+    /// An MTU below IPv6's minimum on a network with IPv6 (`ipv6` names its range or
+    /// address) is refused before anything is set: the kernel would take every IPv6
+    /// address off the bridge, and each later ADD would fail on its own.
+    pub fn refuse_below_ipv6_minimum(&self, ipv6: &str) -> Result<()> {
+        let Some(mtu) = self.mtu.filter(|m| *m < IPV6_MINIMUM) else {
+            return Ok(());
+        };
+        let what = match &self.auto {
+            Some(auto) => format!("mtu \"auto\" gives {mtu} ({}), which is", auto.reason()),
+            None => format!("mtu {mtu} is"),
+        };
+        Err(below_ipv6_minimum(what, ipv6))
     }
 
     /// With `"auto"`, the bridge takes the MTU the node gives, but never above its

@@ -9,8 +9,10 @@
 //! |                | CHECK after the uplink changed, an existing bridge's MTU       |
 //! | `live_bridge`  | an uplink that rises under running containers: the bridge waits |
 //! |                | for its older ports to go; one that falls lowers it at once    |
+//! | `ipv6_minimum` | below 1280 on a network with an IPv6 range: refused, untouched |
 
 mod choice;
+mod ipv6_minimum;
 mod live_bridge;
 
 use serde_json::{json, Value};
