@@ -2,7 +2,7 @@
 //! the kernel takes every IPv6 address off a link set below it, so a bridge set there
 //! loses its IPv6 gateway under every running container. Refused with code 7 before
 //! anything changes: for a number when the config is read, for "auto" once the uplinks
-//! are read, before the reservation.
+//! are read, before the reservation; with a delegated plugin, once it gave IPv6.
 
 use super::*;
 use crate::common::*;
@@ -80,4 +80,48 @@ fn below_1280_on_a_dual_stack_network_is_refused_before_anything_changes() {
 
     node.call("DEL", &c1, &auto).expect_silent_success("DEL c1");
     assert_eq!(lab.reservations(), Vec::<String>::new());
+}
+
+/// With a delegated IPAM plugin the config shows no range: the refusal comes once the
+/// plugin has given an IPv6 address, before the bridge is made, and the plugin's DEL
+/// gives the address back.
+#[test]
+fn below_1280_with_a_delegated_plugin_s_ipv6_address_is_refused_before_the_bridge() {
+    let lab = Lab::new("mtuv6ipam");
+    let node = Node::new(&lab);
+    uplink4(&node, "up4", 1200, 2, 0);
+    let address = format!("{}::50/64", lab.slot.v6_prefix());
+    let log = lab.root.join("ipam.log");
+    lab.install_script(
+        "v6ipam",
+        &format!(
+            r#"#!/bin/sh
+cat >/dev/null
+echo "$CNI_COMMAND" >> {log}
+[ "$CNI_COMMAND" = ADD ] && printf '{{"cniVersion":"1.1.0","ips":[{{"address":"{address}"}}]}}'
+exit 0
+"#,
+            log = log.display()
+        ),
+    );
+    let mut config = auto(&lab);
+    for key in ["subnet", "gateway", "dataDir"] {
+        config.as_object_mut().unwrap().remove(key);
+    }
+    config["ipam"] = json!({"type": "v6ipam"});
+    let links = node.links();
+    let c1 = lab.attachment("c1");
+    let out = node.call("ADD", &c1, &config);
+    assert_cni_error(
+        &out,
+        7,
+        &[
+            "mtu \"auto\" gives 1200",
+            "below 1280",
+            &format!("the IPv6 address {address} from IPAM"),
+        ],
+    );
+    assert_eq!(node.links(), links, "no bridge, no veth");
+    let calls = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(calls.split_whitespace().collect::<Vec<_>>(), ["ADD", "DEL"]);
 }
