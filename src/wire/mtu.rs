@@ -150,9 +150,10 @@ impl Chosen {
     /// and the kernel drops one larger than the port's at the port, without an ICMP to
     /// say so. So a bridge whose uplink rose stays at its older ports' MTU until they
     /// are gone (the new container gets that MTU too, and CHECK says what the node gives
-    /// now), and one whose uplink fell goes down at once. A bridge without ports
-    /// (`replaced` is this attachment's stale pair, which ADD deletes) takes the node's.
-    /// A number leaves an existing bridge as it is, as the reference does.
+    /// now), and one whose uplink fell goes down at once. A bridge without ports takes
+    /// the node's; `replaced`, this attachment's host veth (a stale pair ADD is about to
+    /// delete), is not counted as one. A number leaves an existing bridge as it is, as
+    /// the reference does.
     pub fn fit_bridge(
         &mut self,
         nl: &mut Netlink,
