@@ -33,7 +33,7 @@ use crate::ipam::Pool;
 use addresses::{flat_form, ipam_block};
 pub use bandwidth::{Bandwidth, Shape};
 use fields::Fields;
-pub use mtu::Mtu;
+pub use mtu::{below_ipv6_minimum, Mtu, IPV6_MINIMUM};
 pub use port::{gateway_name as vlan_gateway_name, PortSpec};
 pub use port_mappings::PortMapping;
 pub use requests::Requests;
@@ -219,6 +219,7 @@ impl Config {
         if ipam == Ipam::None {
             layer2::refuse_layer3_keys(&f, &requests)?;
         }
+        mtu.refuse_below_ipv6_minimum(ipv6_range(&ipam))?;
         // The flat form is the seed's plugin: its gateway is on the bridge unless told not.
         let is_gateway = is_default_gateway || f.boolean("isGateway")?.unwrap_or(flat);
         let disable_container_interface = f.boolean("disableContainerInterface")?.unwrap_or(false);
@@ -349,6 +350,12 @@ impl Config {
         })
     }
 
+    /// The network's first IPv6 range, when its addresses come from the built-in
+    /// allocator (a delegated plugin's ranges are its own).
+    pub fn ipv6_range(&self) -> Option<IpNetwork> {
+        ipv6_range(&self.ipam)
+    }
+
     /// The built-in allocator's settings, when the network uses it.
     pub fn builtin(&self) -> Option<&Builtin> {
         match &self.ipam {
@@ -356,6 +363,18 @@ impl Config {
             Ipam::Delegated(_) | Ipam::None => None,
         }
     }
+}
+
+fn ipv6_range(ipam: &Ipam) -> Option<IpNetwork> {
+    let Ipam::Builtin(builtin) = ipam else {
+        return None;
+    };
+    builtin
+        .range_sets
+        .iter()
+        .flatten()
+        .map(|pool| pool.subnet())
+        .find(IpNetwork::is_ipv6)
 }
 
 /// `ingressPolicy`'s value that isolates the network.

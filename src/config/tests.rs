@@ -358,6 +358,27 @@ fn mtu_is_a_number_auto_or_the_kernel_s_default() {
     }
 }
 
+/// Below 1280 the kernel takes a link's IPv6 addresses: a number there is refused for a
+/// network with an IPv6 range only, naming both; "auto" is decided at ADD.
+#[test]
+fn an_mtu_below_ipv6_s_minimum_is_refused_with_an_ipv6_range() {
+    let ranges = r#"{"type":"host-local","ranges":[[{"subnet":"10.98.0.0/24"}],[{"subnet":"fd00:98::/64"}]]}"#;
+    let dual = with(
+        r#"{"cniVersion":"1.0.0","name":"harness","type":"academy"}"#,
+        "ipam",
+        ranges,
+    );
+    let mtu = |base: &str, value: &str| parse(&with(base, "mtu", value)).map(|c| c.mtu);
+    let e = mtu(&dual, "1279").unwrap_err();
+    assert_eq!(e.code, 7);
+    for needle in ["mtu 1279", "below 1280", "IPv6 range fd00:98::/64"] {
+        assert!(e.msg.contains(needle), "{needle}: {e}");
+    }
+    assert_eq!(mtu(&dual, "1280").unwrap(), Mtu::Fixed(1280));
+    assert_eq!(mtu(&dual, r#""auto""#).unwrap(), Mtu::Auto);
+    assert_eq!(mtu(GOOD, "1279").unwrap(), Mtu::Fixed(1279), "IPv4 only");
+}
+
 #[test]
 fn non_masquerade_cidrs_are_prefixes_of_either_family_and_need_ip_masq() {
     let masq = with(GOOD, "ipMasq", "true");

@@ -27,6 +27,7 @@ use crate::leaks;
 use crate::netlink::{Netlink, NftablesOnDemand};
 use crate::netns::{Netns, OpenError};
 use crate::removal::{self, Reservations, Target};
+use crate::wire::mtu::Chosen;
 use crate::wire::port;
 use crate::wire::{self, BridgeSpec, ContainerRoute, ContainerSetup, Created};
 
@@ -47,13 +48,27 @@ pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
         None => CniResult::default(),
     };
     let requests = conf.requests.clone().with_cni_args(&env.args)?;
+    let mut nl = Netlink::open()?;
+    // Chosen before the reservation: an MTU the network's IPv6 cannot run on is refused
+    // with nothing done.
+    let mtu = Chosen::for_add(&mut nl, conf.mtu)?;
+    if let Some(range) = conf.ipv6_range() {
+        mtu.refuse_below_ipv6_minimum(&format!("the IPv6 range {range}"))?;
+    }
 
     // From before the reservation until the last nf_tables step: the network is in use,
     // so a DEL of its last other attachment leaves its rules and sets alone.
     let in_use = network::in_use(conf);
     let assigned = acquire(env, conf, &requests.ips)?;
     let who = Attachment::of(env, conf);
-    let interfaces = make(&netns, &who, conf, &assigned, requests.mac).inspect_err(|_| {
+    let wiring = Wiring {
+        nl: &mut nl,
+        mtu,
+        netns: &netns,
+        who: &who,
+        conf,
+    };
+    let interfaces = make(wiring, &assigned, requests.mac).inspect_err(|_| {
         let target = Target {
             who,
             reservations: Reservations::Assigned(env, &assigned),
@@ -105,22 +120,31 @@ fn acquire(env: &Env, conf: &Config, requested: &[IpAddr]) -> Result<Assigned> {
     }
 }
 
+/// What ADD wires, and with what: the attachment, its config, and the MTU chosen before
+/// the reservation.
+struct Wiring<'a> {
+    nl: &'a mut Netlink,
+    mtu: Chosen,
+    netns: &'a Netns,
+    who: &'a Attachment<'a>,
+    conf: &'a Config,
+}
+
 /// Everything ADD makes after the reservation, then its last check; returns [bridge,
 /// host veth, container interface].
-fn make(
-    netns: &Netns,
-    who: &Attachment,
-    conf: &Config,
-    assigned: &Assigned,
-    mac: Option<[u8; 6]>,
-) -> Result<Vec<Interface>> {
-    let mut nl = Netlink::open()?;
+fn make(mut w: Wiring, assigned: &Assigned, mac: Option<[u8; 6]>) -> Result<Vec<Interface>> {
+    let (who, conf) = (w.who, w.conf);
+    // A delegated plugin's ranges are known only from what it gave.
+    if let Some(v6) = assigned.ips.iter().find(|ip| ip.address.is_ipv6()) {
+        w.mtu
+            .refuse_below_ipv6_minimum(&format!("the IPv6 address {} from IPAM", v6.address))?;
+    }
     let mut nft = NftablesOnDemand::default();
     // Before the container is wired: its first packet already meets the isolation.
     if conf.same_bridge_ingress {
         isolation::add(nft.get()?, conf)?;
     }
-    let interfaces = wire_up(&mut nl, &mut nft, netns, who, conf, assigned, mac)?;
+    let interfaces = wire_up(&mut w, &mut nft, assigned, mac)?;
     // A network the host routes for: accepted by a FORWARD policy that drops (Docker's).
     if conf.is_gateway || conf.ip_masq || conf.publishes_ports {
         forward::accept(nft.get()?, conf)?;
@@ -138,21 +162,19 @@ fn make(
     // Last, after everything is made: a concurrent GC that does not list this attachment
     // (another runtime sharing the network) may have removed part of it. Checking both
     // halves here catches any such removal that happened before this point.
-    wire::verify_pair(&mut nl, who)?;
+    wire::verify_pair(w.nl, who)?;
     addressing::verify_still_held(who, assigned)?;
     Ok(interfaces)
 }
 
 /// The kernel steps, in order; returns [bridge, host veth, container interface].
 fn wire_up(
-    nl: &mut Netlink,
+    w: &mut Wiring,
     nft: &mut NftablesOnDemand,
-    netns: &Netns,
-    who: &Attachment,
-    conf: &Config,
     assigned: &Assigned,
     mac: Option<[u8; 6]>,
 ) -> Result<Vec<Interface>> {
+    let (nl, mtu, netns, who, conf) = (&mut *w.nl, &mut w.mtu, w.netns, w.who, w.conf);
     let gateways: Vec<IpNetwork> = if conf.is_gateway {
         assigned
             .ips
@@ -167,7 +189,6 @@ fn wire_up(
         Some(_) => (&[][..], &gateways[..]),
         None => (&gateways[..], &[][..]),
     };
-    let mtu = wire::mtu::Chosen::for_add(nl, conf.mtu)?;
     let bridge = wire::ensure_bridge(
         nl,
         &BridgeSpec {
@@ -179,7 +200,7 @@ fn wire_up(
             vlan_filtering: conf.port.vlan_filtering(),
         },
     )?;
-    let bridge = mtu.fit_bridge(nl, bridge)?;
+    let bridge = mtu.fit_bridge(nl, bridge, &who.host_name())?;
     let vlan_gateway = match conf.port.vlan {
         Some(vid) if !vlan_gateways.is_empty() => Some(port::ensure_vlan_gateway(
             nl,

@@ -157,6 +157,7 @@ fn check_host(
         Some(b) => {
             if let Some(m) = mtu.as_mut().filter(|m| m.auto.is_some()) {
                 m.compare(&format!("bridge {}", conf.bridge), b.mtu);
+                m.bridge_held = b.mtu.is_some_and(|got| got < m.want);
             }
         }
     }
@@ -204,6 +205,9 @@ struct MtuCheck {
     auto: Option<String>,
     /// "host veth NAME" (or the bridge, or the ifname), and its MTU.
     wrong: Vec<(String, u32)>,
+    /// With `"auto"`, the bridge is below what the node gives now: ADD raises it only
+    /// once none of its ports has a lower MTU (wire/mtu.rs, `fit_bridge`).
+    bridge_held: bool,
 }
 
 impl MtuCheck {
@@ -221,6 +225,7 @@ impl MtuCheck {
             want,
             auto,
             wrong: Vec::new(),
+            bridge_held: false,
         }))
     }
 
@@ -250,7 +255,13 @@ impl MtuCheck {
                     Some(m) if m != want => format!(" (ADD chose {m})"),
                     _ => String::new(),
                 };
-                format!("{found}, but mtu \"auto\" gives {want} now: {why}{chose}")
+                let held = match self.bridge_held {
+                    true => format!(
+                        "; the bridge rises to {want} at the first ADD once none of its ports has a lower MTU"
+                    ),
+                    false => String::new(),
+                };
+                format!("{found}, but mtu \"auto\" gives {want} now: {why}{chose}{held}")
             }
         })
     }

@@ -4,7 +4,7 @@
 //! and again at each CHECK.
 
 use crate::cni::Result;
-use crate::config::Mtu;
+use crate::config::{below_ipv6_minimum, Mtu, IPV6_MINIMUM};
 use crate::netlink::{Link, Netlink};
 
 /// The kernel's default MTU for a bridge or a veth (ETH_DATA_LEN): what `"auto"` uses on
@@ -98,10 +98,11 @@ fn uplink(nl: &mut Netlink, ipv6: bool, family: &'static str) -> Result<Option<U
 
 /// The MTU ADD gives the bridge and both veth ends.
 pub struct Chosen {
-    /// None: the kernel's default (the key is absent).
+    /// None: the kernel's default (the key is absent). With `"auto"`, once `fit_bridge`
+    /// has run, the bridge's: lower than the node's while older ports hold the bridge.
     pub mtu: Option<u32>,
-    /// `"auto"`: an existing bridge of another MTU is set to this one too.
-    auto: bool,
+    /// `"auto"`: what the node's default routes give, and why.
+    auto: Option<Auto>,
 }
 
 impl Chosen {
@@ -111,11 +112,11 @@ impl Chosen {
         Ok(match mtu {
             Mtu::Kernel => Chosen {
                 mtu: None,
-                auto: false,
+                auto: None,
             },
             Mtu::Fixed(m) => Chosen {
                 mtu: Some(m),
-                auto: false,
+                auto: None,
             },
             Mtu::Auto => {
                 let auto = Auto::read(nl)?;
@@ -124,24 +125,67 @@ impl Chosen {
                 }
                 Chosen {
                     mtu: Some(auto.mtu),
-                    auto: true,
+                    auto: Some(auto),
                 }
             }
         })
     }
 
-    /// With `"auto"`, the bridge takes the MTU too when it already existed with another
-    /// (made earlier, by hand, or when the node's uplink had another MTU): a gateway on a
-    /// bridge of a larger MTU than its ports would send the containers frames they drop.
-    /// A number leaves an existing bridge as it is, as the reference does.
-    pub fn fit_bridge(&self, nl: &mut Netlink, mut bridge: Link) -> Result<Link> {
-        match self.mtu {
-            Some(m) if self.auto && bridge.mtu != Some(m) => {
-                nl.set_mtu(bridge.index, m)?;
-                bridge.mtu = Some(m);
-                Ok(bridge)
+    /// An MTU below IPv6's minimum on a network with IPv6 (`ipv6` names its range or
+    /// address) is refused before anything is set: the kernel would take every IPv6
+    /// address off the bridge, and each later ADD would fail on its own.
+    pub fn refuse_below_ipv6_minimum(&self, ipv6: &str) -> Result<()> {
+        let Some(mtu) = self.mtu.filter(|m| *m < IPV6_MINIMUM) else {
+            return Ok(());
+        };
+        let what = match &self.auto {
+            Some(auto) => format!("mtu \"auto\" gives {mtu} ({}), which is", auto.reason()),
+            None => format!("mtu {mtu} is"),
+        };
+        Err(below_ipv6_minimum(what, ipv6))
+    }
+
+    /// With `"auto"`, the bridge takes the MTU the node gives, but never above its
+    /// smallest port's: the bridge sends a port no frame larger than the bridge's MTU,
+    /// and the kernel drops one larger than the port's at the port, without an ICMP to
+    /// say so. So a bridge whose uplink rose stays at its older ports' MTU until they
+    /// are gone (the new container gets that MTU too, and CHECK says what the node gives
+    /// now), and one whose uplink fell goes down at once. A bridge without ports takes
+    /// the node's; `replaced`, this attachment's host veth (a stale pair ADD is about to
+    /// delete), is not counted as one. A number leaves an existing bridge as it is, as
+    /// the reference does.
+    pub fn fit_bridge(
+        &mut self,
+        nl: &mut Netlink,
+        mut bridge: Link,
+        replaced: &str,
+    ) -> Result<Link> {
+        let Some(auto) = &self.auto else {
+            return Ok(bridge);
+        };
+        let smallest = nl
+            .ports(bridge.index)?
+            .into_iter()
+            .filter(|port| port.name != replaced)
+            .filter_map(|port| Some((port.mtu?, port.name)))
+            .min();
+        let mtu = match smallest {
+            Some((port_mtu, port)) if port_mtu < auto.mtu => {
+                eprintln!(
+                    "academy: mtu \"auto\" gives {} ({}), but bridge {} is held at {port_mtu}, the MTU of its port {port}, and this container gets {port_mtu} too: the bridge rises at the first ADD once none of its ports has a lower MTU",
+                    auto.mtu,
+                    auto.reason(),
+                    bridge.name
+                );
+                port_mtu
             }
-            _ => Ok(bridge),
+            _ => auto.mtu,
+        };
+        if bridge.mtu != Some(mtu) {
+            nl.set_mtu(bridge.index, mtu)?;
+            bridge.mtu = Some(mtu);
         }
+        self.mtu = Some(mtu);
+        Ok(bridge)
     }
 }

@@ -22,7 +22,7 @@
 //! |               | one file per subject (addresses, static requests, keys, ...)   |
 //! | `multinet`    | a container on several networks (academy's, the reference's)   |
 //! | `route_attrs` | routes with priority, table, scope, mtu, advmss                |
-//! | `mtu_auto`    | `"mtu": "auto"`: the node's default route's MTU, CHECK after it |
+//! | `mtu_auto/`   | `"mtu": "auto"`: the node's default route's MTU, CHECK after it |
 //! |               | changes, an existing bridge of another MTU                     |
 //! | `iface_keys`  | enabledad, disableContainerInterface, ipam.resolvConf          |
 //! | `layer2`      | a network without ipam: interfaces on the bridge, no address   |

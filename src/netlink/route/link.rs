@@ -87,11 +87,25 @@ impl Netlink {
     }
 
     pub fn links(&mut self) -> NlResult<Vec<Link>> {
-        let replies = self.request(
-            RouteNetlinkMessage::GetLink(LinkMessage::default()),
-            Await::Dump,
-            "list links",
-        )?;
+        self.dump_links(LinkMessage::default(), "list links")
+    }
+
+    /// The ports of bridge `bridge`: the links whose master (IFLA_MASTER) it is. The
+    /// kernel filters the dump by master, so a node of many veths answers with the
+    /// bridge's alone; each reply is matched again all the same, since a kernel that
+    /// does not know the filter sends every link.
+    pub fn ports(&mut self, bridge: u32) -> NlResult<Vec<Link>> {
+        let mut msg = LinkMessage::default();
+        msg.attributes.push(LinkAttribute::Controller(bridge));
+        let links = self.dump_links(msg, &format!("list the ports of link #{bridge}"))?;
+        Ok(links
+            .into_iter()
+            .filter(|l| l.controller == Some(bridge))
+            .collect())
+    }
+
+    fn dump_links(&mut self, msg: LinkMessage, what: &str) -> NlResult<Vec<Link>> {
+        let replies = self.request(RouteNetlinkMessage::GetLink(msg), Await::Dump, what)?;
         Ok(replies
             .iter()
             .filter_map(|m| match m {
