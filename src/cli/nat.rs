@@ -16,9 +16,8 @@ use crate::firewall::{self, Kind};
 
 pub(super) const DEFAULT_CONF_DIR: &str = "/etc/cni/net.d";
 
-pub fn restore(args: &[String]) -> Result<(), CliError> {
-    let p = Parsed::new(args, &[("--conf-dir", true)])?;
-    let confs = if p.positional.is_empty() {
+pub fn restore(p: &Parsed) -> Result<(), CliError> {
+    let confs = if p.operands().is_empty() {
         let dir = p.value("--conf-dir").unwrap_or(DEFAULT_CONF_DIR);
         networks_in(Path::new(dir))?
     } else {
@@ -28,7 +27,7 @@ pub fn restore(args: &[String]) -> Result<(), CliError> {
             ));
         }
         let mut confs = Vec::new();
-        for path in &p.positional {
+        for path in p.operands() {
             confs.push(load_network(path)?);
         }
         confs
@@ -163,7 +162,8 @@ mod tests {
                 .collect();
             assert!(words[0].ends_with("/academy"), "{line}");
             assert_eq!(words[1], "restore-nat", "{line}");
-            let parsed = Parsed::new(&words[2..], &[("--conf-dir", true)]).ok();
+            let restore = crate::cli::definitions::find("restore").unwrap();
+            let parsed = Parsed::new(&words[2..], restore).ok();
             assert!(
                 parsed.is_some_and(|p| p.value("--conf-dir").is_some()),
                 "{line}"
