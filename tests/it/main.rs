@@ -16,7 +16,7 @@
 //! | `masquerade`  | ipMasq end to end, against an outside the test makes           |
 //! | `non_masquerade` | nonMasqueradeCIDRs: a pod keeps its address to another     |
 //! |               | node's pods and is masqueraded to the internet; the rule follows |
-//! |               | the config through CHECK, STATUS, ADD and restore-nat           |
+//! |               | the config through CHECK, STATUS, ADD and restore           |
 //! | `macspoof`    | macspoofchk end to end, and beside the reference bridge 1.1.1  |
 //! | `dropin/`     | academy as a drop-in for the reference bridge + host-local,    |
 //! |               | one file per subject (addresses, static requests, keys, ...)   |
@@ -33,7 +33,7 @@
 //! | `isolation`   | ingressPolicy same-bridge beside the reference firewall plugin: |
 //! |               | the outcome table, a flush restored, the last DEL's release    |
 //! | `kinds`       | each kind of nf_tables state through every operation of the    |
-//! |               | table of kinds: CHECK, STATUS, restore-nat, GC, the last DEL   |
+//! |               | table of kinds: CHECK, STATUS, restore, GC, the last DEL   |
 //! | `network_lifetime` | a network's own objects go with its last attachment: a   |
 //! |               | thousand networks used and emptied, a DEL racing a first ADD   |
 //! | `services`    | Services between pods of one bridge through a kube-proxy-like DNAT, |
