@@ -5,6 +5,8 @@
 //! | module        | concern                                                        |
 //! |---------------|----------------------------------------------------------------|
 //! | `gate`        | seed 002's gate through cnitool, and the cases that must fail  |
+//! | `cli_conventions` | `--version`, `help`, `--help`, usage errors (exit 2, stderr), |
+//! |               | academy(8) through groff, the bash completion through bash     |
 //! | `protocol/`   | the CNI protocol at its edges, as refusal tables by subject:   |
 //! |               | env, config, versions, namespaces, conflicts; DEL and CHECK    |
 //! | `ipam_lab`    | seed 000: the address store under real namespaces, in parallel |
@@ -95,6 +97,7 @@
 mod common;
 
 mod bandwidth;
+mod cli_conventions;
 mod cli_inputs;
 mod cluster;
 mod cri;
