@@ -2,6 +2,10 @@
 
 CNI_BIN_DIR     ?= /opt/cni/lab-bin
 CNI_CONF_DIR    ?= /etc/cni/lab-net.d
+# academy(8) and the bash completion, where man-db and bash-completion look for a
+# locally installed tool.
+MAN_DIR         ?= /usr/local/share/man/man8
+COMPLETION_DIR  ?= /usr/local/share/bash-completion/completions
 CARGO           ?= cargo
 # The release binary links glibc statically (measured by bench/profiles.py: ADD 0.89x,
 # peak RSS 3.4 -> 1.9 MiB with opt-level "s", no ld.so or libgcc_s at start). An
@@ -9,6 +13,10 @@ CARGO           ?= cargo
 # It is copied to target/release/academy, where every doc and script looks for it.
 HOST            := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
 RELEASE_BIN     := target/release/academy
+# Written by the release binary from the table it parses its arguments with
+# (src/cli/definitions.rs), so they cannot describe another command line.
+MAN_PAGE        := target/release/academy.8
+COMPLETION      := target/release/academy.bash
 
 .PHONY: all build release install uninstall test unit pyunit lint setup demo bench clean lab check-refs
 
@@ -17,19 +25,25 @@ all: build
 build:
 	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release --target $(HOST)
 	install -D -m 0755 target/$(HOST)/release/academy $(RELEASE_BIN)
+	$(RELEASE_BIN) man > $(MAN_PAGE).new && mv -f $(MAN_PAGE).new $(MAN_PAGE)
+	$(RELEASE_BIN) completions bash > $(COMPLETION).new && mv -f $(COMPLETION).new $(COMPLETION)
 
 release: build
 
 # The release binary into the harness's bin folder (atomically: a runtime may be
-# executing the old one), and the harness conflist beside cnitool's other configs.
+# executing the old one), the harness conflist beside cnitool's other configs, the man
+# page and the bash completion.
 install: build
 	install -d $(CNI_BIN_DIR) $(CNI_CONF_DIR)
 	install -m 0755 $(RELEASE_BIN) $(CNI_BIN_DIR)/.academy.new
 	mv -f $(CNI_BIN_DIR)/.academy.new $(CNI_BIN_DIR)/academy
 	install -m 0644 conflists/10-harness.conflist $(CNI_CONF_DIR)/10-harness.conflist
+	install -D -m 0644 $(MAN_PAGE) $(MAN_DIR)/academy.8
+	install -D -m 0644 $(COMPLETION) $(COMPLETION_DIR)/academy
 
 uninstall:
 	rm -f $(CNI_BIN_DIR)/academy $(CNI_CONF_DIR)/10-harness.conflist
+	rm -f $(MAN_DIR)/academy.8 $(COMPLETION_DIR)/academy
 
 # Everything the tests, the demo and the lab need on a fresh Debian 12 machine (Debian
 # packages: cnitool built from source, the reference plugins, the test tools, podman,

@@ -16,6 +16,8 @@
 #   python3 python3-grpcio python3-protobuf protobuf-compiler
 #                                 the CRI client of the containerd test (tests/it/cri/)
 #   python3-yaml                  the installer test reads deploy/kubernetes/academy.yaml
+#   groff-base git                the CLI test formats academy(8) with groff and checks
+#                                 --version's commit against git (tests/it/cli_conventions.rs)
 #   qemu-system-x86 cpio kmod     the VLAN tests boot Debian 12's stock kernel in a throwaway
 #                                 VM (scripts/kernel-vm/run-in-vm.sh); its linux-image package
 #                                 is downloaded and unpacked into /var/cache/academy-kernel-vm,
@@ -46,6 +48,7 @@ PKGS=(
   podman runc containerd busybox-static
   gcc libc6-dev
   python3 python3-grpcio python3-protobuf protobuf-compiler python3-yaml
+  groff-base git
   qemu-system-x86 cpio kmod
 )
 CNITOOL_SRC_PKG=golang-github-appc-cni

@@ -3,7 +3,7 @@
 //! The layers, top to bottom (a module imports only from its own layer's leaves or below):
 //!
 //! - `plugin`: decodes a CNI invocation and dispatches to a verb; `cli/`: academy's own
-//!   commands (install, convert, reclaim, restore-nat, watch).
+//!   commands (install, convert, reclaim, restore, watch).
 //! - `verbs/`: ADD, DEL, CHECK, GC, STATUS, each a list of steps.
 //! - `removal`: the one removal of an attachment, in one order (DEL, a failed ADD,
 //!   healing, reclaim, GC). `leaks/`: what ADD and an operator do about leaked attachments.

@@ -15,7 +15,7 @@
 //! always sets CNI_COMMAND and passes no arguments, and main.rs only comes here (through
 //! cli/) when CNI_COMMAND is unset.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 
 use ipnetwork::IpNetwork;
 
-use super::CliError;
+use super::{CliError, Parsed};
 
 /// academy's containerd conf_template (dual stack through .PodCIDRRanges).
 const TEMPLATE: &str = include_str!("../../conflists/containerd-template.conflist.tmpl");
@@ -32,21 +32,6 @@ const MASQ_ANCHOR: &str = "      \"isDefaultGateway\": true,\n";
 /// Its file name in the config folder: containerd's libcni only loads *.conf,
 /// *.conflist and *.json from conf_dir, so the template itself is never read as a network.
 pub const TEMPLATE_NAME: &str = "academy.conflist.tmpl";
-
-const USAGE: &str =
-    "usage: academy install [--bin-dir DIR] [--conf-dir DIR]
-                       [--conflist FILE | --template [--cluster-cidr CIDR[,CIDR]]...]
-
-Copies this academy binary to DIR/academy (default bin dir /opt/cni/bin) and, with
---conflist, FILE into the config folder under its own name, or with --template, academy's
-containerd conf_template to <conf-dir>/academy.conflist.tmpl (default conf dir
-/etc/cni/net.d). With --cluster-cidr (the controller manager's --cluster-cidr, IPv4
-and/or IPv6, comma-separated or repeated) the template masquerades the pods' traffic
-(\"ipMasq\": true) except to the cluster's pods (\"nonMasqueradeCIDRs\"); without it,
-the template leaves masquerading off. Each file is written beside its destination, fsync'd and renamed over it,
-so a runtime executing the old binary is not disturbed and containerd sees the new
-config. Files that are already current are left alone. Exit 0 on success, 1 on a failed
-copy, 2 on a usage error.";
 
 #[derive(Debug, PartialEq)]
 struct Options {
@@ -70,56 +55,37 @@ enum Outcome {
     Unchanged,
 }
 
-/// Runs `academy install ARGS` (ARGS without "install").
-pub fn run(args: &[String]) -> Result<(), CliError> {
-    let args: Vec<OsString> = args.iter().map(OsString::from).collect();
-    match parse(&args).map_err(CliError::Usage)? {
-        Some(options) => install(&options).map_err(CliError::Failed),
-        None => {
-            say(USAGE);
-            Ok(())
-        }
-    }
+/// Runs `academy install` with its checked flags.
+pub fn run(p: &Parsed) -> Result<(), CliError> {
+    let options = options(p).map_err(CliError::Usage)?;
+    install(&options).map_err(CliError::Failed)
 }
 
-fn parse(args: &[OsString]) -> Result<Option<Options>, String> {
+fn options(p: &Parsed) -> Result<Options, String> {
+    let folder = |flag: &str, default: &str| PathBuf::from(p.value(flag).unwrap_or(default));
+    let config = match (p.value("--conflist"), p.has("--template")) {
+        (Some(_), true) => return Err("give one of --conflist FILE and --template".into()),
+        (Some(file), false) => Some(ConfigSource::Conflist(PathBuf::from(file))),
+        (None, true) => Some(ConfigSource::Template),
+        (None, false) => None,
+    };
     let mut o = Options {
-        bin_dir: PathBuf::from("/opt/cni/bin"),
-        conf_dir: PathBuf::from("/etc/cni/net.d"),
-        config: None,
+        bin_dir: folder("--bin-dir", "/opt/cni/bin"),
+        conf_dir: folder("--conf-dir", "/etc/cni/net.d"),
+        config,
         cluster_cidrs: Vec::new(),
     };
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        let mut value = |name: &str| {
-            it.next()
-                .map(PathBuf::from)
-                .ok_or_else(|| format!("{name} needs a value"))
-        };
-        match arg.to_str() {
-            Some("-h" | "--help") => return Ok(None),
-            Some("--bin-dir") => o.bin_dir = value("--bin-dir")?,
-            Some("--conf-dir") => o.conf_dir = value("--conf-dir")?,
-            Some("--conflist") => {
-                let file = value("--conflist")?;
-                set_config(&mut o, ConfigSource::Conflist(file))?;
+    for list in p.values("--cluster-cidr") {
+        for cidr in cluster_cidrs(list)? {
+            if !o.cluster_cidrs.contains(&cidr) {
+                o.cluster_cidrs.push(cidr);
             }
-            Some("--template") => set_config(&mut o, ConfigSource::Template)?,
-            Some("--cluster-cidr") => {
-                let list = value("--cluster-cidr")?;
-                for cidr in cluster_cidrs(&list.to_string_lossy())? {
-                    if !o.cluster_cidrs.contains(&cidr) {
-                        o.cluster_cidrs.push(cidr);
-                    }
-                }
-            }
-            _ => return Err(format!("unknown argument {}", arg.to_string_lossy())),
         }
     }
     if !o.cluster_cidrs.is_empty() && o.config != Some(ConfigSource::Template) {
         return Err("--cluster-cidr goes with --template (a conflist given with --conflist is installed as it is)".into());
     }
-    Ok(Some(o))
+    Ok(o)
 }
 
 /// One `--cluster-cidr` value: prefixes, comma-separated, as the controller manager's
@@ -160,14 +126,6 @@ fn template(cluster: &[IpNetwork]) -> String {
         list.join(", ")
     );
     TEMPLATE.replacen(MASQ_ANCHOR, &format!("{MASQ_ANCHOR}{keys}"), 1)
-}
-
-fn set_config(o: &mut Options, source: ConfigSource) -> Result<(), String> {
-    if o.config.is_some() {
-        return Err("give one of --conflist FILE and --template, once".into());
-    }
-    o.config = Some(source);
-    Ok(())
 }
 
 fn install(o: &Options) -> Result<(), String> {
@@ -329,8 +287,14 @@ fn write_synced(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
-    fn args(list: &[&str]) -> Vec<OsString> {
-        list.iter().map(OsString::from).collect()
+    /// The options of `academy install ARGS`, or the usage error args.rs or options() gives.
+    fn parse(list: &[&str]) -> Result<Options, String> {
+        let list: Vec<String> = list.iter().map(|a| a.to_string()).collect();
+        let install = crate::cli::definitions::find("install").unwrap();
+        match Parsed::new(&list, install) {
+            Ok(p) => options(&p),
+            Err(CliError::Usage(m) | CliError::Failed(m)) => Err(m),
+        }
     }
 
     fn temp_dir(tag: &str) -> PathBuf {
@@ -342,7 +306,7 @@ mod tests {
 
     #[test]
     fn defaults_are_the_kubernetes_node_folders() {
-        let o = parse(&[]).unwrap().unwrap();
+        let o = parse(&[]).unwrap();
         assert_eq!(o.bin_dir, Path::new("/opt/cni/bin"));
         assert_eq!(o.conf_dir, Path::new("/etc/cni/net.d"));
         assert_eq!(o.config, None);
@@ -350,15 +314,12 @@ mod tests {
 
     #[test]
     fn usage_errors() {
-        assert!(parse(&args(&["--bin-dir"]))
-            .unwrap_err()
-            .contains("needs a value"));
-        assert!(parse(&args(&["--bogus"])).unwrap_err().contains("--bogus"));
-        let both = parse(&args(&["--template", "--conflist", "x.conflist"])).unwrap_err();
+        assert!(parse(&["--bin-dir"]).unwrap_err().contains("needs a value"));
+        assert!(parse(&["--bogus"]).unwrap_err().contains("--bogus"));
+        let both = parse(&["--template", "--conflist", "x.conflist"]).unwrap_err();
         assert!(both.contains("one of"), "{both}");
-        assert_eq!(parse(&args(&["--help"])).unwrap(), None);
-        let usage = run(&["--bogus".to_string()]).unwrap_err();
-        assert!(matches!(usage, CliError::Usage(m) if m.contains("--bogus")));
+        let twice = parse(&["--template", "--template"]).unwrap_err();
+        assert!(twice.contains("twice"), "{twice}");
     }
 
     #[test]
@@ -397,7 +358,11 @@ mod tests {
             .flatten()
             .map(|e| e.file_name())
             .collect();
-        assert_eq!(names, vec![OsString::from("academy")], "no temp file left");
+        assert_eq!(
+            names,
+            vec![std::ffi::OsString::from("academy")],
+            "no temp file left"
+        );
         fs::remove_dir_all(&d).unwrap();
     }
 
@@ -511,7 +476,7 @@ mod tests {
 
     #[test]
     fn cluster_cidrs_make_the_template_masquerade_except_to_the_cluster() {
-        let o = parse(&args(&[
+        let o = parse(&[
             "--template",
             "--cluster-cidr",
             "10.244.0.0/16,fd00:10:244::/56",
@@ -519,8 +484,7 @@ mod tests {
             "10.244.0.0/16",
             "--cluster-cidr",
             "10.96.0.0/12",
-        ]))
-        .unwrap()
+        ])
         .unwrap();
         let want: Vec<IpNetwork> = ["10.244.0.0/16", "fd00:10:244::/56", "10.96.0.0/12"]
             .iter()
@@ -566,7 +530,7 @@ mod tests {
                 "goes with --template",
             ),
         ] {
-            let e = parse(&args(bad)).unwrap_err();
+            let e = parse(bad).unwrap_err();
             assert!(e.contains(needle), "{bad:?}: {e}");
         }
     }

@@ -35,9 +35,8 @@ fn store_path(conf: &Config) -> String {
         .unwrap_or_default()
 }
 
-pub fn list(args: &[String]) -> Result<(), CliError> {
-    let p = Parsed::new(args, &[("--json", false)])?;
-    let conf = load_network(p.single("CONFLIST")?)?;
+pub fn list(p: &Parsed) -> Result<(), CliError> {
+    let conf = load_network(p.operand())?;
     let (store, mut nl) = open(&conf)?;
     let entries = match &store {
         Some(store) => leaks::survey(&conf, store, &mut nl, Caller::Operator).map_err(failed)?,
@@ -147,16 +146,8 @@ fn table(conf: &Config, entries: &[Entry]) -> String {
     out
 }
 
-pub fn reclaim(args: &[String]) -> Result<(), CliError> {
-    let p = Parsed::new(
-        args,
-        &[
-            ("--older-than", true),
-            ("--keep-ids", true),
-            ("--dry-run", false),
-        ],
-    )?;
-    let conf = load_network(p.single("CONFLIST")?)?;
+pub fn reclaim(p: &Parsed) -> Result<(), CliError> {
+    let conf = load_network(p.operand())?;
     let older_than = match p.value("--older-than") {
         Some(text) => Some(leaks::parse_duration(text).ok_or_else(|| {
             CliError::Usage(format!(

@@ -2,67 +2,28 @@
 //! script, never by a runtime: main.rs comes here only when CNI_COMMAND is unset and there
 //! are arguments (a runtime always sets CNI_COMMAND; no arguments prints the about text).
 //!
-//! A subcommand is one row of [`SUBCOMMANDS`]. Messages go to stderr as plain text; exit
-//! status 0 on success, 1 when the work failed, 2 when the command line is wrong.
+//! What the command line may be is the table of definitions.rs; args.rs checks a command
+//! line against it before a subcommand runs, and `help`, the man page (man.rs) and the
+//! bash completion (completion.rs) are written from it. Messages go to stderr as plain
+//! text, so stdout holds only what was asked for; exit status 0 on success, 1 when the
+//! work failed, 2 when the command line is wrong.
 
+mod args;
+mod completion;
 mod convert;
+mod definitions;
+mod help;
 mod install;
 mod leaks;
+mod man;
 mod nat;
 mod watch;
 
-use std::collections::HashMap;
-
 use serde_json::{Map, Value};
 
+pub use args::Parsed;
+
 use crate::config::Config;
-
-struct Subcommand {
-    name: &'static str,
-    /// Arguments after the name, for the usage line.
-    args: &'static str,
-    about: &'static str,
-    run: fn(&[String]) -> Result<(), CliError>,
-}
-
-const SUBCOMMANDS: &[Subcommand] = &[
-    Subcommand {
-        name: "convert",
-        args: "CONFLIST [--dry-run | --in-place]",
-        about: "print CONFLIST with its reference bridge (+ portmap, bare tuning) collapsed into one academy entry; --dry-run shows the diff, --in-place rewrites the file",
-        run: convert::run,
-    },
-    Subcommand {
-        name: "install",
-        args: "[--bin-dir DIR] [--conf-dir DIR] [--conflist FILE | --template]",
-        about: "copy this binary (and a conflist, or containerd's conf_template) into a node's CNI folders, each atomically",
-        run: install::run,
-    },
-    Subcommand {
-        name: "list",
-        args: "CONFLIST [--json]",
-        about: "one line per reservation: address, container, interface, age, wired or leaked",
-        run: leaks::list,
-    },
-    Subcommand {
-        name: "reclaim",
-        args: "CONFLIST [--older-than DURATION | --keep-ids FILE [--older-than DURATION]] [--dry-run]",
-        about: "free leaked reservations (or every attachment not in FILE) and what academy made for them",
-        run: leaks::reclaim,
-    },
-    Subcommand {
-        name: "restore-nat",
-        args: "[--conf-dir DIR | CONFLIST...]",
-        about: "put back the outbound NAT (ipMasq) of every academy network in DIR (default /etc/cni/net.d) from the address store, in one batch",
-        run: nat::restore,
-    },
-    Subcommand {
-        name: "watch",
-        args: "[--conf-dir DIR]",
-        about: "run until SIGTERM or SIGINT: at start and within a second of each nf_tables change by another program (nft flush ruleset, a deleted table, an iptables reload), put back what restore-nat does for every academy network in DIR (default /etc/cni/net.d, read again each time)",
-        run: watch::run,
-    },
-];
 
 /// Why a subcommand failed.
 #[derive(Debug)]
@@ -71,6 +32,30 @@ pub enum CliError {
     Usage(String),
     /// The work failed: the message is printed, exit 1.
     Failed(String),
+}
+
+type Run = fn(&Parsed) -> Result<(), CliError>;
+
+/// The code of each subcommand of definitions::COMMANDS (a test checks that each has one).
+fn runner(name: &str) -> Option<Run> {
+    Some(match name {
+        "convert" => convert::run,
+        "install" => install::run,
+        "list" => leaks::list,
+        "reclaim" => leaks::reclaim,
+        "restore" => nat::restore,
+        "watch" => watch::run,
+        "completions" => |_| {
+            // The only shell args.rs lets through (definitions::SHELLS).
+            print!("{}", completion::bash());
+            Ok(())
+        },
+        "man" => |_| {
+            print!("{}", man::page());
+            Ok(())
+        },
+        _ => return None,
+    })
 }
 
 /// main.rs's entry: the arguments after the program name. Returns the exit status.
@@ -87,117 +72,74 @@ pub fn run(args: &[String]) -> i32 {
     let Some(first) = args.first() else {
         return usage_error("no subcommand given");
     };
-    if matches!(first.as_str(), "help" | "-h" | "--help") {
-        print!("{}", help());
-        return 0;
+    match first.as_str() {
+        "-h" | "--help" => return say(&help::overview()),
+        "-V" | "--version" => return say(&help::version()),
+        "help" => return help_of(&args[1..]),
+        _ => {}
     }
-    let Some(sub) = SUBCOMMANDS.iter().find(|s| s.name == first) else {
-        return usage_error(&format!("unknown subcommand {first:?}"));
+    let Some(command) = definitions::find(first) else {
+        return usage_error(&if first.starts_with('-') {
+            format!("unknown option {first:?}")
+        } else {
+            format!("unknown subcommand {first:?}")
+        });
     };
-    if args[1..].iter().any(|a| a == "-h" || a == "--help") {
-        println!("usage: academy {} {}\n  {}", sub.name, sub.args, sub.about);
-        return 0;
+    let rest = &args[1..];
+    // Help wins over anything else on the line, as people type it to learn what is wrong;
+    // after `--` it is an operand.
+    if rest
+        .iter()
+        .take_while(|a| *a != "--")
+        .any(|a| a == "-h" || a == "--help")
+    {
+        return say(&help::command(command));
     }
-    match (sub.run)(&args[1..]) {
+    let run = runner(command.name).expect("every subcommand has its runner");
+    match Parsed::new(rest, command).and_then(|parsed| run(&parsed)) {
         Ok(()) => 0,
         Err(CliError::Usage(msg)) => {
-            eprintln!("academy {}: {msg}", sub.name);
-            eprintln!("usage: academy {} {}", sub.name, sub.args);
+            eprintln!("academy {}: {msg}", command.name);
+            eprintln!("{}", help::usage(command));
+            eprintln!("(academy help {} for more)", command.name);
             2
         }
         Err(CliError::Failed(msg)) => {
-            eprintln!("academy {}: {msg}", sub.name);
+            eprintln!("academy {}: {msg}", command.name);
             1
         }
     }
 }
 
+/// `academy help [SUBCOMMAND]`.
+fn help_of(args: &[String]) -> i32 {
+    match args {
+        [] => say(&help::overview()),
+        [name] => match definitions::find(name) {
+            Some(command) => say(&help::command(command)),
+            None => usage_error(&format!("unknown subcommand {name:?}")),
+        },
+        [_, extra, ..] => usage_error(&format!(
+            "unexpected argument {extra:?} (academy help takes one SUBCOMMAND)"
+        )),
+    }
+}
+
+fn say(text: &str) -> i32 {
+    print!("{text}");
+    0
+}
+
+/// A wrong first word: what was wrong, and what would be right, on stderr.
 fn usage_error(msg: &str) -> i32 {
-    eprintln!("academy: {msg}\n");
-    eprint!("{}", help());
-    2
-}
-
-fn help() -> String {
-    let mut text = String::from(
-        "usage: academy SUBCOMMAND ARGS   (as a CNI plugin it is run with CNI_COMMAND set)\n\nsubcommands:\n",
+    let names: Vec<&str> = definitions::visible().map(|c| c.name).collect();
+    eprintln!("academy: {msg}");
+    eprintln!(
+        "usage: academy SUBCOMMAND [ARGS...]   (subcommands: {})",
+        names.join(", ")
     );
-    for s in SUBCOMMANDS {
-        text.push_str(&format!(
-            "  academy {} {}\n      {}\n",
-            s.name, s.args, s.about
-        ));
-    }
-    text.push_str("\nCONFLIST is the network's own .conflist (or .conf): its academy plugin gives the network name, store and bridge.\n");
-    text
-}
-
-/// The positional arguments and flags of a command line. `spec` names each flag and
-/// whether it takes a value (`--flag VALUE` or `--flag=VALUE`); anything else starting
-/// with '-' is refused.
-pub struct Parsed {
-    pub positional: Vec<String>,
-    flags: HashMap<&'static str, Option<String>>,
-}
-
-impl Parsed {
-    pub fn new(args: &[String], spec: &[(&'static str, bool)]) -> Result<Parsed, CliError> {
-        let mut parsed = Parsed {
-            positional: Vec::new(),
-            flags: HashMap::new(),
-        };
-        let mut it = args.iter();
-        while let Some(arg) = it.next() {
-            if !arg.starts_with('-') || arg == "-" {
-                parsed.positional.push(arg.clone());
-                continue;
-            }
-            let (name, inline) = match arg.split_once('=') {
-                Some((n, v)) => (n, Some(v.to_string())),
-                None => (arg.as_str(), None),
-            };
-            let Some(&(flag, takes_value)) = spec.iter().find(|(f, _)| *f == name) else {
-                let known: Vec<&str> = spec.iter().map(|(f, _)| *f).collect();
-                return Err(CliError::Usage(format!(
-                    "unknown flag {name:?} (this subcommand takes {})",
-                    known.join(", ")
-                )));
-            };
-            let value = match (takes_value, inline) {
-                (true, Some(v)) => Some(v),
-                (true, None) => Some(
-                    it.next()
-                        .cloned()
-                        .ok_or_else(|| CliError::Usage(format!("{flag} needs a value")))?,
-                ),
-                (false, Some(_)) => return Err(CliError::Usage(format!("{flag} takes no value"))),
-                (false, None) => None,
-            };
-            if parsed.flags.insert(flag, value).is_some() {
-                return Err(CliError::Usage(format!("{flag} is given twice")));
-            }
-        }
-        Ok(parsed)
-    }
-
-    pub fn has(&self, flag: &str) -> bool {
-        self.flags.contains_key(flag)
-    }
-
-    pub fn value(&self, flag: &str) -> Option<&str> {
-        self.flags.get(flag).and_then(|v| v.as_deref())
-    }
-
-    /// The one positional argument the subcommand takes.
-    pub fn single(&self, what: &str) -> Result<&str, CliError> {
-        match self.positional.as_slice() {
-            [one] => Ok(one),
-            [] => Err(CliError::Usage(format!("{what} is missing"))),
-            [_, extra, ..] => Err(CliError::Usage(format!(
-                "unexpected argument {extra:?} (one {what} only)"
-            ))),
-        }
-    }
+    eprintln!("(academy help for more)");
+    2
 }
 
 /// The network an operator names by its conflist: the plugin of type academy in it,
@@ -325,31 +267,41 @@ mod tests {
     }
 
     #[test]
-    fn flags_in_both_forms_and_bad_ones_refused() {
-        let spec = [("--json", false), ("--older-than", true)];
-        let p = Parsed::new(
-            &strings(&["a.conflist", "--older-than", "5m", "--json"]),
-            &spec,
-        )
-        .unwrap();
-        assert_eq!(p.single("CONFLIST").unwrap(), "a.conflist");
-        assert_eq!(p.value("--older-than"), Some("5m"));
-        assert!(p.has("--json"));
-        let p = Parsed::new(&strings(&["--older-than=1h", "x"]), &spec).unwrap();
-        assert_eq!(p.value("--older-than"), Some("1h"));
-        for bad in [
-            &["x", "--nope"][..],
-            &["x", "--older-than"],
-            &["x", "--json=yes"],
-            &["x", "--json", "--json"],
-        ] {
-            assert!(
-                matches!(Parsed::new(&strings(bad), &spec), Err(CliError::Usage(_))),
-                "{bad:?}"
-            );
+    fn every_subcommand_has_its_code_and_a_unique_name() {
+        let mut names = Vec::new();
+        for c in definitions::COMMANDS {
+            assert!(runner(c.name).is_some(), "{} has no runner", c.name);
+            names.push(c.name);
+            names.extend(c.aliases);
         }
-        let p = Parsed::new(&strings(&["a", "b"]), &spec).unwrap();
-        assert!(matches!(p.single("CONFLIST"), Err(CliError::Usage(_))));
+        let count = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), count, "a name is used twice: {names:?}");
+        assert!(!names.contains(&"help"), "help is academy's own");
+    }
+
+    #[test]
+    fn wrong_command_lines_exit_2_and_help_exits_0() {
+        for wrong in [
+            &["nope"][..],
+            &["--nope"],
+            &["list"],
+            &["list", "a", "--bogus"],
+            &["help", "nope"],
+            &["help", "list", "extra"],
+            &["completions", "fish"],
+        ] {
+            assert_eq!(run(&strings(wrong)), 2, "{wrong:?}");
+        }
+        for right in [
+            &["help"][..],
+            &["--help"],
+            &["help", "restore-nat"],
+            &["restore", "--conf-dir", "x", "-h"],
+        ] {
+            assert_eq!(run(&strings(right)), 0, "{right:?}");
+        }
     }
 
     #[test]

@@ -1,9 +1,10 @@
-//! `academy restore-nat`: puts back the nf_tables state of every academy network of a
-//! conf dir (every kind of firewall::KINDS: masquerade, port mapping's rules, the MAC
-//! filter, FORWARD accepts) from the address store and the host's links: after `nft
-//! flush ruleset`, a firewalld reload, an iptables reload, `nft -f` of a ruleset or `nft
-//! delete table inet academy`, running containers get it back without a restart (deploy/systemd/academy-restore-nat.service
-//! runs it after such reloads). Idempotent: with nothing missing it changes nothing.
+//! `academy restore` (once `restore-nat`, still accepted): puts back the state of every
+//! academy network of a conf dir, every kind of firewall::KINDS (masquerade, published
+//! ports, the MAC filter, FORWARD accepts, bandwidth's redirects, isolation), from the
+//! address store and the host's links: after `nft flush ruleset`, a firewalld reload, an
+//! iptables reload, `nft -f` of a ruleset or `nft delete table inet academy`, running
+//! containers get it back without a restart (deploy/systemd/academy-restore.service runs
+//! it after such reloads). Idempotent: with nothing missing it changes nothing.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -16,9 +17,8 @@ use crate::firewall::{self, Kind};
 
 pub(super) const DEFAULT_CONF_DIR: &str = "/etc/cni/net.d";
 
-pub fn restore(args: &[String]) -> Result<(), CliError> {
-    let p = Parsed::new(args, &[("--conf-dir", true)])?;
-    let confs = if p.positional.is_empty() {
+pub fn restore(p: &Parsed) -> Result<(), CliError> {
+    let confs = if p.operands().is_empty() {
         let dir = p.value("--conf-dir").unwrap_or(DEFAULT_CONF_DIR);
         networks_in(Path::new(dir))?
     } else {
@@ -28,13 +28,13 @@ pub fn restore(args: &[String]) -> Result<(), CliError> {
             ));
         }
         let mut confs = Vec::new();
-        for path in &p.positional {
+        for path in p.operands() {
             confs.push(load_network(path)?);
         }
         confs
     };
     if confs.is_empty() {
-        eprintln!("academy restore-nat: no academy network found; nothing to do");
+        eprintln!("academy restore: no academy network found; nothing to do");
         return Ok(());
     }
     for conf in &confs {
@@ -71,7 +71,7 @@ pub(super) struct Restored {
 }
 
 /// The restore of every network, in order; one network's failure does not stop the
-/// others' (restore-nat, and `academy watch` after each change).
+/// others' (restore, and `academy watch` after each change).
 pub(super) fn restore_each(confs: &[Config]) -> Vec<Restored> {
     confs
         .iter()
@@ -150,8 +150,8 @@ mod tests {
 
     /// The shipped unit runs this subcommand with flags it accepts.
     #[test]
-    fn the_systemd_unit_runs_restore_nat_with_valid_flags() {
-        let unit = include_str!("../../deploy/systemd/academy-restore-nat.service");
+    fn the_systemd_unit_runs_restore_with_valid_flags() {
+        let unit = include_str!("../../deploy/systemd/academy-restore.service");
         for key in ["ExecStart=", "ExecReload="] {
             let line = unit
                 .lines()
@@ -162,8 +162,9 @@ mod tests {
                 .map(String::from)
                 .collect();
             assert!(words[0].ends_with("/academy"), "{line}");
-            assert_eq!(words[1], "restore-nat", "{line}");
-            let parsed = Parsed::new(&words[2..], &[("--conf-dir", true)]).ok();
+            assert_eq!(words[1], "restore", "{line}");
+            let restore = crate::cli::definitions::find("restore").unwrap();
+            let parsed = Parsed::new(&words[2..], restore).ok();
             assert!(
                 parsed.is_some_and(|p| p.value("--conf-dir").is_some()),
                 "{line}"

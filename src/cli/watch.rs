@@ -4,7 +4,7 @@
 //! It subscribes to nf_tables' change notifications in the netns it runs in
 //! (netlink/nftables/monitor.rs), and after each burst of changes by another program
 //! (`nft flush ruleset`, `nft delete table inet academy`, an iptables-nft reload, a
-//! firewalld restart) runs the restore of `academy restore-nat` for every academy network
+//! firewalld restart) runs the restore of `academy restore` for every academy network
 //! of DIR, read again each time so that networks added since count. Once at start too.
 //!
 //! - A flush is a burst of notifications: they are coalesced until QUIET passes without
@@ -47,11 +47,7 @@ const LAST_RETRY: Duration = Duration::from_secs(30);
 const FIGHT_LIMIT: usize = 10;
 const FIGHT_WINDOW: Duration = Duration::from_secs(10);
 
-pub fn run(args: &[String]) -> Result<(), CliError> {
-    let p = Parsed::new(args, &[("--conf-dir", true)])?;
-    if let Some(extra) = p.positional.first() {
-        return Err(CliError::Usage(format!("unexpected argument {extra:?}")));
-    }
+pub fn run(p: &Parsed) -> Result<(), CliError> {
     let dir = PathBuf::from(p.value("--conf-dir").unwrap_or(DEFAULT_CONF_DIR));
     let signals = stop_signals()
         .map_err(|e| CliError::Failed(format!("cannot take SIGTERM and SIGINT: {e}")))?;
@@ -468,9 +464,10 @@ mod tests {
         let words: Vec<String> = line.split_whitespace().map(String::from).collect();
         assert!(words[0].ends_with("/academy"), "{line}");
         assert_eq!(words[1], "watch", "{line}");
-        let parsed = Parsed::new(&words[2..], &[("--conf-dir", true)]).ok();
+        let watch = crate::cli::definitions::find("watch").unwrap();
+        let parsed = Parsed::new(&words[2..], watch).ok();
         assert!(
-            parsed.is_some_and(|p| p.value("--conf-dir").is_some() && p.positional.is_empty()),
+            parsed.is_some_and(|p| p.value("--conf-dir").is_some()),
             "{line}"
         );
         for line in [

@@ -13,7 +13,7 @@
 //! - `check`: what CHECK compares with what ADD reported;
 //! - `sweep`: GC's removal of elements no valid attachment owns;
 //! - `missing` / `restore`: what an admin's flush or a reload took that academy can see,
-//!   and putting it back (STATUS, `academy restore-nat`);
+//!   and putting it back (STATUS, `academy restore`);
 //! - `release`: the network's own objects (its rules, sets, maps, FORWARD accepts),
 //!   deleted by network.rs once the network has no attachment left.
 //!
@@ -250,7 +250,7 @@ pub fn restore(conf: &Config) -> Result<Vec<(Kind, Vec<String>)>> {
 }
 
 /// The remedy CHECK and STATUS name for what a flush or a reload took.
-pub const RESTORE_HINT: &str = "run `academy restore-nat` (or `academy restore-nat --conf-dir DIR`) to rebuild it from the store and the host's links; the next ADD on the network also repairs its rules";
+pub const RESTORE_HINT: &str = "run `academy restore` (or `academy restore --conf-dir DIR`) to rebuild it from the store and the host's links; the next ADD on the network also repairs its rules";
 
 /// The first error of a walk over the kinds, with the others in its details.
 pub fn first_of(mut errors: Vec<Error>) -> Result<()> {

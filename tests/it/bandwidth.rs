@@ -1,6 +1,6 @@
 //! The bandwidth capability and the reference bandwidth plugin's keys: a TCP flow to and
 //! from a shaped container measured against the configured rate, and an unshaped one
-//! beside it; the kind's every operation (CHECK, STATUS, restore-nat, GC, DEL); the
+//! beside it; the kind's every operation (CHECK, STATUS, restore, GC, DEL); the
 //! reference's refusals; and ADD's netns budget with shaping. Each test runs academy in a
 //! private node (common/node.rs) whose tc state and ifbs are its own, and sends packets
 //! only between namespaces it made, through the node's bridge.
@@ -242,7 +242,7 @@ fn the_bandwidth_kind_walks_every_operation() {
         &[&ifb_a, "egressRate 4000000", "rate 1000000 B/s"],
     );
 
-    // The redirect taken: named by STATUS and CHECK, put back by restore-nat.
+    // The redirect taken: named by STATUS and CHECK, put back by restore.
     let out = in_node(&node, &["tc", "filter", "del", "dev", &veth_a, "ingress"]);
     assert_eq!(out.code, 0, "{out}");
     let error = assert_cni_error(&status(), 50, &["bandwidth shaping", &veth_a, &ifb_a]);
@@ -250,7 +250,7 @@ fn the_bandwidth_kind_walks_every_operation() {
         error["details"]
             .as_str()
             .unwrap_or("")
-            .contains("academy restore-nat"),
+            .contains("academy restore"),
         "{error}"
     );
     let error = assert_cni_error(&check(&a, &ra, &config), 120, &["redirect", &ifb_a]);
@@ -258,16 +258,16 @@ fn the_bandwidth_kind_walks_every_operation() {
         error["details"]
             .as_str()
             .unwrap_or("")
-            .contains("academy restore-nat"),
+            .contains("academy restore"),
         "{error}"
     );
     let conf_dir = lab.conf_dir.to_str().unwrap();
-    let out = node.academy(&["restore-nat", "--conf-dir", conf_dir]);
+    let out = node.academy(&["restore", "--conf-dir", conf_dir]);
     assert_eq!(out.code, 0, "{out}");
     assert!(out.stderr.contains("bandwidth shaping"), "{out}");
-    assert_eq!(shaping(&node), before, "after restore-nat");
-    check(&a, &ra, &config).expect_silent_success("CHECK after restore-nat");
-    status().expect_silent_success("STATUS after restore-nat");
+    assert_eq!(shaping(&node), before, "after restore");
+    check(&a, &ra, &config).expect_silent_success("CHECK after restore");
+    status().expect_silent_success("STATUS after restore");
 
     // A TBF taken: CHECK names it and DEL + ADD as the remedy; STATUS cannot know the
     // rates and says nothing.

@@ -6,7 +6,7 @@
 //! policy into academy's entry), each in a private node netns of its own with three
 //! networks and an outside netns behind the node, and the two outcome tables must be
 //! equal. Then academy alone: a flush is reported by STATUS and CHECK and undone by
-//! `academy restore-nat`, and a network's last DEL (or GC emptying it) leaves nothing of
+//! `academy restore`, and a network's last DEL (or GC emptying it) leaves nothing of
 //! its isolation.
 //! Packets go only between namespaces the test made.
 
@@ -350,7 +350,7 @@ fn isolated_networks_cannot_reach_each_other_as_with_the_reference() {
 }
 
 #[test]
-fn a_flush_is_reported_and_restore_nat_puts_the_isolation_back() {
+fn a_flush_is_reported_and_restore_puts_the_isolation_back() {
     let lab = Lab::new("isoflush");
     let plan = [("a", true), ("b", true)];
     let (site, nets) = Site::new(&lab, "f", Plugin::Academy, &plan);
@@ -390,7 +390,7 @@ fn a_flush_is_reported_and_restore_nat_puts_the_isolation_back() {
         error["details"]
             .as_str()
             .unwrap_or("")
-            .contains("academy restore-nat"),
+            .contains("academy restore"),
         "{error}"
     );
     let error = assert_cni_error(&site.academy("CHECK", a, &a1), 120, &["_isolated"]);
@@ -398,43 +398,40 @@ fn a_flush_is_reported_and_restore_nat_puts_the_isolation_back() {
         error["details"]
             .as_str()
             .unwrap_or("")
-            .contains("academy restore-nat"),
+            .contains("academy restore"),
         "CHECK's remedy: {error}"
     );
 
     let conf_dir = site.conf_dir.to_str().unwrap().to_string();
     let out = in_ns(
         &site.node,
-        &[plugin(), "restore-nat", "--conf-dir", &conf_dir],
+        &[plugin(), "restore", "--conf-dir", &conf_dir],
         &[],
     );
     assert_eq!(out.code, 0, "{out}");
     assert!(out.stderr.contains("network isolation"), "{out}");
-    assert_eq!(site.isolated(), whole, "after restore-nat");
-    assert_eq!(site.isolation_rules(), rules, "after restore-nat");
+    assert_eq!(site.isolated(), whole, "after restore");
+    assert_eq!(site.isolation_rules(), rules, "after restore");
     assert!(
         !reaches(&a1.netns, &b1.address, false),
-        "A reaches B after restore-nat"
+        "A reaches B after restore"
     );
     assert!(
         !reaches(&b1.netns, &a1.address, false),
-        "B reaches A after restore-nat"
+        "B reaches A after restore"
     );
     for (net, c) in [(a, &a1), (b, &b1)] {
         site.academy("STATUS", net, c)
-            .expect_silent_success("STATUS after restore-nat");
+            .expect_silent_success("STATUS after restore");
         site.academy("CHECK", net, c)
-            .expect_silent_success("CHECK after restore-nat");
+            .expect_silent_success("CHECK after restore");
     }
     let out = in_ns(
         &site.node,
-        &[plugin(), "restore-nat", "--conf-dir", &conf_dir],
+        &[plugin(), "restore", "--conf-dir", &conf_dir],
         &[],
     );
-    assert!(
-        !out.stderr.contains("restored"),
-        "a second restore-nat: {out}"
-    );
+    assert!(!out.stderr.contains("restored"), "a second restore: {out}");
     site.del(a, &a1);
     site.del(b, &b1);
 }

@@ -1,7 +1,7 @@
 //! The table of kinds (src/firewall/mod.rs), walked for each kind of nf_tables state in a
 //! private node: ADD makes it, CHECK passes, what an admin's flush takes is named by
 //! STATUS (code 50, with the kind's name and the restore command) and by CHECK, `academy
-//! restore-nat` puts it back exactly, GC sweeps the elements of an unlisted attachment,
+//! restore` puts it back exactly, GC sweeps the elements of an unlisted attachment,
 //! and the network's last DEL leaves nothing of the kind. So each operation of each kind
 //! (remove, check, sweep, missing, restore, release) is reached through the verbs.
 
@@ -145,7 +145,7 @@ fn walk(case: &Case) {
         error["details"]
             .as_str()
             .unwrap_or("")
-            .contains("academy restore-nat"),
+            .contains("academy restore"),
         "{error}"
     );
     let error = assert_cni_error(&check(&a, &ra, 18180), 120, &[]);
@@ -153,25 +153,20 @@ fn walk(case: &Case) {
         error["details"]
             .as_str()
             .unwrap_or("")
-            .contains("academy restore-nat"),
+            .contains("academy restore"),
         "{}: CHECK's remedy: {error}",
         case.tag
     );
 
     // restore: the state is back as ADD left it.
     let conf_dir = lab.conf_dir.to_str().unwrap();
-    let out = node.academy(&["restore-nat", "--conf-dir", conf_dir]);
+    let out = node.academy(&["restore", "--conf-dir", conf_dir]);
     assert_eq!(out.code, 0, "{out}");
     assert!(out.stderr.contains(case.named), "{}: {out}", case.tag);
-    assert_eq!(
-        academy_state(&node),
-        before,
-        "{}: after restore-nat",
-        case.tag
-    );
-    status().expect_silent_success("STATUS after restore-nat");
-    check(&a, &ra, 18180).expect_silent_success("CHECK after restore-nat");
-    check(&b, &rb, 18181).expect_silent_success("CHECK of b after restore-nat");
+    assert_eq!(academy_state(&node), before, "{}: after restore", case.tag);
+    status().expect_silent_success("STATUS after restore");
+    check(&a, &ra, 18180).expect_silent_success("CHECK after restore");
+    check(&b, &rb, 18181).expect_silent_success("CHECK of b after restore");
 
     // sweep: GC listing only b removes a, and a's state with it.
     node.run(&gc_call(&lab, config.clone(), &[(&b.cid, &b.ifname)]))

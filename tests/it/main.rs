@@ -5,6 +5,8 @@
 //! | module        | concern                                                        |
 //! |---------------|----------------------------------------------------------------|
 //! | `gate`        | seed 002's gate through cnitool, and the cases that must fail  |
+//! | `cli_conventions` | `--version`, `help`, `--help`, usage errors (exit 2, stderr), |
+//! |               | academy(8) through groff, the bash completion through bash     |
 //! | `protocol/`   | the CNI protocol at its edges, as refusal tables by subject:   |
 //! |               | env, config, versions, namespaces, conflicts; DEL and CHECK    |
 //! | `ipam_lab`    | seed 000: the address store under real namespaces, in parallel |
@@ -16,7 +18,7 @@
 //! | `masquerade`  | ipMasq end to end, against an outside the test makes           |
 //! | `non_masquerade` | nonMasqueradeCIDRs: a pod keeps its address to another     |
 //! |               | node's pods and is masqueraded to the internet; the rule follows |
-//! |               | the config through CHECK, STATUS, ADD and restore-nat           |
+//! |               | the config through CHECK, STATUS, ADD and restore           |
 //! | `macspoof`    | macspoofchk end to end, and beside the reference bridge 1.1.1  |
 //! | `dropin/`     | academy as a drop-in for the reference bridge + host-local,    |
 //! |               | one file per subject (addresses, static requests, keys, ...)   |
@@ -33,7 +35,7 @@
 //! | `isolation`   | ingressPolicy same-bridge beside the reference firewall plugin: |
 //! |               | the outcome table, a flush restored, the last DEL's release    |
 //! | `kinds`       | each kind of nf_tables state through every operation of the    |
-//! |               | table of kinds: CHECK, STATUS, restore-nat, GC, the last DEL   |
+//! |               | table of kinds: CHECK, STATUS, restore, GC, the last DEL   |
 //! | `network_lifetime` | a network's own objects go with its last attachment: a   |
 //! |               | thousand networks used and emptied, a DEL racing a first ADD   |
 //! | `services`    | Services between pods of one bridge through a kube-proxy-like DNAT, |
@@ -95,6 +97,7 @@
 mod common;
 
 mod bandwidth;
+mod cli_conventions;
 mod cli_inputs;
 mod cluster;
 mod cri;

@@ -1,7 +1,7 @@
 //! NAT that repairs itself (issue 19, item 3): after an admin's `nft flush chain`,
 //! `nft flush table` or `nft delete table` of academy's table, the next ADD puts the
 //! network's rule back (and, when the set had to be re-made, every wired container's
-//! element), `academy restore-nat` rebuilds everything from the store, STATUS reports
+//! element), `academy restore` rebuilds everything from the store, STATUS reports
 //! what is missing, CHECK names the command, and the rule follows the network's
 //! current ranges. Each test runs academy in a private node netns (common/node.rs): it
 //! flushes or deletes academy's table there, never the host's.
@@ -35,7 +35,7 @@ fn add_some(node: &Node, tag: &str, n: usize, config: &Value) -> Vec<(Attach, St
 
 fn points_to_restore(error: &Value) {
     let details = error["details"].as_str().unwrap_or("");
-    assert!(details.contains("academy restore-nat"), "{error}");
+    assert!(details.contains("academy restore"), "{error}");
 }
 
 fn with_prev(config: &Value, result: &Value) -> Value {
@@ -110,7 +110,7 @@ fn a_deleted_table_comes_back_with_every_wired_element_on_the_next_add() {
 }
 
 #[test]
-fn restore_nat_rebuilds_a_flushed_or_deleted_table_in_one_command() {
+fn restore_rebuilds_a_flushed_or_deleted_table_in_one_command() {
     let lab = Lab::new("nrcmd");
     let node = Node::new(&lab);
     lab.write_conflist("1.1.0", "academy", json!({"ipMasq": true}));
@@ -127,23 +127,19 @@ fn restore_nat_rebuilds_a_flushed_or_deleted_table_in_one_command() {
         ("flush set", vec!["flush", "set", "inet", "academy", &set]),
     ] {
         node.nft(&args);
-        let out = node.academy(&["restore-nat", "--conf-dir", conf_dir]);
-        assert_eq!(out.code, 0, "restore-nat after {what}:\n{out}");
+        let out = node.academy(&["restore", "--conf-dir", conf_dir]);
+        assert_eq!(out.code, 0, "restore after {what}:\n{out}");
         assert!(out.stderr.contains("restored"), "after {what}:\n{out}");
-        assert_eq!(
-            node.elements(),
-            want,
-            "elements after {what} and restore-nat"
-        );
+        assert_eq!(node.elements(), want, "elements after {what} and restore");
         assert_eq!(node.rules("v4").len(), 1, "rule after {what}");
-        let again = node.academy(&["restore-nat", "--conf-dir", conf_dir]);
+        let again = node.academy(&["restore", "--conf-dir", conf_dir]);
         assert_eq!(again.code, 0, "{again}");
         assert!(
             again.stderr.contains("nothing to do"),
             "second run:\n{again}"
         );
     }
-    // A container whose veth is gone is not wired: restore-nat does not bring it back.
+    // A container whose veth is gone is not wired: restore does not bring it back.
     let (gone, gone_element) = &attached[0];
     ip(&["netns", "del", &gone.netns]);
     // The kernel tears a deleted netns down (and its veth pair with it) asynchronously.
@@ -155,7 +151,7 @@ fn restore_nat_rebuilds_a_flushed_or_deleted_table_in_one_command() {
         "{veth} outlived its container's netns"
     );
     node.nft(&["delete", "table", "inet", "academy"]);
-    let out = node.academy(&["restore-nat", "--conf-dir", conf_dir]);
+    let out = node.academy(&["restore", "--conf-dir", conf_dir]);
     assert_eq!(out.code, 0, "{out}");
     let mut rest = want.clone();
     rest.remove(gone_element);
@@ -251,7 +247,7 @@ fn concurrent_repairs_leave_one_rule() {
 /// Dual stack: both families' sets and rules come back, with IPv6 elements and the
 /// IPv6 range excluded.
 #[test]
-fn restore_nat_rebuilds_both_families() {
+fn restore_rebuilds_both_families() {
     let lab = Lab::new("nrdual");
     let node = Node::new(&lab);
     let v6 = format!("{}::/64", lab.slot.v6_prefix());
@@ -278,7 +274,7 @@ fn restore_nat_rebuilds_both_families() {
 
     node.nft(&["delete", "table", "inet", "academy"]);
     let conf_dir = lab.conf_dir.to_str().unwrap();
-    let out = node.academy(&["restore-nat", "--conf-dir", conf_dir]);
+    let out = node.academy(&["restore", "--conf-dir", conf_dir]);
     assert_eq!(out.code, 0, "{out}");
     assert_eq!(node.elements(), before);
     assert_eq!(node.rules("v4").len(), 1);
@@ -290,7 +286,7 @@ fn restore_nat_rebuilds_both_families() {
 }
 
 /// Port mapping's rules after `nft flush table` / `flush chain` (which keep the maps and
-/// their elements): `academy restore-nat` puts them back, and so does the next ADD that
+/// their elements): `academy restore` puts them back, and so does the next ADD that
 /// publishes a port; the published elements were never lost.
 #[test]
 fn published_ports_rules_come_back_after_a_flush() {
@@ -333,11 +329,11 @@ fn published_ports_rules_come_back_after_a_flush() {
         "a flush keeps the map's elements"
     );
     let conf_dir = lab.conf_dir.to_str().unwrap();
-    let out = node.academy(&["restore-nat", "--conf-dir", conf_dir]);
+    let out = node.academy(&["restore", "--conf-dir", conf_dir]);
     assert_eq!(out.code, 0, "{out}");
     assert!(out.stderr.contains("port mapping's rules"), "{out}");
-    assert_eq!(port_rules(), all, "rules after restore-nat");
-    let again = node.academy(&["restore-nat", "--conf-dir", conf_dir]);
+    assert_eq!(port_rules(), all, "rules after restore");
+    let again = node.academy(&["restore", "--conf-dir", conf_dir]);
     assert!(again.stderr.contains("nothing to do"), "{again}");
 
     node.nft(&["flush", "chain", "inet", "academy", "prerouting"]);

@@ -5,7 +5,7 @@
 //! listener must see the pod's own address. The other stands for the internet (no route
 //! back to any pod): its listener must see the node's address. Then the rule's
 //! exclusions follow the config: CHECK and STATUS name a rule made for other ranges, the
-//! next ADD replaces it, and `academy restore-nat` puts the config's back. Packets go
+//! next ADD replaces it, and `academy restore` puts the config's back. Packets go
 //! only between the test's own namespaces.
 
 use serde_json::{json, Value};
@@ -156,7 +156,7 @@ fn pods_keep_their_address_to_non_masquerade_cidrs_and_are_masqueraded_elsewhere
         "masqueraded once the rule has no nonMasqueradeCIDRs"
     );
 
-    // restore-nat reads the conflist (with CNI 1.1's cniVersions beside cniVersion, as
+    // restore reads the conflist (with CNI 1.1's cniVersions beside cniVersion, as
     // the shipped template has) and puts its exclusions back.
     let mut plugin = config.clone();
     for key in ["cniVersion", "name"] {
@@ -166,17 +166,17 @@ fn pods_keep_their_address_to_non_masquerade_cidrs_and_are_masqueraded_elsewhere
                       "name": lab.network, "plugins": [plugin]});
     std::fs::write(lab.conf_dir.join("10-lab.conflist"), list.to_string()).unwrap();
     let conf_dir = lab.conf_dir.to_str().unwrap();
-    let out = node.academy(&["restore-nat", "--conf-dir", conf_dir]);
+    let out = node.academy(&["restore", "--conf-dir", conf_dir]);
     assert_eq!(out.code, 0, "{out}");
     assert!(out.stderr.contains("other ranges"), "{out}");
     assert_eq!(node.rules("v4").len(), 1);
     assert_eq!(
         seen_from_pod(&pod, &cluster.netns, &remote_pod),
         pod_ip,
-        "after restore-nat"
+        "after restore"
     );
     node.call("CHECK", &pod, &with_prev(&config, &result))
-        .expect_silent_success("CHECK after restore-nat");
+        .expect_silent_success("CHECK after restore");
 
     for (a, c) in [(&pod, &config), (&second, &kept)] {
         node.call("DEL", a, c).expect_silent_success("DEL");

@@ -135,11 +135,11 @@ fn walk(bridged: bool) {
         assert_cni_error(&status(), 50, &["hairpin mark", &lab.bridge]);
         lab.write_conflist("1.1.0", "academy", json!({"hairpinMode": true}));
         let conf_dir = lab.conf_dir.to_str().unwrap();
-        let out = node.academy(&["restore-nat", "--conf-dir", conf_dir]);
+        let out = node.academy(&["restore", "--conf-dir", conf_dir]);
         assert_eq!(out.code, 0, "{out}");
-        status().expect_silent_success("STATUS after restore-nat");
+        status().expect_silent_success("STATUS after restore");
         let listener = Listener::start(&b.netns);
-        assert_eq!(connect(&a.netns, TO_B, 80), "hello", "after restore-nat");
+        assert_eq!(connect(&a.netns, TO_B, 80), "hello", "after restore");
         assert_eq!(listener.peer(), lab.gateway());
     }
     for x in [&a, &b] {

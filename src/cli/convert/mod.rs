@@ -35,9 +35,8 @@ mod rewrite;
 use live::{firewall_stays, live_state};
 use rewrite::rewrite;
 
-pub fn run(args: &[String]) -> Result<(), CliError> {
-    let p = Parsed::new(args, &[("--in-place", false), ("--dry-run", false)])?;
-    let path = p.single("CONFLIST")?;
+pub fn run(p: &Parsed) -> Result<(), CliError> {
+    let path = p.operand();
     if p.has("--in-place") && p.has("--dry-run") {
         return Err(CliError::Usage(
             "--dry-run shows what --in-place would write: give one of them".into(),

@@ -1,6 +1,6 @@
 //! ADD's one batch in `inet academy` (the attachment's masquerade elements and published
 //! ports, with the repair of the network's rule when an admin's flush took it), the lock
-//! repairs take, and the masquerade's restore from the store (`academy restore-nat`,
+//! repairs take, and the masquerade's restore from the store (`academy restore`,
 //! STATUS through the table of kinds).
 
 use std::collections::HashSet;

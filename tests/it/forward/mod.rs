@@ -8,7 +8,7 @@
 //! - `reach`: what passes (replies, published ports, the containers' own traffic, the
 //!   bridge's own) and what does not (a container's unpublished port);
 //! - `reload`: `iptables-save | iptables-restore` and `iptables -F` in the node: no
-//!   second copies, CHECK and STATUS name what is missing, `academy restore-nat` puts
+//!   second copies, CHECK and STATUS name what is missing, `academy restore` puts
 //!   it back; an earlier academy's wider accept is replaced;
 //! - `reference`: the same looks at the reference bridge, portmap and firewall chain.
 

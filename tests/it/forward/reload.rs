@@ -2,7 +2,7 @@
 //! every rule (a user-data comment comes back as an xt `comment` match), `iptables -F
 //! FORWARD` takes academy's accepts and keeps the dropping policy. academy recognises
 //! its accepts by comment in either form, never appends a second copy, reports what a
-//! flush took and puts it back with `academy restore-nat`.
+//! flush took and puts it back with `academy restore`.
 
 use serde_json::{json, Value};
 
@@ -97,7 +97,7 @@ fn forward_accepts_survive_iptables_save_and_restore_without_duplicates() {
 }
 
 #[test]
-fn a_flushed_forward_chain_is_reported_and_restore_nat_puts_it_back() {
+fn a_flushed_forward_chain_is_reported_and_restore_puts_it_back() {
     let lab = Lab::new("fwflush");
     let node = dropping_node(&lab);
     let outside = Peer::new(&lab, &node, "out", false);
@@ -128,7 +128,7 @@ fn a_flushed_forward_chain_is_reported_and_restore_nat_puts_it_back() {
         error["details"]
             .as_str()
             .unwrap_or("")
-            .contains("academy restore-nat"),
+            .contains("academy restore"),
         "{error}"
     );
     let check = node.call("CHECK", &a, &with_prev(&config, &first));
@@ -137,12 +137,12 @@ fn a_flushed_forward_chain_is_reported_and_restore_nat_puts_it_back() {
         error["details"]
             .as_str()
             .unwrap_or("")
-            .contains("academy restore-nat"),
+            .contains("academy restore"),
         "{error}"
     );
 
     let conf_dir = lab.conf_dir.to_str().unwrap();
-    let restored = node.academy(&["restore-nat", "--conf-dir", conf_dir]);
+    let restored = node.academy(&["restore", "--conf-dir", conf_dir]);
     assert_eq!(restored.code, 0, "{restored}");
     assert!(restored.stderr.contains("FORWARD accepts"), "{restored}");
     for family in ["4", "6"] {
@@ -154,13 +154,13 @@ fn a_flushed_forward_chain_is_reported_and_restore_nat_puts_it_back() {
     }
     assert!(
         ping_from(&a.netns, &outside.far_v4, 3),
-        "no forwarding after restore-nat"
+        "no forwarding after restore"
     );
     node.run(&lab.call("STATUS").config(&config))
-        .expect_silent_success("STATUS after restore-nat");
+        .expect_silent_success("STATUS after restore");
     node.call("CHECK", &a, &with_prev(&config, &first))
-        .expect_silent_success("CHECK after restore-nat");
-    let again = node.academy(&["restore-nat", "--conf-dir", conf_dir]);
+        .expect_silent_success("CHECK after restore");
+    let again = node.academy(&["restore", "--conf-dir", conf_dir]);
     assert_eq!(again.code, 0, "{again}");
     assert!(again.stderr.contains("nothing to do"), "{again}");
     node.call("DEL", &a, &config).expect_silent_success("DEL");

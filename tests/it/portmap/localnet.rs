@@ -422,22 +422,22 @@ fn portmap_localnet_guard_missing_is_reported_restored_and_released_with_route_l
         error["details"]
             .as_str()
             .unwrap_or("")
-            .contains("academy restore-nat"),
+            .contains("academy restore"),
         "{error}"
     );
     assert_cni_error(&status(), 50, &["academy localnet 127.0.0.0/8"]);
 
-    // restore-nat puts it back, and closes the hole.
-    let out = node.academy(&["restore-nat", "--conf-dir", &conf_dir]);
-    assert_eq!(out.code, 0, "restore-nat:\n{out}");
-    assert!(out.stderr.contains("loopback guard"), "restore-nat:\n{out}");
+    // restore puts it back, and closes the hole.
+    let out = node.academy(&["restore", "--conf-dir", &conf_dir]);
+    assert_eq!(out.code, 0, "restore:\n{out}");
+    assert!(out.stderr.contains("loopback guard"), "restore:\n{out}");
     assert_eq!(guard_rules(&node), [GUARD_V4, GUARD_V6], "restored rules");
     assert_eq!(
         loopback_probe(&node, &c, false, service_port, control_port),
         "NOTHING",
         "the restored guard did not close the hole"
     );
-    check().expect_silent_success("CHECK after restore-nat");
+    check().expect_silent_success("CHECK after restore");
 
     // The bridge's element deleted: reported, and put back by the next ADD publishing.
     let element = format!("{{ \"{}\" }}", lab.bridge);

@@ -2,7 +2,7 @@
 //! restart does): it takes every table, iptables-nft's too, so the outbound NAT, the
 //! published ports, the loopback guard and the dropping FORWARD policy all go. What
 //! works right after, and after the remedy each side offers: for the reference, the
-//! next ADD (of another container); for academy, `academy restore-nat` (STATUS names
+//! next ADD (of another container); for academy, `academy restore` (STATUS names
 //! it), the next ADD, and `academy watch` (within a second, without anyone asking).
 //! Then the admin's dropping policy back and an iptables reload, the watch running.
 
@@ -22,9 +22,9 @@ struct Seen {
     hairpin: bool,
     loopback: bool,
     unpublished: bool,
-    /// academy's STATUS right after (code, names restore-nat).
+    /// academy's STATUS right after (code, names restore).
     status: String,
-    /// After the side's repair command (academy's restore-nat; the reference has none).
+    /// After the side's repair command (academy's restore; the reference has none).
     repaired_outbound: bool,
     repaired_loopback: bool,
     repaired_hairpin: bool,
@@ -81,11 +81,11 @@ fn look(site: &Site) -> Seen {
         let status = site.status();
         let v: Value = serde_json::from_str(status.stdout.trim()).unwrap_or(Value::Null);
         seen.status = format!(
-            "academy STATUS: code {}, names `academy restore-nat`: {}",
+            "academy STATUS: code {}, names `academy restore`: {}",
             v["code"],
-            v.to_string().contains("academy restore-nat")
+            v.to_string().contains("academy restore")
         );
-        site.restore_nat();
+        site.restore();
         seen.repaired_outbound = site.outbound();
     } else {
         seen.repaired_outbound = site.outbound();
@@ -198,7 +198,7 @@ fn nft_flush_ruleset() {
             |s| s.repaired_outbound,
         )
         .note(format!(
-            "academy: `academy restore-nat` ({}); the reference has none (nothing run)",
+            "academy: `academy restore` ({}); the reference has none (nothing run)",
             academy.status
         )),
         closed(

@@ -1,7 +1,7 @@
 //! A live node switched: the reference chain's containers, then `academy convert
 //! --in-place` under them. They keep working through the reference's rules, but
 //! academy's repairs know only the containers academy added: after `nft flush
-//! ruleset`, `academy restore-nat` gives such a container nothing back, until the
+//! ruleset`, `academy restore` gives such a container nothing back, until the
 //! runtime's DEL and ADD through the new conflist make it academy's.
 
 use super::*;
@@ -28,12 +28,12 @@ fn containers_made_before_the_switch_are_repaired_once_added_again() {
     );
 
     site.node.nft(&["flush", "ruleset"]);
-    let restored = site.restore_nat();
+    let restored = site.restore();
     let before_readd = site.outbound();
     let status = site.status();
     println!("STATUS then: exit {}", status.code);
     println!(
-        "restore-nat with only the reference's containers:\n{}",
+        "restore with only the reference's containers:\n{}",
         restored.stderr
     );
     // It cannot repair them, but it says so, naming them and the remedy.
@@ -42,7 +42,7 @@ fn containers_made_before_the_switch_are_repaired_once_added_again() {
             .stderr
             .contains("academy did not make, not restored")
             && restored.stderr.contains("DEL and ADD those containers"),
-        "restore-nat kept quiet about the reference's containers:\n{}",
+        "restore kept quiet about the reference's containers:\n{}",
         restored.stderr
     );
 
@@ -53,17 +53,17 @@ fn containers_made_before_the_switch_are_repaired_once_added_again() {
     let result = site.add(&a, Some(HOST_PORT));
     site.a_v4 = result_address(&result);
     site.node.nft(&["flush", "ruleset"]);
-    site.restore_nat();
+    site.restore();
     let after_readd = site.outbound();
     println!(
-        "container made by the reference, nft flush ruleset + restore-nat: outbound {}; \
+        "container made by the reference, nft flush ruleset + restore: outbound {}; \
          after DEL and ADD through the converted conflist: {}",
         if before_readd { "works" } else { "fails" },
         if after_readd { "works" } else { "fails" }
     );
     assert!(
         !before_readd,
-        "restore-nat repaired a container academy did not add: docs/switching.md says it does not"
+        "restore repaired a container academy did not add: docs/switching.md says it does not"
     );
     assert!(
         after_readd,

@@ -13,7 +13,7 @@
 //! - `reload`: `iptables-save | iptables-restore`, then `iptables -F FORWARD`, and the
 //!   remedy each side offers;
 //! - `flush`: `nft flush ruleset`, and the remedy each side offers (academy's
-//!   `restore-nat` and `academy watch`, the reference's next ADD);
+//!   `restore` and `academy watch`, the reference's next ADD);
 //! - `isolation`: two `--opt isolate=true` networks (isolation.rs's outcome table).
 //! - `live`: the reference's containers on a node converted under them: academy's
 //!   repairs cover them once the runtime's DEL and ADD have made them academy's.
@@ -212,11 +212,11 @@ impl<'a> Site<'a> {
         self.node.run(&call)
     }
 
-    /// `academy restore-nat --conf-dir` of the site's conf dir, in the node.
-    pub fn restore_nat(&self) -> Out {
+    /// `academy restore --conf-dir` of the site's conf dir, in the node.
+    pub fn restore(&self) -> Out {
         let conf_dir = self.conf_dir.to_str().unwrap();
-        let out = self.node.academy(&["restore-nat", "--conf-dir", conf_dir]);
-        assert_eq!(out.code, 0, "restore-nat:\n{out}");
+        let out = self.node.academy(&["restore", "--conf-dir", conf_dir]);
+        assert_eq!(out.code, 0, "restore:\n{out}");
         out
     }
 

@@ -2,7 +2,7 @@
 //! them: `iptables-save | iptables-restore` (the rules made again, under a new table
 //! handle), then `iptables -F FORWARD` under the dropping policy, and what brings each
 //! side's forwarding back: the reference's next ADD (its firewall plugin inserts its
-//! FORWARD jump again), academy's `restore-nat` (STATUS names it) and next ADD.
+//! FORWARD jump again), academy's `restore` (STATUS names it) and next ADD.
 
 use super::*;
 
@@ -17,11 +17,11 @@ struct Seen {
     /// Right after `iptables -F FORWARD`.
     flushed_outbound: bool,
     flushed_hairpin: bool,
-    /// The flush reported (the reference's CHECK, academy's STATUS naming restore-nat),
+    /// The flush reported (the reference's CHECK, academy's STATUS naming restore),
     /// and how.
     reported: bool,
     report: String,
-    /// After the side's repair command (academy's restore-nat; the reference has none,
+    /// After the side's repair command (academy's restore; the reference has none,
     /// so: nothing done).
     repaired_outbound: bool,
     repaired_hairpin: bool,
@@ -75,12 +75,12 @@ fn look(site: &Site) -> Seen {
         Side::Academy => {
             let status = site.status();
             let v: Value = serde_json::from_str(status.stdout.trim()).unwrap_or(Value::Null);
-            let named = v.to_string().contains("academy restore-nat");
+            let named = v.to_string().contains("academy restore");
             let check = site.cnitool("check", &site.a, Some(HOST_PORT));
             (
                 v["code"] == 50 && named,
                 format!(
-                    "STATUS: code {}, names `academy restore-nat`: {named}; cnitool check: exit {} on the fresh network, {} after the flush ({})",
+                    "STATUS: code {}, names `academy restore`: {named}; cnitool check: exit {} on the fresh network, {} after the flush ({})",
                     v["code"], check_before.code, check.code, first_line(&check.all())
                 ),
             )
@@ -89,7 +89,7 @@ fn look(site: &Site) -> Seen {
     let (repaired_outbound, repaired_hairpin) = match site.side {
         Side::Reference => (site.outbound(), site.published_hairpin(true)),
         Side::Academy => {
-            site.restore_nat();
+            site.restore();
             let seen = (site.outbound(), site.published_hairpin(true));
             site.flush_forward();
             assert!(
@@ -192,7 +192,7 @@ fn iptables_reload_and_flush() {
             "iptables -F FORWARD, then the side's repair command: container -> outside",
             |s| s.repaired_outbound,
         )
-        .note("academy: `academy restore-nat`; the reference has none (nothing run)"),
+        .note("academy: `academy restore`; the reference has none (nothing run)"),
         works(
             "iptables -F FORWARD, then the side's repair command: hairpin",
             |s| s.repaired_hairpin,
