@@ -37,6 +37,7 @@ import chart  # noqa: E402
 import cni  # noqa: E402
 import provenance  # noqa: E402
 import report  # noqa: E402
+import solo  # noqa: E402
 import trace  # noqa: E402
 from cni import Attachment, Plugin  # noqa: E402
 from lab import Lab, ports, sh  # noqa: E402
@@ -61,10 +62,12 @@ BANDWIDTH = {"ingressRate": 8000000, "ingressBurst": 80000,
 
 FULL = dict(cycles=100, warmup=3, lifetime_cycles=15, burst=50, burst_rounds=2,
             points=[0, 1000, 8000, 32000], scale_cycles=11,
-            gc_attachments=50, gc_rounds=4, burst_sizes=[110, 250], crowd_cycles=20)
+            gc_attachments=50, gc_rounds=4, burst_sizes=[110, 250], crowd_cycles=20,
+            solo_cycles=solo.FULL["cycles"])
 QUICK = dict(cycles=6, warmup=1, lifetime_cycles=2, burst=20, burst_rounds=1,
              points=[0, 1000, 8000], scale_cycles=3,
-             gc_attachments=10, gc_rounds=1, burst_sizes=[20, 40], crowd_cycles=3)
+             gc_attachments=10, gc_rounds=1, burst_sizes=[20, 40], crowd_cycles=3,
+            solo_cycles=solo.QUICK["cycles"])
 HOSTLOCAL_BUDGET_S = 60.0  # per scaling point: beyond it host-local's series stops
 # Bringing a bridged veth up leaves the kernel busy for a few ms after the request has
 # been answered (addrconf, bridge port set-up): a /bin/true spawned then takes 1-4 ms
@@ -679,6 +682,9 @@ def parse_args() -> argparse.Namespace:
                    help="pods started at once on a node, e.g. 110,250 (empty: no bursts)")
     p.add_argument("--crowd-cycles", type=int,
                    help="ADD+DEL cycles beside the largest burst's pods, and on an empty bridge")
+    p.add_argument("--solo-cycles", type=int,
+                   help="single-container cycles (one network, one container, no resident, "
+                        "beside the steady state; 0: not run)")
     p.add_argument("--gc-attachments", type=int, help="attachments per GC (with --baseline)")
     p.add_argument("--gc-rounds", type=int, help="GC rounds (with --baseline)")
     args = p.parse_args()
@@ -714,7 +720,7 @@ def main():
                                           "burst_rounds",
                                           "points", "scale_cycles", "seed", "quick",
                                           "gc_attachments", "gc_rounds", "burst_sizes",
-                                          "crowd_cycles")}}
+                                          "crowd_cycles", "solo_cycles")}}
         results["provenance"] = provenance.of(b)
         load = results["machine"]["loadavg_phases"] = {}
         gc.disable()  # no collector pauses inside a timed spawn-to-reap
@@ -732,6 +738,13 @@ def main():
         load["chains"] = os.getloadavg()
         results["chains"] = chains.run(args.academy, args.reference_dir, lab,
                                        15 if not args.quick else 3, args.burst)
+        if args.solo_cycles:
+            load["solo"] = os.getloadavg()
+            print(f"bench: the single-container cycle, {args.solo_cycles} cycles beside the "
+                  "steady state ...", file=sys.stderr)
+            results["solo"] = solo.run(b.sp, b.plugins["academy"].binary, args.reference_dir,
+                                       lab, args.solo_cycles, progress=_progress)
+            _progress_done()
         if b.versus:
             load["gc"] = os.getloadavg()
             print(f"bench: GC, {args.gc_attachments} attachments x {args.gc_rounds} rounds, "
@@ -756,6 +769,7 @@ def main():
         md = report.markdown(results, summary, chart_path="bench/results/scaling.svg"
                              if not args.quick else None)
         md += "\n" + chains.markdown(results["chains"])
+        md += report.solo_markdown(results.get("solo"), summary.get("solo"))
         md += report.versus_markdown(results)
         md += report.bursts_markdown(results)
         with open(os.path.join(args.out, "latest.json"), "w") as f:

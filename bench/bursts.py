@@ -101,9 +101,11 @@ class NodeChain:
     def add(self, cid: str, netns: str, caps: dict) -> dict:
         """ADD through the list; stops at the first failure, as libcni does."""
         prev, wall, error = None, 0.0, None
+        spent = _Spent()
         for plugin in self.list["plugins"]:
             run = self._one(plugin, "ADD", cid, netns, caps, prev)
             wall += run.wall_ms
+            spent.add(run)
             if not run.ok:
                 error = _error(plugin["type"], "ADD", run)
                 break
@@ -115,17 +117,38 @@ class NodeChain:
                 break
         ok = error is None
         return {"ok": ok, "wall_ms": wall, "result": prev if ok else None,
-                "address": address if ok else None, "error": error}
+                "address": address if ok else None, "error": error, **spent.figures()}
 
     def delete(self, cid: str, netns: str, caps: dict, result: dict | None) -> dict:
         """DEL through the list in reverse; every plugin runs even after a failure."""
         wall, errors = 0.0, []
+        spent = _Spent()
         for plugin in reversed(self.list["plugins"]):
             run = self._one(plugin, "DEL", cid, netns, caps, result)
             wall += run.wall_ms
+            spent.add(run)
             if not run.ok:
                 errors.append(_error(plugin["type"], "DEL", run))
-        return {"ok": not errors, "wall_ms": wall, "error": "; ".join(errors) or None}
+        return {"ok": not errors, "wall_ms": wall, "error": "; ".join(errors) or None,
+                **spent.figures()}
+
+
+class _Spent:
+    """A chain's plugins' figures as one: CPU times and page faults added, the largest
+    peak RSS (spawnstat's, per process)."""
+
+    def __init__(self):
+        self.maxrss_kib, self.user_ms, self.sys_ms, self.faults = 0, 0.0, 0.0, 0
+
+    def add(self, run):
+        self.maxrss_kib = max(self.maxrss_kib, run.maxrss_kib)
+        self.user_ms += run.user_ms
+        self.sys_ms += run.sys_ms
+        self.faults += run.faults
+
+    def figures(self) -> dict:
+        return {"maxrss_kib": self.maxrss_kib, "user_ms": round(self.user_ms, 3),
+                "sys_ms": round(self.sys_ms, 3), "faults": self.faults}
 
 
 def _error(kind: str, command: str, run) -> str:

@@ -74,6 +74,8 @@ def summarize(results: dict) -> dict:
            "lifetime": lifetime_summary(s)}
     if results.get("bursts"):
         out["bursts"] = bursts_summary(results["bursts"])
+    if results.get("solo"):
+        out["solo"] = solo_summary(results["solo"])
     out["issue_targets"] = issue_targets(dict(results, summary=out))
     return out
 
@@ -824,3 +826,200 @@ def bursts_markdown(results: dict) -> str:
             lines.append(f"| {t['target']} | {x(t['value'])} | **{t['verdict']}** | "
                          f"{t['note']} |")
     return "\n".join(lines) + "\n" if lines else ""
+
+
+# ---- the single-container cycle (solo.py) ----------------------------------------------
+
+# Issue 29 item 2: in the single-container cycle (one network, one container, no
+# resident), ADD and DEL each against a steady one (same shape, a resident beside), and
+# against the reference in the same cycle.
+SOLO_VS_STEADY = 1.3
+SOLO_MASQ_ADD_VS_REFERENCE = 0.25
+SOLO_CHAIN_ADD, SOLO_CHAIN_DEL = 0.10, 0.20
+
+SOLO_SHAPES = [("plain", ""), ("masq", " with ipMasq"),
+               ("port", " with ipMasq and a published port"),
+               ("podman", ", podman's chain (academy: its `academy convert`)")]
+SOLO_ALONE = [("bw", "ADD", "academy ADD with a bandwidth limit"),
+              ("bw", "DEL", "academy DEL with a bandwidth limit"),
+              ("port3", "ADD", "academy ADD with ipMasq and 3 published ports"),
+              ("port0", "ADD", "academy ADD with ipMasq and the portMappings capability, "
+                               "no port published")]
+
+
+def _solo_target(what, num, den, limit, field="median"):
+    return {"target": what, "num": num, "den": den, "limit": limit, "field": field}
+
+
+# What is judged, each a ratio of two series' medians (or of their peak RSS): first the
+# issue's, then the earlier rounds' targets (bench.py's and chains.py's), in this cycle.
+SOLO_TARGETS = [
+    _solo_target("ipMasq: ADD in the single-container cycle ≤ 1.3x a steady ADD",
+                 "academy.masq.solo.ADD", "academy.masq.steady.ADD", SOLO_VS_STEADY),
+    _solo_target("ipMasq: DEL in the single-container cycle ≤ 1.3x a steady DEL",
+                 "academy.masq.solo.DEL", "academy.masq.steady.DEL", SOLO_VS_STEADY),
+    _solo_target("ipMasq and a published port: ADD in the cycle ≤ 1.3x a steady ADD",
+                 "academy.port.solo.ADD", "academy.port.steady.ADD", SOLO_VS_STEADY),
+    _solo_target("ipMasq and a published port: DEL in the cycle ≤ 1.3x a steady DEL",
+                 "academy.port.solo.DEL", "academy.port.steady.DEL", SOLO_VS_STEADY),
+    _solo_target("ADD with ipMasq ≤ 0.25x the reference's with ipMasq, both in the cycle",
+                 "academy.masq.solo.ADD", "reference.masq.solo.ADD",
+                 SOLO_MASQ_ADD_VS_REFERENCE),
+    _solo_target("converted podman network ADD ≤ 0.10x podman's reference chain, both in "
+                 "the cycle", "academy.podman.solo.ADD", "reference.podman.solo.ADD",
+                 SOLO_CHAIN_ADD),
+    _solo_target("converted podman network DEL ≤ 0.20x podman's reference chain, both in "
+                 "the cycle", "academy.podman.solo.DEL", "reference.podman.solo.DEL",
+                 SOLO_CHAIN_DEL),
+    _solo_target("earlier round: ADD ≤ 0.35x the reference's", "academy.plain.solo.ADD",
+                 "reference.plain.solo.ADD", ADD_VS_REFERENCE),
+    _solo_target("earlier round: peak RSS ≤ 0.75x the reference's (over the ADDs)",
+                 "academy.plain.solo.ADD", "reference.plain.solo.ADD", RSS_VS_REFERENCE,
+                 "rss"),
+    _solo_target("earlier round: DEL ≤ 1.15x floor (ip link del, veth with peer in a netns)",
+                 "academy.plain.solo.DEL", "floor.del_bare", DEL_VS_FLOOR),
+    _solo_target("earlier round: DEL with ipMasq ≤ 0.5x the reference's with ipMasq",
+                 "academy.masq.solo.DEL", "reference.masq.solo.DEL", 0.5),
+    _solo_target("earlier round: academy ADD with ipMasq ≤ 1.3x without",
+                 "academy.masq.solo.ADD", "academy.plain.solo.ADD", 1.3),
+    _solo_target("earlier round: academy ADD with a bandwidth limit ≤ 1.3x ADD without",
+                 "academy.bw.solo.ADD", "academy.plain.solo.ADD", BANDWIDTH_VS_PLAIN),
+    _solo_target("earlier round: academy ADD with 3 port mappings ≤ 1.2x without",
+                 "academy.port3.solo.ADD", "academy.port0.solo.ADD", 1.2),
+]
+
+
+def _network_of(series: str) -> str | None:
+    """"academy.masq.solo.ADD" -> "academy.masq.solo"; the floor has no network."""
+    parts = series.split(".")
+    return ".".join(parts[:3]) if len(parts) == 4 else None
+
+
+def solo_faults(r: dict, st: dict, series: list) -> list:
+    """What makes a fast result on these series no PASS: failed samples in them, a
+    failed resident ADD or DEL on their networks (the steady state was not), anything
+    left on their networks' bridges or in their stores."""
+    out = []
+    veths = r.get("leftovers", {}).get("nodes", {}).get("veths")
+    if veths:
+        out.append(f"left on the nodes: {len(veths)} veths")
+    for s in series:
+        failures = (st.get(s) or {}).get("failures")
+        if failures:
+            out.append(f"{s}: {failures} failed")
+    nets = [n for n in dict.fromkeys(_network_of(s) for s in series) if n]
+    for n in nets:
+        out += [e for e in r.get("resident_errors", []) if e.startswith(f"resident {n} ")]
+        left = {k: v for k, v in r.get("leftovers", {}).get(n, {}).items() if v}
+        if left:
+            out.append(f"{n}: left {left}")
+    return out
+
+
+def _solo_value(st: dict, t: dict) -> float:
+    a, b = st.get(t["num"]), st.get(t["den"])
+    if t["field"] == "rss":
+        return _div(((a or {}).get("rss") or {}).get("max"),
+                    ((b or {}).get("rss") or {}).get("max"))
+    return _ratio_of(a, b)
+
+
+def solo_stats(r: dict) -> dict:
+    st = {}
+    for name, samples in r.get("series", {}).items():
+        st[name] = stats(samples)
+        if samples and "maxrss_kib" in samples[0]:
+            st[name]["rss"] = stats(samples, "maxrss_kib")
+    return st
+
+
+def solo_summary(r: dict) -> dict:
+    """Per shape and operation: academy in the cycle and steady, the reference in the
+    cycle and steady, their ratios; the targets as rows of {target, value, limit,
+    verdict, note}."""
+    st = solo_stats(r)
+    rows = []
+    for shape, label in SOLO_SHAPES:
+        for op in ("ADD", "DEL"):
+            a1, a_s = st.get(f"academy.{shape}.solo.{op}"), st.get(f"academy.{shape}.steady.{op}")
+            r1, r_s = (st.get(f"reference.{shape}.solo.{op}"),
+                       st.get(f"reference.{shape}.steady.{op}"))
+            rows.append({"what": f"{op}{label}", "shape": shape, "op": op,
+                         "academy": a1, "academy_steady": a_s, "vs_steady": _ratio_of(a1, a_s),
+                         "reference": r1, "reference_steady": r_s,
+                         "reference_vs_steady": _ratio_of(r1, r_s),
+                         "vs_reference": _ratio_of(a1, r1)})
+    targets = []
+    for t in SOLO_TARGETS:
+        value = _solo_value(st, t)
+        faults = solo_faults(r, st, [t["num"], t["den"]])
+        targets.append({"target": t["target"], "value": value, "limit": t["limit"],
+                        "verdict": verdict(value, t["limit"], faults),
+                        "note": "; ".join(faults)})
+    return {"stats": st, "rows": rows, "targets": targets,
+            "ratios": {t["target"]: t["value"] for t in targets}}
+
+
+def solo_markdown(r: dict, ss: dict | None = None) -> str:
+    """The single-container cycle's table beside the steady state, and its targets."""
+    if not r:
+        return ""
+    ss = ss or solo_summary(r)
+    st = ss["stats"]
+    lines = [
+        "",
+        "### The single-container cycle: one network, one container, ADD and DEL repeated",
+        "",
+        "What `podman run --rm` and a CI job do: the network has no other attachment, so "
+        "each ADD finds it empty and each DEL leaves it empty (academy makes a network's "
+        "own nf_tables objects with its first attachment and deletes them with its last). "
+        "Beside each such network, one of the same shape keeps a resident attachment (with "
+        "its own port where the shape publishes one) from before the recorded cycles to "
+        f"after them: the steady state. {r['cycles']} cycles, every ADD then every DEL "
+        "(and the DEL floor), the order rotating, academy and the reference interleaved; "
+        "each side's networks on a private node of their own (`bench/solo.py`). Wall "
+        "time from spawn to reap (a list's: its plugins' added), ms: median (min–max).",
+        "",
+        "| | academy, single-container cycle | academy, steady (a resident beside) | "
+        "cycle / steady | reference, single-container cycle | reference, steady | "
+        "reference: cycle / steady | academy / reference, in the cycle |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in ss["rows"]:
+        lines.append(f"| {row['what']} | {cell(row['academy'])} | {cell(row['academy_steady'])} "
+                     f"| **{x(row['vs_steady'])}** | {cell(row['reference'])} | "
+                     f"{cell(row['reference_steady'])} | {x(row['reference_vs_steady'])} | "
+                     f"**{x(row['vs_reference'])}** |")
+    a_rss = (st.get("academy.plain.solo.ADD") or {}).get("rss")
+    r_rss = (st.get("reference.plain.solo.ADD") or {}).get("rss")
+    if a_rss and r_rss and "max" in a_rss and "max" in r_rss:
+        lines.append(f"| peak RSS over the ADDs (plain) | {kib(a_rss['max'])} | | | "
+                     f"{kib(r_rss['max'])} | | | **{x(_div(a_rss['max'], r_rss['max']))}** |")
+    for shape, op, what in SOLO_ALONE:
+        s = st.get(f"academy.{shape}.solo.{op}")
+        if s:
+            lines.append(f"| {what} | {cell(s)} | | | | | | |")
+    if st.get("floor.del_bare"):
+        lines.append(f"| DEL floor: `ip link del` of a veth whose peer is in a netns (on "
+                     f"academy's node) | {cell(st['floor.del_bare'])} | | | | | | |")
+    lines += ["", "Targets in the single-container cycle (informational; a fast result "
+                  "that failed or left something behind is a MISS):", "",
+              "| target | measured | | |", "| --- | --- | --- | --- |"]
+    for t in ss["targets"]:
+        lines.append(f"| {t['target']} | {x(t['value'])} | **{t['verdict']}** | {t['note']} |")
+    lines.append("")
+    errors = r.get("errors", []) + r.get("resident_errors", [])
+    if errors:
+        lines.append(f"**{len(errors)} failed invocation{'s' if len(errors) > 1 else ''}**, "
+                     f"first: `{errors[0][:300]}`")
+    else:
+        lines.append("Every invocation succeeded, the residents' too (ADD results checked: "
+                     "an address was reported).")
+    left = {k: {kk: vv for kk, vv in v.items() if vv}
+            for k, v in r.get("leftovers", {}).items()}
+    left = {k: v for k, v in left.items() if v}
+    lines.append("")
+    lines.append(f"**Left after the cycles and the residents' DELs:** {left}" if left
+                 else "Left after the cycles and the residents' DELs: nothing (bridge ports, "
+                      "store files, veths on the nodes).")
+    return "\n".join(lines) + "\n"
