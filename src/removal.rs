@@ -187,12 +187,16 @@ fn remove_nftables(
         });
         errors.extend(removed.err());
     }
-    let kinds: Vec<Kind> = KINDS.into_iter().filter(|k| k.on(conf, traced)).collect();
+    let kinds: Vec<Kind> = KINDS
+        .iter()
+        .copied()
+        .filter(|k| k.on(conf, traced))
+        .collect();
     if kinds.is_empty() {
         return errors.len() == before;
     }
     // Only the masquerade looks by address (a store read the other kinds do not need).
-    let addresses = match kinds.contains(&Kind::Masquerade) {
+    let addresses = match kinds.iter().any(|k| k.removes_by_address()) {
         false => Vec::new(),
         true => match addresses(conf, t) {
             Ok(a) => a,
@@ -202,17 +206,15 @@ fn remove_nftables(
             }
         },
     };
-    let removing = Removing {
+    let mut removing = Removing {
+        conf,
+        nft,
         who: t.who,
         addresses: &addresses,
         traced,
     };
     for kind in kinds {
-        let removed = nft
-            .get()
-            .map_err(Error::from)
-            .and_then(|n| kind.remove(n, conf, &removing));
-        errors.extend(removed.err());
+        errors.extend(kind.remove(&mut removing).err());
     }
     errors.len() == before
 }

@@ -1,24 +1,26 @@
-//! The nf_tables state academy keeps, as one table of kinds.
+//! The state academy adds beside the wiring, as one table of kinds.
 //!
 //! Each kind is state academy adds for its attachments and their networks: masquerade
-//! elements (ipMasq), published ports (portMappings), the MAC filter (macspoofchk), the
-//! bridge's FORWARD accepts, the network's isolation (ingressPolicy same-bridge), and the
-//! bandwidth capability's traffic shaping (tc, not nf_tables, but per-attachment state all
-//! the same: its operations ignore the nf_tables socket and open an rtnetlink one). Each
-//! answers the same operations, one `match` each, so
-//! a new kind is one variant here plus its module, and the compiler names every
-//! operation it must answer:
+//! elements (ipMasq), published ports (portMappings, with their hairpin mark and the
+//! loopback guard), the MAC filter (macspoofchk), the bridge's FORWARD accepts, traffic
+//! shaping (the bandwidth capability: tc, not nf_tables) and the network's isolation
+//! (ingressPolicy same-bridge). Each is one folder here, and answers every operation
+//! through one `match` with no default arm, so a new kind is one variant plus its folder,
+//! and the compiler lists every operation it must answer:
 //!
-//! - `remove`: one attachment's state, by its owner comment (the one removal);
+//! - `add`, in its `phase` of ADD: before the veth pair, once the pair exists, once the
+//!   container is wired, or in ADD's one nf_tables batch;
+//! - `remove`: one attachment's state, by its owner (the one removal);
 //! - `check`: what CHECK compares with what ADD reported;
 //! - `sweep`: GC's removal of elements no valid attachment owns;
 //! - `missing` / `restore`: what an admin's flush or a reload took that academy can see,
 //!   and putting it back (STATUS, `academy restore`);
-//! - `release`: the network's own objects (its rules, sets, maps, FORWARD accepts),
-//!   deleted by network.rs once the network has no attachment left.
+//! - `release`: the network's own objects, deleted by network.rs once the network has no
+//!   attachment left.
 //!
-//! The one removal, GC, CHECK, STATUS and the restore command loop over `KINDS` and name
-//! no kind. ADD names its steps (verbs/add.rs), since their order matters there.
+//! Each operation takes one context: the config, the sockets it may use (opened at the
+//! first kind that needs one) and what that operation is about. ADD, the one removal,
+//! GC, CHECK, STATUS and the restore command loop over `KINDS` and name no kind.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -27,9 +29,10 @@ use std::net::IpAddr;
 use ipnetwork::IpNetwork;
 
 use crate::attachment::Attachment;
+use crate::cni::result::Interface;
 use crate::cni::{Error, Result};
 use crate::config::Config;
-use crate::netlink::{Nftables, Object};
+use crate::netlink::{Netlink, NftablesOnDemand, Object};
 
 pub mod bandwidth;
 pub mod forward;
@@ -45,25 +48,21 @@ mod wired;
 
 pub use wired::Wired;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    Masquerade,
-    Ports,
-    MacFilter,
-    Forward,
-    Bandwidth,
-    Isolation,
+/// Writes the kinds once: the enum, `KINDS` in the order the walks visit them, and the
+/// guard test's list, so a variant cannot be left out of one of them.
+macro_rules! kinds {
+    ($($kind:ident),+ $(,)?) => {
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum Kind {
+            $($kind),+
+        }
+
+        /// Every kind, in the order the walks visit them.
+        pub const KINDS: &[Kind] = &[$(Kind::$kind),+];
+    };
 }
 
-/// Every kind, in the order the walks visit them.
-pub const KINDS: [Kind; 6] = [
-    Kind::Masquerade,
-    Kind::Ports,
-    Kind::MacFilter,
-    Kind::Forward,
-    Kind::Bandwidth,
-    Kind::Isolation,
-];
+kinds![Masquerade, Ports, MacFilter, Forward, Bandwidth, Isolation];
 
 impl fmt::Display for Kind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -78,14 +77,77 @@ impl fmt::Display for Kind {
     }
 }
 
+/// When in ADD a kind makes its state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Before the veth pair exists: the container's first packet already meets it.
+    BeforePair,
+    /// Once the pair exists, before the container's interface has an address: none of
+    /// its frames goes unchecked or unshaped.
+    PairMade,
+    /// Once the container is wired, before the batch.
+    Wired,
+    /// In ADD's one nf_tables batch (masquerade/nat.rs), all or nothing.
+    OneBatch,
+}
+
+/// ADD, for one attachment: what every kind's `add` is given.
+pub struct Adding<'a> {
+    pub conf: &'a Config,
+    pub who: &'a Attachment<'a>,
+    pub nl: &'a mut Netlink,
+    pub nft: &'a mut NftablesOnDemand,
+    /// The container's addresses.
+    pub addresses: &'a [IpNetwork],
+    /// Once the pair exists: the host veth's name and the container end's MAC.
+    pub host: Option<(String, [u8; 6])>,
+    /// Interfaces a kind adds to the result (bandwidth's ifb), in the reference's order.
+    pub interfaces: Vec<Interface>,
+    /// What the kinds of the one batch put in it (masquerade/nat.rs sends it).
+    pub batch: masquerade::nat::Staged,
+}
+
 /// One attachment as the one removal knows it.
 pub struct Removing<'a> {
+    pub conf: &'a Config,
+    pub nft: &'a mut NftablesOnDemand,
     pub who: Attachment<'a>,
     /// Where its masquerade elements may be (empty when unknown).
     pub addresses: &'a [IpAddr],
     /// Found by its traces (GC, reclaim, healing): the config at hand may not be the one
     /// it was added with, so every kind looks by owner whatever the config says.
     pub traced: bool,
+}
+
+/// CHECK of one attachment: what ADD reported for it.
+pub struct Checking<'a> {
+    pub conf: &'a Config,
+    pub nft: &'a mut NftablesOnDemand,
+    pub who: &'a Attachment<'a>,
+    pub addresses: &'a [IpNetwork],
+    /// The container end's MAC, as the result gave it.
+    pub mac: &'a str,
+}
+
+/// GC of one network: the valid attachments' owners, and the errors collected.
+pub struct Sweeping<'a> {
+    pub conf: &'a Config,
+    pub nft: &'a mut NftablesOnDemand,
+    pub live: &'a Live,
+    pub errors: &'a mut Vec<Error>,
+}
+
+/// STATUS and the restore command for one network: its wired attachments.
+pub struct Looking<'a> {
+    pub conf: &'a Config,
+    pub nft: &'a mut NftablesOnDemand,
+    pub wired: &'a Wired,
+}
+
+/// The release of one network's own objects.
+pub struct Releasing<'a> {
+    pub conf: &'a Config,
+    pub nft: &'a mut NftablesOnDemand,
 }
 
 /// A difference CHECK found, and whether the restore command repairs it (state an
@@ -133,97 +195,139 @@ impl Kind {
         }
     }
 
+    /// Whether the removal needs the attachment's addresses (a store read the other
+    /// kinds do without): the masquerade's elements are keyed by address.
+    pub fn removes_by_address(self) -> bool {
+        match self {
+            Kind::Masquerade => true,
+            Kind::Ports | Kind::MacFilter | Kind::Forward | Kind::Bandwidth | Kind::Isolation => {
+                false
+            }
+        }
+    }
+
+    /// When in ADD this kind makes its state.
+    pub fn phase(self) -> Phase {
+        match self {
+            Kind::Isolation => Phase::BeforePair,
+            Kind::MacFilter | Kind::Bandwidth => Phase::PairMade,
+            Kind::Masquerade | Kind::Ports => Phase::OneBatch,
+            Kind::Forward => Phase::Wired,
+        }
+    }
+
+    /// ADD's state of this kind for the attachment (nothing when its key is off).
+    pub fn add(self, a: &mut Adding) -> Result<()> {
+        match self {
+            Kind::Masquerade => masquerade::add(a),
+            Kind::Ports => ports::add(a),
+            Kind::MacFilter => mac_filter::add(a),
+            Kind::Forward => forward::add(a),
+            Kind::Bandwidth => bandwidth::add(a),
+            Kind::Isolation => isolation::add(a),
+        }
+    }
+
     /// The one removal's first step for one attachment: its elements of this kind, only
     /// those whose comment names it.
-    pub fn remove(self, nft: &mut Nftables, conf: &Config, r: &Removing) -> Result<()> {
+    pub fn remove(self, r: &mut Removing) -> Result<()> {
         match self {
-            Kind::Masquerade => masquerade::remove(nft, conf, r),
-            Kind::Ports => ports::remove(nft, conf, r),
-            Kind::MacFilter => mac_filter::remove(nft, conf, r),
-            Kind::Bandwidth => bandwidth::remove(nft, conf, r),
+            Kind::Masquerade => masquerade::remove(r),
+            Kind::Ports => ports::remove(r),
+            Kind::MacFilter => mac_filter::remove(r),
+            Kind::Bandwidth => bandwidth::remove(r),
             Kind::Forward | Kind::Isolation => Ok(()),
         }
     }
 
     /// CHECK: the differences between the kernel and what ADD reported.
-    pub fn check(
-        self,
-        nft: &mut Nftables,
-        conf: &Config,
-        who: &Attachment,
-        addresses: &[IpNetwork],
-        mac: &str,
-    ) -> Result<Vec<Diff>> {
+    pub fn check(self, c: &mut Checking) -> Result<Vec<Diff>> {
         match self {
-            Kind::Masquerade if conf.ip_masq => masquerade::check(nft, conf, who, addresses),
-            Kind::Ports => ports::check(nft, conf, who, addresses),
-            Kind::MacFilter if conf.mac_spoof_check => mac_filter::check(nft, conf, who, mac),
-            Kind::Forward => forward::check(nft, conf),
-            Kind::Bandwidth => bandwidth::check(nft, conf, who),
-            Kind::Isolation => isolation::check(nft, conf),
-            Kind::Masquerade | Kind::MacFilter => Ok(Vec::new()),
+            Kind::Masquerade => masquerade::check(c),
+            Kind::Ports => ports::check(c),
+            Kind::MacFilter => mac_filter::check(c),
+            Kind::Forward => forward::check(c),
+            Kind::Bandwidth => bandwidth::check(c),
+            Kind::Isolation => isolation::check(c),
         }
     }
 
     /// GC: removes this network's elements of the kind that no valid attachment owns.
     /// Errors are collected; GC goes on.
-    pub fn sweep(self, nft: &mut Nftables, conf: &Config, live: &Live, errors: &mut Vec<Error>) {
+    pub fn sweep(self, s: &mut Sweeping) {
         match self {
-            Kind::Masquerade => masquerade::sweep(nft, conf, live, errors),
-            Kind::Ports => ports::sweep(nft, conf, live, errors),
-            Kind::MacFilter => mac_filter::sweep(nft, conf, live, errors),
-            Kind::Bandwidth => bandwidth::sweep(nft, conf, live, errors),
+            Kind::Masquerade => masquerade::sweep(s),
+            Kind::Ports => ports::sweep(s),
+            Kind::MacFilter => mac_filter::sweep(s),
+            Kind::Bandwidth => bandwidth::sweep(s),
             Kind::Forward | Kind::Isolation => {}
         }
     }
 
     /// What of this kind the network should have and the kernel lacks (STATUS), in words.
-    pub fn missing(self, nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<String>> {
+    pub fn missing(self, l: &mut Looking) -> Result<Vec<String>> {
         match self {
-            Kind::Masquerade => masquerade::nat::plan(nft, conf, wired).map(|r| r.missing),
-            Kind::Ports => ports::missing(nft, conf, wired),
-            Kind::MacFilter => mac_filter::missing(nft, conf, wired),
-            Kind::Forward => forward::missing(nft, conf, wired),
-            Kind::Bandwidth => bandwidth::missing(nft, conf, wired),
-            Kind::Isolation => isolation::missing(nft, conf, wired),
+            Kind::Masquerade => masquerade::missing(l),
+            Kind::Ports => ports::missing(l),
+            Kind::MacFilter => mac_filter::missing(l),
+            Kind::Forward => forward::missing(l),
+            Kind::Bandwidth => bandwidth::missing(l),
+            Kind::Isolation => isolation::missing(l),
         }
     }
 
     /// Puts back what `missing` names; returns it.
-    pub fn restore(self, nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<String>> {
+    pub fn restore(self, l: &mut Looking) -> Result<Vec<String>> {
         match self {
-            Kind::Masquerade => masquerade::nat::restore(nft, conf, wired),
-            Kind::Ports => ports::restore(nft, conf, wired),
-            Kind::MacFilter => mac_filter::restore(nft, conf, wired),
-            Kind::Forward => forward::restore(nft, conf, wired),
-            Kind::Bandwidth => bandwidth::restore(nft, conf, wired),
-            Kind::Isolation => isolation::restore(nft, conf, wired),
+            Kind::Masquerade => masquerade::restore(l),
+            Kind::Ports => ports::restore(l),
+            Kind::MacFilter => mac_filter::restore(l),
+            Kind::Forward => forward::restore(l),
+            Kind::Bandwidth => bandwidth::restore(l),
+            Kind::Isolation => isolation::restore(l),
         }
     }
 
     /// The network's own objects of this kind, to delete with its last attachment; None
     /// while elements of the kind remain (another's, never a removal's to take: GC
     /// sweeps them first if their owner is gone).
-    pub fn release(self, nft: &mut Nftables, conf: &Config) -> Result<Option<Vec<Object>>> {
+    pub fn release(self, r: &mut Releasing) -> Result<Option<Vec<Object>>> {
         match self {
-            Kind::Masquerade => masquerade::objects(nft, conf),
-            Kind::Ports => ports::objects(nft, conf),
-            Kind::MacFilter => mac_filter::objects(nft, conf),
-            Kind::Forward => forward::objects(nft, conf).map(Some),
-            Kind::Bandwidth => bandwidth::objects(nft, conf),
-            Kind::Isolation => isolation::objects(nft, conf).map(Some),
+            Kind::Masquerade => masquerade::objects(r),
+            Kind::Ports => ports::objects(r),
+            Kind::MacFilter => mac_filter::objects(r),
+            Kind::Forward => forward::objects(r).map(Some),
+            Kind::Bandwidth => bandwidth::objects(r),
+            Kind::Isolation => isolation::objects(r).map(Some),
         }
     }
+}
+
+/// ADD's state for one phase: every kind of that phase, in `KINDS`' order; after the
+/// kinds of the one batch, the batch itself.
+pub fn add(phase: Phase, a: &mut Adding) -> Result<()> {
+    for kind in KINDS.iter().filter(|k| k.phase() == phase) {
+        kind.add(a)?;
+    }
+    if phase == Phase::OneBatch {
+        masquerade::nat::send_staged(a)?;
+    }
+    Ok(())
 }
 
 /// STATUS and the restore command's look: what each kind finds missing of the network's
 /// state, only the kinds that miss something.
 pub fn missing(conf: &Config) -> Result<Vec<(Kind, Vec<String>)>> {
     let wired = Wired::read(conf)?;
-    let mut nft = Nftables::open()?;
+    let mut nft = NftablesOnDemand::default();
+    let mut look = Looking {
+        conf,
+        nft: &mut nft,
+        wired: &wired,
+    };
     let mut found = Vec::new();
-    for kind in KINDS {
-        let missing = kind.missing(&mut nft, conf, &wired)?;
+    for &kind in KINDS {
+        let missing = kind.missing(&mut look)?;
         if !missing.is_empty() {
             found.push((kind, missing));
         }
@@ -235,11 +339,16 @@ pub fn missing(conf: &Config) -> Result<Vec<(Kind, Vec<String>)>> {
 /// is tried even when another failed.
 pub fn restore(conf: &Config) -> Result<Vec<(Kind, Vec<String>)>> {
     let wired = Wired::read(conf)?;
-    let mut nft = Nftables::open()?;
+    let mut nft = NftablesOnDemand::default();
+    let mut look = Looking {
+        conf,
+        nft: &mut nft,
+        wired: &wired,
+    };
     let mut restored = Vec::new();
     let mut errors = Vec::new();
-    for kind in KINDS {
-        match kind.restore(&mut nft, conf, &wired) {
+    for &kind in KINDS {
+        match kind.restore(&mut look) {
             Ok(what) if what.is_empty() => {}
             Ok(what) => restored.push((kind, what)),
             Err(e) => errors.push(e),
@@ -269,30 +378,29 @@ pub fn first_of(mut errors: Vec<Error>) -> Result<()> {
 mod tests {
     use super::*;
 
-    /// Every kind appears once in KINDS and every walk reaches it: the matches above
-    /// have no default arm, so a new variant that is not answered does not compile, and
-    /// this test fails when it is left out of the list the walks visit.
+    /// Every kind appears once in KINDS (the macro writes the enum and the list from one
+    /// list of names), and every kind has a phase of ADD whose walk reaches it.
     #[test]
     fn every_kind_is_walked_once() {
-        for kind in [
-            Kind::Masquerade,
-            Kind::Ports,
-            Kind::MacFilter,
-            Kind::Forward,
-            Kind::Bandwidth,
-            Kind::Isolation,
-        ] {
-            // The exhaustive match: a new variant must be added here too, which leads
-            // to the list.
-            match kind {
-                Kind::Masquerade
-                | Kind::Ports
-                | Kind::MacFilter
-                | Kind::Forward
-                | Kind::Bandwidth
-                | Kind::Isolation => {}
-            }
-            assert_eq!(KINDS.iter().filter(|k| **k == kind).count(), 1, "{kind}");
+        let phases = [
+            Phase::BeforePair,
+            Phase::PairMade,
+            Phase::Wired,
+            Phase::OneBatch,
+        ];
+        for kind in KINDS {
+            assert_eq!(KINDS.iter().filter(|k| *k == kind).count(), 1, "{kind}");
+            let walked: usize = phases
+                .iter()
+                .map(|p| {
+                    KINDS
+                        .iter()
+                        .filter(|k| k.phase() == *p && *k == kind)
+                        .count()
+                })
+                .sum();
+            assert_eq!(walked, 1, "{kind} is added in exactly one phase");
         }
+        assert_eq!(KINDS.len(), 6);
     }
 }

@@ -19,12 +19,13 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
+use super::Releasing;
 use super::KINDS;
 use crate::addressing::open_store;
 use crate::cni::Result;
 use crate::config::Config;
 use crate::ipam::store::files;
-use crate::netlink::{LinkKind, Netlink, Nftables, Object};
+use crate::netlink::{LinkKind, Netlink, NftablesOnDemand, Object};
 
 /// The host's lock on repairs of academy's NAT (any network): a repair is rare and takes
 /// a millisecond. Best effort: without /run, or after 5 s, ADD goes on unlocked (at
@@ -71,11 +72,15 @@ pub fn release_if_unused(conf: &Config) -> Result<Vec<String>> {
     if !unused(conf, &mut nl)? {
         return Ok(Vec::new());
     }
-    let mut nft = Nftables::open()?;
+    let mut nft = NftablesOnDemand::default();
+    let mut releasing = Releasing {
+        conf,
+        nft: &mut nft,
+    };
     let mut objects: Vec<Object> = Vec::new();
     let mut errors = Vec::new();
     for kind in KINDS {
-        match kind.release(&mut nft, conf) {
+        match kind.release(&mut releasing) {
             Ok(Some(found)) => objects.extend(found),
             // Elements of another remain: the network's objects are still in use.
             Ok(None) => return Ok(Vec::new()),
@@ -83,7 +88,7 @@ pub fn release_if_unused(conf: &Config) -> Result<Vec<String>> {
         }
     }
     if !objects.is_empty() {
-        nft.delete_objects(&objects)?;
+        nft.get()?.delete_objects(&objects)?;
     }
     super::first_of(errors)?;
     Ok(objects.iter().map(describe).collect())

@@ -21,8 +21,7 @@ use crate::cni::env::Env;
 use crate::cni::result::{format_mac, CniResult, Interface};
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
-use crate::firewall::masquerade::nat;
-use crate::firewall::{bandwidth, forward, isolation, mac_filter, network, services};
+use crate::firewall::{self, network, services, Adding, Phase};
 use crate::leaks;
 use crate::netlink::{Netlink, NftablesOnDemand};
 use crate::netns::{Netns, OpenError};
@@ -61,12 +60,21 @@ pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
     let in_use = network::in_use(conf);
     let assigned = acquire(env, conf, &requests.ips)?;
     let who = Attachment::of(env, conf);
+    let addresses: Vec<IpNetwork> = assigned.ips.iter().map(|ip| ip.address).collect();
+    let mut nft = NftablesOnDemand::default();
     let wiring = Wiring {
-        nl: &mut nl,
+        kinds: Adding {
+            conf,
+            who: &who,
+            nl: &mut nl,
+            nft: &mut nft,
+            addresses: &addresses,
+            host: None,
+            interfaces: Vec::new(),
+            batch: Default::default(),
+        },
         mtu,
         netns: &netns,
-        who: &who,
-        conf,
     };
     let interfaces = make(wiring, &assigned, requests.mac).inspect_err(|_| {
         let target = Target {
@@ -120,61 +128,44 @@ fn acquire(env: &Env, conf: &Config, requested: &[IpAddr]) -> Result<Assigned> {
     }
 }
 
-/// What ADD wires, and with what: the attachment, its config, and the MTU chosen before
-/// the reservation.
+/// What ADD wires, and with what: the table of kinds' context (the attachment, its
+/// config, the sockets), the netns, and the MTU chosen before the reservation.
 struct Wiring<'a> {
-    nl: &'a mut Netlink,
+    kinds: Adding<'a>,
     mtu: Chosen,
     netns: &'a Netns,
-    who: &'a Attachment<'a>,
-    conf: &'a Config,
 }
 
 /// Everything ADD makes after the reservation, then its last check; returns [bridge,
 /// host veth, container interface].
 fn make(mut w: Wiring, assigned: &Assigned, mac: Option<[u8; 6]>) -> Result<Vec<Interface>> {
-    let (who, conf) = (w.who, w.conf);
+    let (who, conf) = (w.kinds.who, w.kinds.conf);
     // A delegated plugin's ranges are known only from what it gave.
     if let Some(v6) = assigned.ips.iter().find(|ip| ip.address.is_ipv6()) {
         w.mtu
             .refuse_below_ipv6_minimum(&format!("the IPv6 address {} from IPAM", v6.address))?;
     }
-    let mut nft = NftablesOnDemand::default();
-    // Before the container is wired: its first packet already meets the isolation.
-    if conf.same_bridge_ingress {
-        isolation::add(nft.get()?, conf)?;
-    }
-    let interfaces = wire_up(&mut w, &mut nft, assigned, mac)?;
-    // A network the host routes for: accepted by a FORWARD policy that drops (Docker's).
-    if conf.is_gateway || conf.ip_masq || conf.publishes_ports {
-        forward::accept(nft.get()?, conf)?;
-    }
-    // The masquerade (ipMasq) and the published ports, in one nf_tables batch.
-    if conf.ip_masq || conf.port_mappings.as_ref().is_some_and(|m| !m.is_empty()) {
-        let addresses: Vec<IpNetwork> = assigned.ips.iter().map(|ip| ip.address).collect();
-        nat::add(nft.get()?, conf, who, &addresses)?;
-    }
+    firewall::add(Phase::BeforePair, &mut w.kinds)?;
+    let interfaces = wire_up(&mut w, assigned, mac)?;
+    firewall::add(Phase::Wired, &mut w.kinds)?;
+    firewall::add(Phase::OneBatch, &mut w.kinds)?;
     // A Service whose endpoint is a pod of this bridge, where bridged traffic bypasses
     // netfilter: its answers are made to come back through the node.
     if conf.is_gateway && !services::bridged_traffic_filtered() {
-        services::add(nft.get()?, conf)?;
+        services::add(w.kinds.nft.get()?, conf)?;
     }
     // Last, after everything is made: a concurrent GC that does not list this attachment
     // (another runtime sharing the network) may have removed part of it. Checking both
     // halves here catches any such removal that happened before this point.
-    wire::verify_pair(w.nl, who)?;
+    wire::verify_pair(w.kinds.nl, who)?;
     addressing::verify_still_held(who, assigned)?;
     Ok(interfaces)
 }
 
 /// The kernel steps, in order; returns [bridge, host veth, container interface].
-fn wire_up(
-    w: &mut Wiring,
-    nft: &mut NftablesOnDemand,
-    assigned: &Assigned,
-    mac: Option<[u8; 6]>,
-) -> Result<Vec<Interface>> {
-    let (nl, mtu, netns, who, conf) = (&mut *w.nl, &mut w.mtu, w.netns, w.who, w.conf);
+fn wire_up(w: &mut Wiring, assigned: &Assigned, mac: Option<[u8; 6]>) -> Result<Vec<Interface>> {
+    let (mtu, netns, who, conf) = (&mut w.mtu, w.netns, w.kinds.who, w.kinds.conf);
+    let nl = &mut *w.kinds.nl;
     let gateways: Vec<IpNetwork> = if conf.is_gateway {
         assigned
             .ips
@@ -235,11 +226,6 @@ fn wire_up(
         )
         .details("another ADD of this attachment is running; retry"));
     };
-    // Before the container's interface has an address: no frame it sends with another
-    // source MAC reaches the bridge.
-    if conf.mac_spoof_check {
-        mac_filter::add(nft.get()?, conf, who, host.container_mac)?;
-    }
     if conf.hairpin_mode {
         wire::set_hairpin(nl, &host.name)?;
     }
@@ -250,10 +236,12 @@ fn wire_up(
             .ok_or_else(|| wire::vanished(&host.name))?;
         port::configure(nl, index, &conf.port)?;
     }
-    // Host side only (the reference's way: a TBF on the veth, an ifb for egress), before
-    // the container has an address: none of its traffic goes unshaped.
-    let ifb = bandwidth::add(nl, conf, who, &host.name)?;
-    let addresses: Vec<IpNetwork> = assigned.ips.iter().map(|ip| ip.address).collect();
+    // Before the container's interface has an address: no frame it sends with another
+    // source MAC reaches the bridge, none of its traffic goes unshaped.
+    w.kinds.host = Some((host.name.clone(), host.container_mac));
+    firewall::add(Phase::PairMade, &mut w.kinds)?;
+    let nl = &mut *w.kinds.nl;
+    let addresses = w.kinds.addresses;
     let routes: Vec<ContainerRoute> = assigned
         .routes
         .iter()
@@ -269,7 +257,7 @@ fn wire_up(
         netns,
         &ContainerSetup {
             ifname: who.ifname,
-            addresses: &addresses,
+            addresses,
             routes: &routes,
             dad: conf.enable_dad,
             up: !conf.disable_container_interface,
@@ -305,8 +293,8 @@ fn wire_up(
         mtu: link.mtu,
         sandbox: String::new(),
     }));
-    // Last, as the reference bandwidth plugin appends it.
-    interfaces.extend(ifb);
+    // Last, as the reference bandwidth plugin appends its ifb.
+    interfaces.append(&mut w.kinds.interfaces);
     Ok(interfaces)
 }
 

@@ -8,8 +8,8 @@ use crate::cni::env::Env;
 use crate::cni::result::{format_mac, CniResult, IpConfig, RouteEntry};
 use crate::cni::{code, Error, Result};
 use crate::config::{Config, Mtu};
-use crate::firewall::{self, Diff, KINDS};
-use crate::netlink::{LinkKind, Netlink, Nftables, Route, RouteAttrs, MAIN_TABLE};
+use crate::firewall::{self, Checking, Diff, KINDS};
+use crate::netlink::{LinkKind, Netlink, NftablesOnDemand, Route, RouteAttrs, MAIN_TABLE};
 use crate::netns::{Netns, OpenError};
 use crate::wire::kind_name;
 use crate::wire::mtu::Auto;
@@ -53,10 +53,17 @@ pub fn check(env: &Env, conf: &Config) -> Result<()> {
     // follows from which differences the restore command can repair.
     let addresses: Vec<_> = ips.iter().map(|ip| ip.address).collect();
     let who = Attachment::of(env, conf);
-    let mut nft = Nftables::open()?;
+    let mut nft = NftablesOnDemand::default();
+    let mut checking = Checking {
+        conf,
+        nft: &mut nft,
+        who: &who,
+        addresses: &addresses,
+        mac: &container.mac,
+    };
     let mut firewall_diffs: Vec<Diff> = Vec::new();
     for kind in KINDS {
-        firewall_diffs.extend(kind.check(&mut nft, conf, &who, &addresses, &container.mac)?);
+        firewall_diffs.extend(kind.check(&mut checking)?);
     }
     drop(nft);
     let inside = netns.run(|| look_inside(&env.ifname))?;

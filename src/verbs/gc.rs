@@ -28,9 +28,9 @@ use crate::attachment::Attachment;
 use crate::cni::env::Env;
 use crate::cni::{Error, Result};
 use crate::config::Config;
-use crate::firewall::{Live, KINDS};
+use crate::firewall::{Live, Sweeping, KINDS};
 use crate::ipam::Store;
-use crate::netlink::{Link, LinkKind, Netlink, Nftables};
+use crate::netlink::{Link, LinkKind, Netlink, NftablesOnDemand};
 use crate::removal::{self, Reservations, Target};
 use crate::wire;
 
@@ -146,13 +146,16 @@ fn sweep_unlabelled(
 /// The by-kind sweeps of nf_tables, on one socket: every kind's elements whose owner is
 /// no valid attachment.
 fn sweep_nftables(conf: &Config, valid: &HashSet<(String, String)>, errors: &mut Vec<Error>) {
-    let mut nft = match Nftables::open() {
-        Ok(nft) => nft,
-        Err(e) => return errors.push(e.into()),
-    };
+    let mut nft = NftablesOnDemand::default();
     let live = Live::of(conf, valid);
+    let mut sweeping = Sweeping {
+        conf,
+        nft: &mut nft,
+        live: &live,
+        errors,
+    };
     for kind in KINDS {
-        kind.sweep(&mut nft, conf, &live, errors);
+        kind.sweep(&mut sweeping);
     }
 }
 

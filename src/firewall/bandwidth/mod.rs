@@ -24,12 +24,12 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{Diff, Live, Removing, Wired};
+use super::{Adding, Checking, Diff, Looking, Releasing, Removing, Sweeping, Wired};
 use crate::attachment::{self, Attachment};
 use crate::cni::result::{format_mac, Interface};
 use crate::cni::{code, Error, Result};
 use crate::config::{Config, Shape};
-use crate::netlink::{Link, LinkKind, Netlink, Nftables, Object, Tbf};
+use crate::netlink::{Link, LinkKind, Netlink, Object, Tbf};
 use crate::wire;
 
 /// The ifb of an attachment: "bwp" + its host veth's hash digits.
@@ -93,15 +93,11 @@ fn foreign(name: &str, why: &str) -> Error {
 /// 0.97 to 1.27 times this way (medians of 20 to 40 interleaved runs of each, paired, on
 /// a shared 2-CPU node). Returns the ifb as the reference reports it (appended to the
 /// result's interfaces).
-pub fn add(
-    nl: &mut Netlink,
-    conf: &Config,
-    who: &Attachment,
-    host: &str,
-) -> Result<Option<Interface>> {
-    let Some(bw) = conf.bandwidth else {
-        return Ok(None);
+pub fn add(a: &mut Adding) -> Result<()> {
+    let (Some((host, _)), Some(bw)) = (&a.host, a.conf.bandwidth) else {
+        return Ok(());
     };
+    let (nl, who) = (&mut *a.nl, a.who);
     let veth = nl.link(host)?.ok_or_else(|| wire::vanished(host))?;
     if let Some(s) = bw.ingress {
         nl.add_tbf(veth.index, &tbf(s))?;
@@ -111,7 +107,8 @@ pub fn add(
         None => None,
     };
     nl.set_up(veth.index)?;
-    Ok(ifb)
+    a.interfaces.extend(ifb);
+    Ok(())
 }
 
 /// The ifb, its TBF, the host veth's ingress qdisc and the redirect.
@@ -150,7 +147,8 @@ fn tbf(s: Shape) -> Tbf {
 }
 
 /// The one removal: the attachment's ifb, if it is its (the veth's qdiscs go with it).
-pub fn remove(_nft: &mut Nftables, conf: &Config, r: &Removing) -> Result<()> {
+pub fn remove(r: &mut Removing) -> Result<()> {
+    let conf = r.conf;
     let mut nl = Netlink::open()?;
     match ifb_of(&mut nl, &r.who)? {
         Found::Ours(ifb) => wire::delete_if_present(&mut nl, ifb.index).map(drop),
@@ -170,7 +168,8 @@ pub fn remove(_nft: &mut Nftables, conf: &Config, r: &Removing) -> Result<()> {
 /// CHECK: the shaping the config asks for is on the host side: the TBF of each shaped
 /// direction with the parameters its rate and burst make, the ifb up, and the redirect
 /// to it (which the restore command can put back; the rest needs DEL and ADD).
-pub fn check(_nft: &mut Nftables, conf: &Config, who: &Attachment) -> Result<Vec<Diff>> {
+pub fn check(c: &mut Checking) -> Result<Vec<Diff>> {
+    let (conf, who) = (c.conf, c.who);
     let Some(bw) = conf.bandwidth else {
         return Ok(Vec::new());
     };
@@ -250,7 +249,8 @@ fn compare(on: &str, direction: &str, s: Shape, found: Option<Tbf>) -> Option<St
 
 /// GC: the ifbs of this network whose owner is not live, and unlabelled ifbs of academy's
 /// names whose host veth is gone (an ADD killed between creating and labelling one).
-pub fn sweep(_nft: &mut Nftables, conf: &Config, live: &Live, errors: &mut Vec<Error>) {
+pub fn sweep(s: &mut Sweeping) {
+    let (conf, live, errors) = (s.conf, s.live, &mut *s.errors);
     // A network that cannot shape made no ifb (its keys and capability are the entry's).
     if !conf.shapes {
         return;
@@ -291,8 +291,8 @@ pub fn sweep(_nft: &mut Nftables, conf: &Config, live: &Live, errors: &mut Vec<E
 
 /// The redirects missing from the network's wired attachments that have an ifb: what
 /// can be known without the rates (see the module's comment).
-pub fn missing(_nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<String>> {
-    Ok(unredirected(conf, wired)?
+pub fn missing(l: &mut Looking) -> Result<Vec<String>> {
+    Ok(unredirected(l.conf, l.wired)?
         .into_iter()
         .map(|(veth, ifb)| {
             format!(
@@ -304,8 +304,8 @@ pub fn missing(_nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<
 }
 
 /// Puts back what `missing` names: the ingress qdisc (unless there) and the redirect.
-pub fn restore(_nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<String>> {
-    let gaps = unredirected(conf, wired)?;
+pub fn restore(l: &mut Looking) -> Result<Vec<String>> {
+    let gaps = unredirected(l.conf, l.wired)?;
     if gaps.is_empty() {
         return Ok(Vec::new());
     }
@@ -354,7 +354,7 @@ fn unredirected(conf: &Config, wired: &Wired) -> Result<Vec<(Link, Link)>> {
 }
 
 /// Nothing of the kind is the network's own.
-pub fn objects(_nft: &mut Nftables, _conf: &Config) -> Result<Option<Vec<Object>>> {
+pub fn objects(_r: &mut Releasing) -> Result<Option<Vec<Object>>> {
     Ok(Some(Vec::new()))
 }
 

@@ -10,14 +10,22 @@
 //! comment (netlink/nftables/forward.rs).
 
 use super::network::repair_lock;
-use super::{Diff, Wired};
+use super::{Adding, Checking, Diff, Looking, Releasing};
 use crate::cni::Result;
 use crate::config::Config;
 use crate::netlink::{Family, Nftables, Object};
 
 mod nft;
 
-/// ADD: where FORWARD drops, the bridge's accepts are there once each. The common case
+/// ADD, once the container is wired: the accepts of a network the host routes for.
+pub fn add(a: &mut Adding) -> Result<()> {
+    match routed(a.conf) {
+        true => accept(a.nft.get()?, a.conf).map(drop),
+        false => Ok(()),
+    }
+}
+
+/// Where FORWARD drops, the bridge's accepts are there once each. The common case
 /// (all there) is one chain lookup and one dump per family; a change is made under the
 /// host's repair lock after a second look, so concurrent first ADDs append them once.
 pub fn accept(nft: &mut Nftables, conf: &Config) -> Result<Vec<String>> {
@@ -78,8 +86,11 @@ fn lacking(nft: &mut Nftables, conf: &Config) -> Result<Vec<String>> {
 }
 
 /// CHECK: where FORWARD drops, the bridge's accepts are there.
-pub fn check(nft: &mut Nftables, conf: &Config) -> Result<Vec<Diff>> {
-    Ok(lacking(nft, conf)?
+pub fn check(c: &mut Checking) -> Result<Vec<Diff>> {
+    if !routed(c.conf) {
+        return Ok(Vec::new());
+    }
+    Ok(lacking(c.nft.get()?, c.conf)?
         .into_iter()
         .map(|words| Diff {
             text: format!("{words} are missing"),
@@ -89,24 +100,25 @@ pub fn check(nft: &mut Nftables, conf: &Config) -> Result<Vec<Diff>> {
 }
 
 /// STATUS: the same, for a network with wired attachments.
-pub fn missing(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<String>> {
-    if !wired.bridge_in_use {
+pub fn missing(l: &mut Looking) -> Result<Vec<String>> {
+    if !l.wired.bridge_in_use || !routed(l.conf) {
         return Ok(Vec::new());
     }
-    lacking(nft, conf)
+    lacking(l.nft.get()?, l.conf)
 }
 
 /// The restore command: what is missing put back, outdated accepts and second copies
 /// deleted (both say what they did).
-pub fn restore(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<String>> {
-    if !wired.bridge_in_use || !routed(conf) {
+pub fn restore(l: &mut Looking) -> Result<Vec<String>> {
+    if !l.wired.bridge_in_use || !routed(l.conf) {
         return Ok(Vec::new());
     }
-    accept(nft, conf)
+    accept(l.nft.get()?, l.conf)
 }
 
 /// The bridge's accept rules, in both families (outdated ones and copies included).
-pub fn objects(nft: &mut Nftables, conf: &Config) -> Result<Vec<Object>> {
+pub fn objects(r: &mut Releasing) -> Result<Vec<Object>> {
+    let (conf, nft) = (r.conf, r.nft.get()?);
     let mut objects = Vec::new();
     for family in [Family::V4, Family::V6] {
         objects.extend(

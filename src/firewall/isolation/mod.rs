@@ -10,7 +10,7 @@
 //! behind for good (its DEL cannot know whether the bridge is still in use), academy's
 //! release runs once nothing is attached.
 
-use super::{Diff, Wired};
+use super::{Adding, Checking, Diff, Looking, Releasing};
 use crate::cni::Result;
 use crate::config::Config;
 use crate::netlink::{Nftables, Object};
@@ -19,9 +19,17 @@ mod nft;
 
 pub use nft::isolated_object;
 
-/// ADD's step: the rule and the bridge's element (one dump and one batch; the host's
-/// repair lock only when the rule must be written).
-pub fn add(nft: &mut Nftables, conf: &Config) -> Result<()> {
+/// ADD's step, before the pair: nothing without `ingressPolicy` same-bridge.
+pub fn add(a: &mut Adding) -> Result<()> {
+    match a.conf.same_bridge_ingress {
+        true => ensure(a.nft.get()?, a.conf),
+        false => Ok(()),
+    }
+}
+
+/// The rule and the bridge's element (one dump and one batch; the host's repair lock
+/// only when the rule must be written).
+fn ensure(nft: &mut Nftables, conf: &Config) -> Result<()> {
     let lock = super::network::repair_lock;
     // A release deleting the table between the look and the batch: look again.
     match nft.ensure_isolation(&conf.bridge, lock) {
@@ -57,8 +65,11 @@ fn lacking(nft: &mut Nftables, conf: &Config) -> Result<Vec<String>> {
 }
 
 /// CHECK: the rule and the bridge's element are there; each lack is what a flush takes.
-pub fn check(nft: &mut Nftables, conf: &Config) -> Result<Vec<Diff>> {
-    Ok(lacking(nft, conf)?
+pub fn check(c: &mut Checking) -> Result<Vec<Diff>> {
+    if !c.conf.same_bridge_ingress {
+        return Ok(Vec::new());
+    }
+    Ok(lacking(c.nft.get()?, c.conf)?
         .into_iter()
         .map(|text| Diff {
             text,
@@ -68,18 +79,18 @@ pub fn check(nft: &mut Nftables, conf: &Config) -> Result<Vec<Diff>> {
 }
 
 /// STATUS: the same, for a network with wired attachments.
-pub fn missing(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<String>> {
-    if !wired.bridge_in_use {
+pub fn missing(l: &mut Looking) -> Result<Vec<String>> {
+    if !l.wired.bridge_in_use || !l.conf.same_bridge_ingress {
         return Ok(Vec::new());
     }
-    lacking(nft, conf)
+    lacking(l.nft.get()?, l.conf)
 }
 
 /// Puts back what `missing` names; returns it.
-pub fn restore(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<String>> {
-    let missing = missing(nft, conf, wired)?;
+pub fn restore(l: &mut Looking) -> Result<Vec<String>> {
+    let missing = missing(l)?;
     if !missing.is_empty() {
-        add(nft, conf)?;
+        ensure(l.nft.get()?, l.conf)?;
     }
     Ok(missing)
 }
@@ -87,7 +98,8 @@ pub fn restore(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<S
 /// The bridge's element, once the network has no attachment left. Looked up when the
 /// config no longer sets the key (an admin took it out of a live network's conflist):
 /// left behind, it would isolate whatever network used the bridge next.
-pub fn objects(nft: &mut Nftables, conf: &Config) -> Result<Vec<Object>> {
+pub fn objects(r: &mut Releasing) -> Result<Vec<Object>> {
+    let (conf, nft) = (r.conf, r.nft.get()?);
     if conf.same_bridge_ingress || nft.is_isolated(&conf.bridge)? {
         return Ok(vec![isolated_object(&conf.bridge)]);
     }

@@ -9,10 +9,10 @@
 //! them by that identity before the veth goes. The network's rule, map and sets go with
 //! its last attachment (network.rs).
 
-use super::{Diff, Live, Removing, Wired};
+use super::{Adding, Checking, Diff, Looking, Releasing, Removing, Sweeping, Wired};
 use crate::attachment::Attachment;
 use crate::cni::result::format_mac;
-use crate::cni::{Error, Result};
+use crate::cni::Result;
 use crate::config::Config;
 use crate::firewall::tables::ACADEMY_BRIDGE;
 use crate::netlink::{Netlink, Nftables, Object};
@@ -24,7 +24,15 @@ mod nft;
 pub use names::{guard_sets, GuardedPort};
 
 /// Guards the attachment's host veth: only `mac` may be a source on it.
-pub fn add(nft: &mut Nftables, conf: &Config, who: &Attachment, mac: [u8; 6]) -> Result<()> {
+pub fn add(a: &mut Adding) -> Result<()> {
+    let (Some((_, mac)), true) = (&a.host, a.conf.mac_spoof_check) else {
+        return Ok(());
+    };
+    guard(a.nft.get()?, a.conf, a.who, *mac)
+}
+
+/// The port guarded for `mac`.
+fn guard(nft: &mut Nftables, conf: &Config, who: &Attachment, mac: [u8; 6]) -> Result<()> {
     let port = GuardedPort {
         port: who.host_name(),
         mac,
@@ -53,7 +61,8 @@ pub fn add(nft: &mut Nftables, conf: &Config, who: &Attachment, mac: [u8; 6]) ->
 
 /// Removes the attachment's elements if they name it, and only then: a port name whose
 /// elements name another attachment is not this removal's to take.
-pub fn remove(nft: &mut Nftables, conf: &Config, r: &Removing) -> Result<()> {
+pub fn remove(r: &mut Removing) -> Result<()> {
+    let (conf, nft) = (r.conf, r.nft.get()?);
     match nft.guarded_port(&conf.name, &r.who.host_name())? {
         Some(port) if r.who.owns(&port.comment) => Ok(nft.unguard_ports(&conf.name, &[port])?),
         Some(port) => {
@@ -73,7 +82,11 @@ pub fn remove(nft: &mut Nftables, conf: &Config, r: &Removing) -> Result<()> {
 /// CHECK: the network's rule is in the chain, and the host veth is guarded for this
 /// attachment with the container's MAC (`mac`, as ADD reported it) in the map and both
 /// sets. What a flush took (the rule, the elements) the restore command puts back.
-pub fn check(nft: &mut Nftables, conf: &Config, who: &Attachment, mac: &str) -> Result<Vec<Diff>> {
+pub fn check(c: &mut Checking) -> Result<Vec<Diff>> {
+    if !c.conf.mac_spoof_check {
+        return Ok(Vec::new());
+    }
+    let (nft, conf, who, mac) = (c.nft.get()?, c.conf, c.who, c.mac);
     let mut diffs = Vec::new();
     let mut diff = |text: String, restorable: bool| diffs.push(Diff { text, restorable });
     if !nft.has_guard_rule(&conf.name)? {
@@ -126,7 +139,12 @@ pub fn check(nft: &mut Nftables, conf: &Config, who: &Attachment, mac: &str) -> 
 }
 
 /// GC: removes the guarded ports of this network whose owner is not live.
-pub fn sweep(nft: &mut Nftables, conf: &Config, live: &Live, errors: &mut Vec<Error>) {
+pub fn sweep(s: &mut Sweeping) {
+    let (conf, live, errors) = (s.conf, s.live, &mut *s.errors);
+    let nft = match s.nft.get() {
+        Ok(nft) => nft,
+        Err(e) => return errors.push(e.into()),
+    };
     let stale: Vec<GuardedPort> = match nft.guarded_ports(&conf.name) {
         Ok(all) => all.into_iter().filter(|p| !live.owns(&p.comment)).collect(),
         Err(e) => return errors.push(e.into()),
@@ -149,10 +167,12 @@ pub fn sweep(nft: &mut Nftables, conf: &Config, live: &Live, errors: &mut Vec<Er
 
 /// What an admin's flush took of the filter of the network's wired attachments: the
 /// rule (without it no frame is checked), and each attachment's guard.
-pub fn missing(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<String>> {
+pub fn missing(l: &mut Looking) -> Result<Vec<String>> {
+    let (conf, wired) = (l.conf, l.wired);
     if !conf.mac_spoof_check || wired.attachments.is_empty() {
         return Ok(Vec::new());
     }
+    let nft = l.nft.get()?;
     let mut missing = Vec::new();
     if !nft.has_guard_rule(&conf.name)? {
         missing.push(format!(
@@ -192,11 +212,12 @@ fn unguarded(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<Str
 /// container interface's, read over netlink through the veth's peer (no netns is
 /// entered). With the rule gone, the network's sets are made anew, so the guards of
 /// every wired attachment are added again.
-pub fn restore(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<String>> {
-    let missing = missing(nft, conf, wired)?;
+pub fn restore(l: &mut Looking) -> Result<Vec<String>> {
+    let missing = missing(l)?;
     if missing.is_empty() {
         return Ok(missing);
     }
+    let (conf, wired, nft) = (l.conf, l.wired, l.nft.get()?);
     let rule_gone = !nft.has_guard_rule(&conf.name)?;
     if rule_gone {
         // Sets without their rule (an admin deleted the rule alone) would make the
@@ -233,16 +254,18 @@ pub fn restore(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<S
         if let Some(old) = nft.guarded_port(&conf.name, &who.host_name())? {
             nft.unguard_ports(&conf.name, &[old])?;
         }
-        add(nft, conf, &who, mac)?;
+        guard(nft, conf, &who, mac)?;
     }
     Ok(missing)
 }
 
 /// The network's rule, map and sets in `bridge academy`, once no port is guarded.
-pub fn objects(nft: &mut Nftables, conf: &Config) -> Result<Option<Vec<Object>>> {
+pub fn objects(r: &mut Releasing) -> Result<Option<Vec<Object>>> {
+    let conf = r.conf;
     if !conf.mac_spoof_check {
         return Ok(Some(Vec::new()));
     }
+    let nft = r.nft.get()?;
     if !nft.guarded_ports(&conf.name)?.is_empty() {
         return Ok(None);
     }

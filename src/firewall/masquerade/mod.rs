@@ -13,9 +13,9 @@ use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 
-use super::{Diff, Live, Removing};
+use super::{Adding, Checking, Diff, Looking, Releasing, Removing, Sweeping};
 use crate::attachment::Attachment;
-use crate::cni::{Error, Result};
+use crate::cni::Result;
 use crate::config::{Config, Ipam};
 use crate::firewall::tables::{ACADEMY, POSTROUTING};
 use crate::netlink::{Family, Nftables, Object, TableRule};
@@ -29,6 +29,12 @@ mod rule;
 pub use change::{NatChange, SetElement};
 pub use inspect::{MasqRule, SetShape};
 pub use nft::{set_name, MasqElement, MasqNetwork};
+
+/// ADD, for the one batch: the attachment's addresses go in its network's sets (ipMasq).
+pub fn add(a: &mut Adding) -> Result<()> {
+    a.batch.masquerade = a.conf.ip_masq;
+    Ok(())
+}
 
 /// For a legacy reservation that names its container only: the elements whose comment
 /// names that container (in either owner form).
@@ -50,7 +56,8 @@ pub fn remove_of_container(conf: &Config, container_id: &str, addresses: &[IpAdd
 /// socket that removed them waits for that (measured here: 6 to 22 ms on the close): the
 /// one removal keeps `nft` open across its slow step, the veth deletion, by which time
 /// the wait is over.
-pub fn remove(nft: &mut Nftables, conf: &Config, r: &Removing) -> Result<()> {
+pub fn remove(r: &mut Removing) -> Result<()> {
+    let (conf, nft) = (r.conf, r.nft.get()?);
     let addresses = match r.addresses {
         [] => owned_by(nft, conf, &r.who)?,
         known => known.to_vec(),
@@ -111,12 +118,12 @@ fn owned_by(nft: &mut Nftables, conf: &Config, who: &Attachment) -> Result<Vec<I
 /// CHECK: each address is in its set as this attachment's, and the network's rule is
 /// in the chain, made for the network's current ranges. A missing rule or element is
 /// what an admin's flush takes, which the restore command puts back.
-pub fn check(
-    nft: &mut Nftables,
-    conf: &Config,
-    who: &Attachment,
-    addresses: &[IpNetwork],
-) -> Result<Vec<Diff>> {
+pub fn check(c: &mut Checking) -> Result<Vec<Diff>> {
+    if !c.conf.ip_masq {
+        return Ok(Vec::new());
+    }
+    let (conf, who, addresses) = (c.conf, c.who, c.addresses);
+    let nft = c.nft.get()?;
     let mut diffs = Vec::new();
     let mut diff = |text: String, restorable: bool| diffs.push(Diff { text, restorable });
     let rules = nft.masquerade_rules()?;
@@ -177,7 +184,12 @@ pub(super) fn is_current(conf: &Config, rule: &MasqRule, network: &MasqNetwork) 
 /// the comments of a dump taken just before the removal (a lookup per element would
 /// compare the same comments again, at one round trip each: a GC of 5,000 stale
 /// elements is one dump and one batch). Errors are collected; the sweep goes on.
-pub fn sweep(nft: &mut Nftables, conf: &Config, live: &Live, errors: &mut Vec<Error>) {
+pub fn sweep(s: &mut Sweeping) {
+    let (conf, live, errors) = (s.conf, s.live, &mut *s.errors);
+    let nft = match s.nft.get() {
+        Ok(nft) => nft,
+        Err(e) => return errors.push(e.into()),
+    };
     for family in [Family::V4, Family::V6] {
         match nft.set_shape(&conf.name, family) {
             Ok(SetShape::Foreign(why)) => {
@@ -217,9 +229,20 @@ pub fn sweep(nft: &mut Nftables, conf: &Config, live: &Live, errors: &mut Vec<Er
     }
 }
 
+/// STATUS: what the store says the network's masquerade should hold and the kernel lacks.
+pub fn missing(l: &mut Looking) -> Result<Vec<String>> {
+    nat::plan(l.nft.get()?, l.conf, l.wired).map(|r| r.missing)
+}
+
+/// The restore command: what `missing` names, put back.
+pub fn restore(l: &mut Looking) -> Result<Vec<String>> {
+    nat::restore(l.nft.get()?, l.conf, l.wired)
+}
+
 /// The network's rules in academy's chain and its sets (those of academy's shape), if
 /// the sets are empty.
-pub fn objects(nft: &mut Nftables, conf: &Config) -> Result<Option<Vec<Object>>> {
+pub fn objects(r: &mut Releasing) -> Result<Option<Vec<Object>>> {
+    let (conf, nft) = (r.conf, r.nft.get()?);
     let mut objects = Vec::new();
     let rules = nft.masquerade_rules()?;
     for family in [Family::V4, Family::V6] {

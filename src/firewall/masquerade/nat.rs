@@ -4,9 +4,11 @@
 //! STATUS through the table of kinds).
 
 use std::collections::HashSet;
+use std::fs::File;
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
+use nix::fcntl::Flock;
 
 use super::{
     is_current, networks, set_name, MasqElement, MasqNetwork, MasqRule, NatChange, SetElement,
@@ -18,9 +20,21 @@ use crate::cni::{code, Error, Result};
 use crate::config::Config;
 use crate::firewall::network::repair_lock;
 use crate::firewall::ports::{self, key_text, PortElement, PortKey};
-use crate::firewall::Wired;
+use crate::firewall::{Adding, Wired};
 use crate::ipam::Holder;
 use crate::netlink::{Family, Nftables, NlError, Step};
+
+/// What the kinds of ADD's one batch put in it (their `add`, in the table's phase
+/// `OneBatch`) before `send_staged` sends it.
+#[derive(Default)]
+pub struct Staged {
+    /// The masquerade's: the attachment's addresses go in its network's sets.
+    pub masquerade: bool,
+    /// Port mapping's: the ports to publish, and the host's publish lock, held until the
+    /// batch is in.
+    pub ports: Vec<PortElement>,
+    pub publish_lock: Option<Flock<File>>,
+}
 
 /// ADD: the attachment's masquerade elements (ipMasq) and published ports
 /// (portMappings) in one batch, so ADD's nf_tables state is one sendmsg and all or
@@ -42,28 +56,22 @@ use crate::netlink::{Family, Nftables, NlError, Step};
 /// the earlier batches' ports by their holder's comment, as it removes everything else
 /// the failed ADD made (tests/it/portmap/limits.rs: a refusal in the last batch leaves
 /// none of the earlier ones' ports).
-pub fn add(
-    nft: &mut Nftables,
-    conf: &Config,
-    who: &Attachment,
-    addresses: &[IpNetwork],
-) -> Result<()> {
-    let mut published = ports::elements(conf, who, addresses)?;
-    if !conf.ip_masq && published.is_empty() {
+pub fn send_staged(a: &mut Adding) -> Result<()> {
+    let staged = std::mem::take(&mut a.batch);
+    let mut published = staged.ports;
+    if !staged.masquerade && published.is_empty() {
         return Ok(());
     }
-    if published.iter().any(|p| p.key.family == Family::V4) {
-        ports::allow_localhost(nft, &conf.bridge)?;
-    }
-    let lock = match published.is_empty() {
-        true => None,
-        false => ports::publish_lock(),
-    };
-    if let Some(conflict) = ports::cross_conflict(nft, who, &published)? {
-        return Err(conflict);
-    }
-    send(nft, conf, who, addresses, &mut published)?;
-    drop(lock);
+    let nft = a.nft.get()?;
+    send(
+        nft,
+        a.conf,
+        a.who,
+        a.addresses,
+        staged.masquerade,
+        &mut published,
+    )?;
+    drop(staged.publish_lock);
     ports::flush_stale_udp(&published);
     Ok(())
 }
@@ -73,9 +81,10 @@ fn send(
     conf: &Config,
     who: &Attachment,
     addresses: &[IpNetwork],
+    masquerade: bool,
     published: &mut Vec<PortElement>,
 ) -> Result<()> {
-    let (networks, own): (Vec<MasqNetwork>, Vec<IpAddr>) = if conf.ip_masq {
+    let (networks, own): (Vec<MasqNetwork>, Vec<IpAddr>) = if masquerade {
         let own = addresses.iter().map(|a| a.ip()).collect();
         (networks(conf, addresses), own)
     } else {
@@ -105,7 +114,7 @@ fn send(
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let rules = match conf.ip_masq {
+        let rules = match masquerade {
             true => nft.masquerade_rules()?,
             false => Vec::new(),
         };

@@ -14,7 +14,7 @@ use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 
-use super::{Diff, Live, Removing, Wired};
+use super::{Adding, Checking, Diff, Looking, Releasing, Removing, Sweeping};
 use crate::attachment::Attachment;
 use crate::cni::{Error, Result};
 use crate::config::{Config, PortMapping};
@@ -72,6 +72,28 @@ pub(super) fn flush_stale_udp(ports: &[PortElement]) {
             Error::from(e)
         ),
     }
+}
+
+/// ADD, for the one batch: the attachment's ports (none: nothing), after the bridge's
+/// loopback guard when an IPv4 port is among them (route_localnet goes on with it), and
+/// under the host's publish lock, held until the batch is in, once no port is found held
+/// in the map the kernel does not compare (a hostIP mapping against the ports published
+/// on every address, and the reverse: `cross_conflict`).
+pub fn add(a: &mut Adding) -> Result<()> {
+    let published = elements(a.conf, a.who, a.addresses)?;
+    if published.is_empty() {
+        return Ok(());
+    }
+    let nft = a.nft.get()?;
+    if published.iter().any(|p| p.key.family == Family::V4) {
+        allow_localhost(nft, &a.conf.bridge)?;
+    }
+    a.batch.publish_lock = publish_lock();
+    if let Some(conflict) = cross_conflict(nft, a.who, &published)? {
+        return Err(conflict);
+    }
+    a.batch.ports = published;
+    Ok(())
 }
 
 /// The elements ADD publishes for the runtime's mappings. A hostIP of a family the
@@ -168,7 +190,8 @@ fn key(m: &PortMapping, family: Family) -> PortKey {
 /// traces (GC, reclaim, healing) or a DEL without mappings is searched for by its owner
 /// in every map, whatever mappings the caller's config carries (a healer's are its own).
 /// A runtime that sent an empty list is believed: GC sweeps what it forgot.
-pub fn remove(nft: &mut Nftables, conf: &Config, r: &Removing) -> Result<()> {
+pub fn remove(r: &mut Removing) -> Result<()> {
+    let (conf, nft) = (r.conf, r.nft.get()?);
     let mine = r.who.owner();
     let keys: Vec<PortKey> = match &conf.port_mappings {
         // The runtime says there were none (containerd sends an empty list for a
@@ -209,7 +232,12 @@ pub fn remove(nft: &mut Nftables, conf: &Config, r: &Removing) -> Result<()> {
 
 /// GC: removes the network's published ports whose owner is not live. The maps are
 /// shared by every network: only elements naming this one are looked at.
-pub fn sweep(nft: &mut Nftables, conf: &Config, live: &Live, errors: &mut Vec<Error>) {
+pub fn sweep(s: &mut Sweeping) {
+    let (conf, live, errors) = (s.conf, s.live, &mut *s.errors);
+    let nft = match s.nft.get() {
+        Ok(nft) => nft,
+        Err(e) => return errors.push(e.into()),
+    };
     let prefix = format!("{}:", conf.name);
     let stale: Vec<PortElement> = match nft.port_elements() {
         Ok(all) => all
@@ -249,12 +277,9 @@ pub(super) const LOGGED: usize = 8;
 /// CHECK: each mapping is in its map, held by this attachment, going to its address,
 /// and port mapping's rules are all there (an admin's flush of the chains keeps the
 /// maps, and the restore command puts the rules back).
-pub fn check(
-    nft: &mut Nftables,
-    conf: &Config,
-    who: &Attachment,
-    addresses: &[IpNetwork],
-) -> Result<Vec<Diff>> {
+pub fn check(c: &mut Checking) -> Result<Vec<Diff>> {
+    let (conf, who, addresses) = (c.conf, c.who, c.addresses);
+    let nft = c.nft.get()?;
     let wanted = elements(conf, who, addresses)?;
     let mut diffs = Vec::new();
     if wanted.is_empty() {
@@ -314,11 +339,13 @@ pub fn check(
 /// STATUS: port mapping's rules, when this network publishes ports that are still in
 /// the maps (after a deletion of the table the maps are gone too, and each container's
 /// ports come back with its next ADD: academy keeps no other record of them).
-pub fn missing(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<String>> {
+pub fn missing(l: &mut Looking) -> Result<Vec<String>> {
+    let (conf, wired) = (l.conf, l.wired);
     let mut missing = Vec::new();
     if wired.attachments.is_empty() {
         return Ok(missing);
     }
+    let nft = l.nft.get()?;
     if published_here(nft, conf)? || super::services::need_hairpin(conf) {
         let rules = nft.missing_portmap_rules()?;
         if !rules.is_empty() {
@@ -347,11 +374,12 @@ fn published_here(nft: &mut Nftables, conf: &Config) -> Result<bool> {
 
 /// Puts port mapping's rules back (and the bridge's hairpin mark and loopback guard)
 /// when `missing` names them.
-pub fn restore(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<String>> {
-    let missing = missing(nft, conf, wired)?;
+pub fn restore(l: &mut Looking) -> Result<Vec<String>> {
+    let missing = missing(l)?;
     if missing.is_empty() {
         return Ok(missing);
     }
+    let (conf, nft) = (l.conf, l.nft.get()?);
     let _lock = super::network::repair_lock();
     if published_here(nft, conf)? || super::services::need_hairpin(conf) {
         nft.ensure_portmap()?;
@@ -367,10 +395,12 @@ pub fn restore(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<S
 /// guard, once none of its ports is published. The bridge then has no port, and gives
 /// up route_localnet with its guard: a container attached later without a published
 /// port (so without the guard) must not find 127.0.0.0/8 routed.
-pub fn objects(nft: &mut Nftables, conf: &Config) -> Result<Option<Vec<Object>>> {
+pub fn objects(r: &mut Releasing) -> Result<Option<Vec<Object>>> {
+    let conf = r.conf;
     if !conf.publishes_ports && !conf.is_gateway {
         return Ok(Some(Vec::new()));
     }
+    let nft = r.nft.get()?;
     if published_here(nft, conf)? {
         return Ok(None);
     }

@@ -63,7 +63,7 @@ fn bad_operator_input_is_refused_and_changes_nothing() {
             2,
             "unknown subcommand \"frobnicate\"",
         ),
-        (vec!["--reclaim", &list], 2, "unknown subcommand"),
+        (vec!["--reclaim", &list], 2, "unknown option \"--reclaim\""),
         (vec!["list"], 2, "CONFLIST is missing"),
         (vec!["reclaim"], 2, "CONFLIST is missing"),
         (vec!["list", &list, &list], 2, "unexpected argument"),
