@@ -7,15 +7,16 @@
 //! - `verbs/`: ADD, DEL, CHECK, GC, STATUS, each a list of steps.
 //! - `removal`: the one removal of an attachment, in one order (DEL, a failed ADD,
 //!   healing, reclaim, GC). `leaks/`: what ADD and an operator do about leaked attachments.
-//! - `firewall/`: the nf_tables state academy keeps, as one table of kinds (masquerade,
-//!   published ports, MAC filter, a network's own objects) that removal, GC, CHECK,
-//!   STATUS and the restore command walk; ADD's one batch; FORWARD accepts.
+//! - `firewall/`: the state academy keeps beside the wiring, as one table of kinds
+//!   (masquerade, published ports, MAC filter, FORWARD accepts, bandwidth, isolation),
+//!   one folder each, that ADD (by phase), removal, GC, CHECK, STATUS and the restore
+//!   command walk; a network's own objects and their release.
 //! - `wire/`: the bridge, the veth pair and the container's interface, bridge port
 //!   VLANs, DAD. `addressing/`: academy's store or a delegated IPAM plugin.
 //! - `attachment`: one attachment's identity and every name derived from it.
 //! - `config/`, `ipam/` (the file store), `cni/` (the protocol's types and codes).
 //! - `netns`: the only place a namespace is entered; `netlink/`: the only place that
-//!   speaks to the kernel's network stack.
+//!   speaks to the kernel's network stack; `random`: the kernel's random bytes.
 
 mod addressing;
 mod attachment;
@@ -28,6 +29,7 @@ mod leaks;
 mod netlink;
 mod netns;
 pub mod plugin;
+mod random;
 mod removal;
 mod verbs;
 mod wire;

@@ -30,7 +30,7 @@
 //! gc.rs. Elsewhere nothing is removed but: the allocator's undo of a reservation it made
 //! before it returns a refusal (addressing.rs: no attachment had it yet), ADD replacing
 //! its own attachment's stale port element when the kernel refuses its batch
-//! (portmap.rs), and reclaim's sweep of a legacy reservation that names no interface
+//! (firewall/ports/), and reclaim's sweep of a legacy reservation that names no interface
 //! (leaks/reclaim.rs).
 
 use std::net::IpAddr;

@@ -87,7 +87,10 @@ def check_refs(args: list) -> int:
         checker.doc(shown(doc), doc.read_text())
         if doc == ROOT / layout.DOC:
             src = sorted(e.name + ("/" if e.is_dir() else "") for e in (ROOT / "src").iterdir())
-            checker.problems += layout.problems(doc.read_text(), lambda p: (ROOT / p).exists(), src)
+            children = lambda folder: sorted(
+                e.name + ("/" if e.is_dir() else "") for e in (ROOT / folder).iterdir())
+            checker.problems += layout.problems(
+                doc.read_text(), lambda p: (ROOT / p).exists(), src, children=children)
     seen = []
     if not [a for a in args if a != "--fix"]:
         if not (ROOT / layout.DOC).is_file():

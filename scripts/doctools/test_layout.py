@@ -52,6 +52,38 @@ class Problems(unittest.TestCase):
         self.assertEqual(len(layout.problems("# x\n", lambda p: True, [])), 1)
 
 
+FOLDERS = """## Layout of the code
+
+```
+src/main.rs         read env
+src/nft/            encoding: objects.rs, batch.rs; store/: pending.rs
+src/verbs/          one verb each
+```
+"""
+
+
+class Descriptions(unittest.TestCase):
+    def test_names_of_a_folder_s_own_files(self):
+        self.assertEqual(layout.descriptions(FOLDERS),
+                         {"src/nft/": {"objects.rs", "batch.rs", "store/", "pending.rs"},
+                          "src/verbs/": set()})
+
+    def test_a_folder_naming_files_names_all_its_own_each_there(self):
+        tree = {"src/nft/": ["mod.rs", "objects.rs", "batch.rs", "store/", "expr.rs"],
+                "src/verbs/": ["add.rs"]}
+        there = {"src/main.rs", "src/nft/", "src/verbs/", "src/nft/objects.rs",
+                 "src/nft/batch.rs", "src/nft/store/", "src/nft/store/pending.rs"}
+        found = layout.problems(FOLDERS, lambda p: p in there, ["main.rs", "nft/", "verbs/"],
+                                children=lambda f: tree[f])
+        self.assertEqual(found, [
+            "docs/design.md layout: src/nft/expr.rs is not named in src/nft/'s description"])
+        gone = there - {"src/nft/store/pending.rs"}
+        found = layout.problems(FOLDERS, lambda p: p in gone, ["main.rs", "nft/", "verbs/"],
+                                children=lambda f: [c for c in tree[f] if c != "expr.rs"])
+        self.assertEqual(found, [
+            "docs/design.md layout: src/nft/ names pending.rs, which is not there"])
+
+
 class TheRealDoc(unittest.TestCase):
     def test_the_doc_check_refs_reads_has_the_block(self):
         doc = pathlib.Path(__file__).resolve().parents[2] / layout.DOC

@@ -2,7 +2,7 @@
 //! something takes it, instead of after the next reload hook or ADD.
 //!
 //! It subscribes to nf_tables' change notifications in the netns it runs in
-//! (netlink/nftables/monitor.rs), and after each burst of changes by another program
+//! (src/netlink/nftables/monitor.rs), and after each burst of changes by another program
 //! (`nft flush ruleset`, `nft delete table inet academy`, an iptables-nft reload, a
 //! firewalld restart) runs the restore of `academy restore` for every academy network
 //! of DIR, read again each time so that networks added since count. Once at start too.

@@ -82,7 +82,7 @@ pub struct Config {
     pub same_bridge_ingress: bool,
     /// The container's bridge port: VLANs and isolation.
     pub port: PortSpec,
-    /// Capability `portMappings` declared: academy publishes ports itself (portmap.rs).
+    /// Capability `portMappings` declared: academy publishes ports itself (src/firewall/ports/).
     pub publishes_ports: bool,
     /// runtimeConfig.portMappings; None when the runtime sent none at all.
     pub port_mappings: Option<Vec<PortMapping>>,

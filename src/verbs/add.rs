@@ -1,10 +1,8 @@
 //! ADD: reserve addresses, wire the container to the bridge, report what was done.
 //!
-//! Order: reserve, the network's isolation (ingressPolicy same-bridge), wire (with the
-//! MAC filter of macspoofchk as soon as the pair exists, and the bandwidth capability's
-//! shaping on the host side before the container's interface is configured), then the
-//! masquerade (ipMasq) and the published ports (portMappings) in one nf_tables batch
-//! (firewall/nat.rs), then check nothing was taken away. A failure at any step runs the attachment's
+//! Order: reserve, then the table of kinds' phases around the wiring (firewall/mod.rs:
+//! before the pair, once the pair exists, once the container is wired, and ADD's one
+//! nf_tables batch), then check nothing was taken away. A failure at any step runs the attachment's
 //! removal (removal.rs, the same as DEL's) before the error is printed (the bridge stays:
 //! it is shared). A kill leaves at most a reservation whose holder index names it, a
 //! veth whose alias (or name and bridge) names it, and masquerade, port and MAC filter

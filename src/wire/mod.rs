@@ -403,10 +403,7 @@ pub fn kind_name(kind: &LinkKind) -> String {
 /// the result can report it without reading it back.
 pub fn random_mac() -> [u8; 6] {
     let mut mac = [0u8; 6];
-    // getrandom(2) on 6 bytes cannot be interrupted and never blocks after boot.
-    // SAFETY: the kernel writes at most mac.len() bytes into `mac`, a live local buffer.
-    let n = unsafe { libc::getrandom(mac.as_mut_ptr().cast(), mac.len(), 0) };
-    if n != mac.len() as isize {
+    if !crate::random::fill(&mut mac) {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())

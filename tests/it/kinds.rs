@@ -1,5 +1,5 @@
-//! The table of kinds (src/firewall/mod.rs), walked for each kind of nf_tables state in a
-//! private node: ADD makes it, CHECK passes, what an admin's flush takes is named by
+//! The table of kinds (src/firewall/mod.rs), walked for each of its six kinds in a
+//! private node (the last test checks the cases name every kind STATUS can name): ADD makes it, CHECK passes, what an admin's flush takes is named by
 //! STATUS (code 50, with the kind's name and the restore command) and by CHECK, `academy
 //! restore` puts it back exactly, GC sweeps the elements of an unlisted attachment,
 //! and the network's last DEL leaves nothing of the kind. So each operation of each kind
@@ -12,12 +12,24 @@ use serde_json::{json, Value};
 use crate::common::nft::nft_in;
 use crate::common::*;
 
-/// One kind: the flush that takes its state in the node and the name STATUS gives it.
+/// One kind: the flush that takes its state in the node (commands run in the node, with
+/// `{veth}` standing for the first container's host veth) and the name STATUS gives it.
 struct Case {
     tag: &'static str,
     flush: &'static [&'static [&'static str]],
     named: &'static str,
 }
+
+/// Every name firewall::Kind displays, one per kind: a kind the cases leave out fails
+/// `every_kind_has_a_case`.
+const KIND_NAMES: [&str; 6] = [
+    "outbound NAT",
+    "published ports",
+    "MAC filter",
+    "FORWARD accepts",
+    "bandwidth shaping",
+    "network isolation",
+];
 
 const CASES: &[Case] = &[
     Case {
@@ -40,6 +52,16 @@ const CASES: &[Case] = &[
         flush: &[&["iptables-nft", "-F", "FORWARD"]],
         named: "FORWARD accepts",
     },
+    Case {
+        tag: "kbw",
+        flush: &[&["tc", "qdisc", "del", "dev", "{veth}", "ingress"]],
+        named: "bandwidth shaping",
+    },
+    Case {
+        tag: "kiso",
+        flush: &[&["nft", "delete", "table", "inet", "academy"]],
+        named: "network isolation",
+    },
 ];
 
 fn config(lab: &Lab, case: &Case) -> Value {
@@ -49,9 +71,47 @@ fn config(lab: &Lab, case: &Case) -> Value {
             c["capabilities"] = json!({"portMappings": true});
         }
         "kmac" => c["macspoofchk"] = json!(true),
+        "kbw" => {
+            c["capabilities"] = json!({"bandwidth": true});
+            c["runtimeConfig"] = json!({"bandwidth": {
+                "ingressRate": 8_000_000, "ingressBurst": 80_000,
+                "egressRate": 8_000_000, "egressBurst": 80_000}});
+        }
+        "kiso" => c["ingressPolicy"] = json!("same-bridge"),
         _ => {}
     }
     c
+}
+
+/// The kind's state in the node: nf_tables for all but bandwidth, tc's for it.
+fn state(node: &Node, case: &Case) -> BTreeSet<String> {
+    match case.tag {
+        "kbw" => shaping(node),
+        _ => academy_state(node),
+    }
+}
+
+/// academy's shaping in the node: its ifbs and its tbf and ingress qdiscs.
+fn shaping(node: &Node) -> BTreeSet<String> {
+    let mut found: BTreeSet<String> = node
+        .links()
+        .into_iter()
+        .filter(|l| l.starts_with("bwp"))
+        .map(|l| format!("link {l}"))
+        .collect();
+    let out = run("tc", &["-n", &node.ns, "qdisc", "show"], &[]);
+    for line in out.stdout.lines() {
+        if line.contains(" tbf ") || line.contains(" ingress ") {
+            found.insert(
+                line.split(" refcnt")
+                    .next()
+                    .unwrap_or(line)
+                    .trim()
+                    .to_string(),
+            );
+        }
+    }
+    found
 }
 
 fn with_port(config: &Value, case: &Case, port: u16) -> Value {
@@ -132,12 +192,17 @@ fn walk(case: &Case) {
     check(&a, &ra, 18180).expect_silent_success("CHECK after ADD");
     let status = || node.run(&lab.call("STATUS").config(&config));
     status().expect_silent_success("STATUS after ADD");
-    let before = academy_state(&node);
+    let before = state(&node, case);
     assert!(!before.is_empty(), "{}: nothing of the network", case.tag);
 
     // missing: STATUS and CHECK name what the flush took and the command that restores it.
+    let veth = result_host_veth(&ra);
     for argv in case.flush {
-        let out = in_node(&node, argv);
+        let argv: Vec<&str> = argv
+            .iter()
+            .map(|a| if *a == "{veth}" { veth.as_str() } else { a })
+            .collect();
+        let out = in_node(&node, &argv);
         assert_eq!(out.code, 0, "{argv:?}: {out}");
     }
     let error = assert_cni_error(&status(), 50, &[case.named, &lab.network]);
@@ -163,7 +228,7 @@ fn walk(case: &Case) {
     let out = node.academy(&["restore", "--conf-dir", conf_dir]);
     assert_eq!(out.code, 0, "{out}");
     assert!(out.stderr.contains(case.named), "{}: {out}", case.tag);
-    assert_eq!(academy_state(&node), before, "{}: after restore", case.tag);
+    assert_eq!(state(&node, case), before, "{}: after restore", case.tag);
     status().expect_silent_success("STATUS after restore");
     check(&a, &ra, 18180).expect_silent_success("CHECK after restore");
     check(&b, &rb, 18181).expect_silent_success("CHECK of b after restore");
@@ -171,10 +236,12 @@ fn walk(case: &Case) {
     // sweep: GC listing only b removes a, and a's state with it.
     node.run(&gc_call(&lab, config.clone(), &[(&b.cid, &b.ifname)]))
         .expect_silent_success("GC listing b");
-    let after_gc = academy_state(&node);
+    let after_gc = state(&node, case);
     let a_owner = format!("{}:{}", a.cid, a.ifname);
     assert!(
-        !after_gc.iter().any(|s| s.contains(&a_owner)),
+        !after_gc
+            .iter()
+            .any(|s| s.contains(&a_owner) || s.contains(&veth)),
         "{}: GC left a's state: {after_gc:?}",
         case.tag
     );
@@ -184,7 +251,7 @@ fn walk(case: &Case) {
     node.call("DEL", &b, &with_port(&config, case, 18181))
         .expect_silent_success("DEL b");
     assert_eq!(
-        academy_state(&node),
+        state(&node, case),
         BTreeSet::new(),
         "{}: the network outlived its last attachment",
         case.tag
@@ -209,4 +276,20 @@ fn kinds_mac_filter_walks_every_operation() {
 #[test]
 fn kinds_forward_accepts_walk_every_operation() {
     walk(&CASES[3]);
+}
+
+#[test]
+fn kinds_bandwidth_shaping_walks_every_operation() {
+    walk(&CASES[4]);
+}
+
+#[test]
+fn kinds_network_isolation_walks_every_operation() {
+    walk(&CASES[5]);
+}
+
+#[test]
+fn every_kind_has_a_case() {
+    let named: BTreeSet<&str> = CASES.iter().map(|c| c.named).collect();
+    assert_eq!(named, KIND_NAMES.into_iter().collect());
 }

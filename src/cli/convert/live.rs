@@ -1,5 +1,5 @@
 //! What the reference left live for a network about to be converted, reported before
-//! `academy convert` writes (src/firewall/reference.rs is what a DEL does about it), and
+//! `academy convert` writes (src/firewall/reference/ is what a DEL does about it), and
 //! whether this host must keep the `firewall` plugin.
 
 use crate::config::Config;

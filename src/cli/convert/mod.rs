@@ -4,12 +4,12 @@
 //! entry's `portMappings` capability, a bare `tuning` (nothing but the `mac`
 //! capability) is dropped, a `bandwidth` of nothing but its capability and its four
 //! rate and burst keys becomes the same in academy's entry (academy shapes the same
-//! way, src/firewall/bandwidth.rs), and so is an iptables `firewall` (academy accepts its
+//! way, src/firewall/bandwidth/), and so is an iptables `firewall` (academy accepts its
 //! bridge's forwarded traffic itself where iptables' FORWARD policy drops it, as on a
-//! host with Docker: src/firewall/forward.rs) unless academy cannot accept there
+//! host with Docker: src/firewall/forward/) unless academy cannot accept there
 //! (iptables-legacy, no nf_tables); its `"ingressPolicy": "same-bridge"` (podman's
 //! `network create --opt isolate=true`) goes into the academy entry, which isolates the
-//! network itself (src/firewall/isolation.rs). Whatever academy does not replace stays in the
+//! network itself (src/firewall/isolation/). Whatever academy does not replace stays in the
 //! chain, said so on stderr: a `portmap`, `tuning`, `bandwidth` or `firewall` with options
 //! of their own (a firewalld backend, an admin chain of another name, subnets left
 //! unshaped).
@@ -17,7 +17,7 @@
 //! Before anything is written, stderr lists the live state the reference left for the
 //! network's containers (their iptables chains, the store's reservations, the bridge's
 //! ports) and what a DEL through the new conflist does about it
-//! (src/firewall/reference.rs).
+//! (src/firewall/reference/).
 //!
 //! Prints the new conflist; `--dry-run` prints what would change instead, as a diff;
 //! `--in-place` rewrites the file (rewrite.rs).

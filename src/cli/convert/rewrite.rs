@@ -62,9 +62,7 @@ pub(super) fn rewrite(path: &Path, text: &str) -> std::io::Result<PathBuf> {
 
 fn random_u64() -> u64 {
     let mut bytes = [0u8; 8];
-    // SAFETY: the kernel writes at most bytes.len() bytes into `bytes`, a live local buffer.
-    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
-    if n != bytes.len() as isize {
+    if !crate::random::fill(&mut bytes) {
         // Without randomness the pid and the clock still vary; O_EXCL keeps it safe.
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -7,7 +7,7 @@
 //! attachment (network.rs), and an iptables flush or reload that dropped them is
 //! reported by CHECK and STATUS and repaired by the restore command; a reload that
 //! re-made them (`iptables-save | iptables-restore`) leaves them recognised by their
-//! comment (netlink/nftables/forward.rs).
+//! comment (nft.rs).
 
 use super::network::repair_lock;
 use super::{Adding, Checking, Diff, Looking, Releasing};

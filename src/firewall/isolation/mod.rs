@@ -3,7 +3,7 @@
 //! two networks that both set it is dropped, either way; the node, the outside, a
 //! network's own bridge and the networks without the key are not touched. The state is
 //! the network's, not an attachment's: the bridge's element in the shared set of
-//! isolated bridges, looked up by one shared rule (netlink/nftables/isolation.rs). ADD
+//! isolated bridges, looked up by one shared rule (nft.rs). ADD
 //! makes sure of both before the container is wired; CHECK and STATUS report what a
 //! flush took, the restore command puts it back, and the network's last attachment takes
 //! the element with it (network.rs). Where the reference leaves its per-bridge rules

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! set _isolated { type ifname . ifname; }     # one element "<bridge>" . "<bridge>" per isolated network
-//! chain forward {                             # port mapping's chain (portmap.rs), shared
+//! chain forward {                             # port mapping's chain (src/firewall/ports/nft.rs), shared
 //!         type filter hook forward priority filter; policy accept;
 //!         iifname . iifname @_isolated oifname . oifname @_isolated iifname . oifname != @_isolated drop comment "academy isolation"
 //! }

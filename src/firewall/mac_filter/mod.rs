@@ -1,7 +1,7 @@
 //! `macspoofchk`: frames entering the bridge from a container's host veth whose source
 //! MAC is not the one academy gave the container's interface are dropped. What academy
 //! creates in nf_tables (table `bridge academy`) is described in
-//! netlink/nftables/macspoof/; this module decides what goes in and names the owners.
+//! nft.rs, names.rs and create.rs; this module decides what goes in and names the owners.
 //!
 //! A guarded port's elements carry its attachment's owner comment, the identity GC's
 //! valid list is matched against. ADD adds them right after the veth pair exists,

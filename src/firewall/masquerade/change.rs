@@ -44,7 +44,7 @@ pub struct NatChange {
     /// Published ports (portMappings), with the bridge their hairpin is marked on
     /// (none: empty) when the attachment publishes, even when its ports are all held
     /// by the same container on another network: in the same batch as the
-    /// masquerade's elements (portmap.rs).
+    /// masquerade's elements (src/firewall/ports/nft.rs).
     pub ports: Vec<PortElement>,
     pub hairpin_bridge: String,
 }

@@ -1,7 +1,7 @@
 //! `ipMasq`: the container's addresses in its network's nf_tables sets, so that its
 //! traffic to anything outside the network's subnets (multicast aside) leaves with the
 //! host's address. What academy creates in nf_tables is described in
-//! netlink/nftables/mod.rs; this module decides what goes in and names the owners.
+//! nft.rs, change.rs, inspect.rs and rule.rs; this module decides what goes in and names the owners.
 //!
 //! An element's comment is its attachment's owner (`Attachment::owner`). Every removal
 //! compares it before it removes (never by address alone: an address can have passed to

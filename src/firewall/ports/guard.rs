@@ -1,5 +1,5 @@
 //! The loopback guard: publishing an IPv4 port sets `route_localnet` on the bridge
-//! (src/firewall/ports/localnet.rs), so the host routes 127.0.0.0/8 arriving on it; without a
+//! (localnet.rs), so the host routes 127.0.0.0/8 arriving on it; without a
 //! guard, a container with CAP_NET_RAW could send a frame to the bridge's MAC with
 //! destination 127.0.0.1 and reach a service of the host bound to 127.0.0.1 only
 //! (CVE-2020-8558's class; the reference portmap has the same hole). kube-proxy closes

@@ -1,7 +1,8 @@
 //! Publishing ports (capability `portMappings`): each mapping becomes one element of a
 //! shared nf_tables map, (host address,) protocol, host port to container address and
 //! port, named after its attachment. What academy creates in nf_tables is described in
-//! netlink/nftables/portmap.rs; this module decides what goes in and who holds it.
+//! nft.rs (maps, chains, rules), rules.rs (their expressions), elements.rs
+//! (keys and values) and guard.rs (the loopback guard); this module decides what goes in and who holds it.
 //!
 //! ADD sends the attachment's masquerade elements and its ports in one batch, so one
 //! sendmsg and all or nothing: a port another attachment holds fails the batch, and the
