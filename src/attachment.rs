@@ -19,6 +19,7 @@ use std::collections::HashSet;
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
 use crate::ipam::Holder;
+use crate::netlink::nftables::digest::{hex, sha256};
 use crate::netlink::{stored_comment, Link, LinkKind, Netlink};
 
 #[derive(Debug, Clone, Copy)]
@@ -51,10 +52,25 @@ impl<'a> Attachment<'a> {
     }
 
     /// The comment every nf_tables element of this attachment carries (masquerade,
-    /// published ports, MAC filter): `<network>:<container id>:<ifname>`, as the kernel
-    /// stores it (capped, so compared whole and never parsed back). The network is part
-    /// of it because the port maps are shared by every network.
+    /// published ports, MAC filter): `<network key>:<container id>:<ifname>`, as the
+    /// kernel stores it. The network is part of it because the port maps are shared by
+    /// every network, and as its bounded key (`network_key`): with a container id of up
+    /// to 64 bytes the owner fits nft's 127 bytes whole, however long the network's name,
+    /// so owners are compared whole and a network's elements are told by their key,
+    /// never by a prefix of a comment that may have been cut.
     pub fn owner(&self) -> String {
+        stored_comment(&format!(
+            "{}:{}:{}",
+            network_key(self.network),
+            self.container_id,
+            self.ifname
+        ))
+    }
+
+    /// The comment academy wrote before the network's key, `<network>:<container
+    /// id>:<ifname>` (capped past 127 bytes): still recognised, so elements made before
+    /// an upgrade are removed, checked and kept by GC.
+    pub fn named_owner(&self) -> String {
         stored_comment(&format!(
             "{}:{}:{}",
             self.network, self.container_id, self.ifname
@@ -69,15 +85,50 @@ impl<'a> Attachment<'a> {
         stored_comment(&self.holder().key())
     }
 
-    /// Whether an element's comment names this attachment, in either form.
+    /// Every form of owner comment this attachment's elements may carry.
+    pub fn owners(&self) -> [String; 3] {
+        [self.owner(), self.named_owner(), self.legacy_owner()]
+    }
+
+    /// Whether an element's comment names this attachment, in any form.
     pub fn owns(&self, comment: &str) -> bool {
-        comment == self.owner() || comment == self.legacy_owner()
+        self.owners().iter().any(|o| o == comment)
     }
 
     /// Who holds its addresses in the network's store.
     pub fn holder(&self) -> Holder {
         Holder::new(self.container_id, self.ifname)
     }
+}
+
+/// A network's part of its attachments' owner comments: the first bytes of its name
+/// (up to NETWORK_KEY_NAME, on a character boundary), '#', and 12 hex digits of the
+/// SHA-256 of the whole name. Bounded (at most 33 bytes), so never cut from an owner;
+/// distinct for names that share their first bytes; and readable in `nft list`.
+pub fn network_key(network: &str) -> String {
+    let mut end = network.len().min(NETWORK_KEY_NAME);
+    while !network.is_char_boundary(end) {
+        end -= 1;
+    }
+    let digest = hex(&sha256(network.as_bytes())[..6]);
+    format!("{}#{digest}", &network[..end])
+}
+
+const NETWORK_KEY_NAME: usize = 20;
+
+/// Whether an owner comment is of one of `network`'s attachments: its network key
+/// compared whole, or (elements written before the key) the network's name.
+pub fn of_network(network: &str, comment: &str) -> bool {
+    let key = comment.split(':').next().unwrap_or_default();
+    key == network_key(network) || comment.starts_with(&format!("{network}:"))
+}
+
+/// The container id an owner comment names (both forms with a network), when it names
+/// one whole (a capped comment may have lost it: then it names none or a cut one).
+pub fn container_of(comment: &str) -> Option<&str> {
+    let mut parts = comment.splitn(3, ':');
+    let (_network, cid, _ifname) = (parts.next()?, parts.next()?, parts.next()?);
+    Some(cid)
 }
 
 pub fn host_name(container_id: &str, ifname: &str) -> String {
@@ -262,6 +313,35 @@ mod tests {
             "{}",
             e.msg
         );
+    }
+
+    /// A 128-byte network name and a 64-byte container id: the owner fits nft's 127
+    /// bytes whole, so it is never cut; two long names sharing their first bytes keep
+    /// distinct keys; the forms written before the key are still recognised.
+    #[test]
+    fn owners_fit_whole_and_name_their_network_by_its_key() {
+        let (long, other) = ("n".repeat(128), format!("{}x", "n".repeat(127)));
+        let cid = "c".repeat(64);
+        let who = Attachment::new(&long, &cid, "eth0");
+        let owner = who.owner();
+        assert!(owner.len() <= 127, "{}", owner.len());
+        assert_eq!(owner.split(':').count(), 3, "{owner}");
+        assert_eq!(container_of(&owner), Some(cid.as_str()));
+        assert_ne!(network_key(&long), network_key(&other));
+        assert_eq!(network_key("podman").len(), "podman".len() + 13);
+        assert!(network_key(&long).len() <= 33);
+        assert!(of_network(&long, &owner));
+        assert!(!of_network(&other, &owner));
+        assert!(!of_network(
+            &long,
+            &Attachment::new(&other, &cid, "eth0").owner()
+        ));
+        // Written before the key: the named form, and the legacy one without a network.
+        let short = Attachment::new("net", "c1", "eth0");
+        assert!(short.owns("net:c1:eth0") && short.owns("c1:eth0"));
+        assert!(of_network("net", "net:c1:eth0"));
+        assert!(!short.owns("net:c1:eth1"));
+        assert_eq!(short.owner(), format!("{}:c1:eth0", network_key("net")));
     }
 
     #[test]

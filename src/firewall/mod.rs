@@ -158,7 +158,7 @@ pub struct Diff {
     pub restorable: bool,
 }
 
-/// The owner comments of GC's valid attachments, in both forms academy has written.
+/// The owner comments of GC's valid attachments, in every form academy has written.
 pub struct Live {
     owners: HashSet<String>,
 }
@@ -168,8 +168,7 @@ impl Live {
         let mut owners = HashSet::new();
         for (cid, ifname) in valid {
             let who = Attachment::new(&conf.name, cid, ifname);
-            owners.insert(who.owner());
-            owners.insert(who.legacy_owner());
+            owners.extend(who.owners());
         }
         Live { owners }
     }

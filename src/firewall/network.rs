@@ -31,15 +31,7 @@ use crate::netlink::{LinkKind, Netlink, NftablesOnDemand, Object};
 /// a millisecond. Best effort: without /run, or after 5 s, ADD goes on unlocked (at
 /// worst a network gets two identical rules, which the next repair makes one).
 pub fn repair_lock() -> Option<Flock<File>> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(REPAIR_LOCK)
-        .ok()?;
-    files::lock_exclusive(file, Duration::from_secs(5)).ok()
+    files::host_lock(REPAIR_LOCK, Duration::from_secs(5))
 }
 
 const REPAIR_LOCK: &str = "/run/academy-nat.lock";

@@ -3,11 +3,12 @@
 //! `filter`, whose FORWARD chain Docker's DROP policy makes everyone's business.
 
 use crate::netlink::nftables::batch::Change;
+use crate::netlink::nftables::consts::{IFNAMSIZ, TYPE_BITS, TYPE_IFNAME};
 use crate::netlink::nftables::consts::{
     NFPROTO_BRIDGE, NFPROTO_INET, NF_INET_FORWARD, NF_INET_POST_ROUTING, NF_IP_PRI_FILTER,
     NF_IP_PRI_NAT_SRC,
 };
-use crate::netlink::nftables::objects::{new_chain, BaseChain};
+use crate::netlink::nftables::objects::{new_chain, BaseChain, NewSet};
 use crate::netlink::{Family, Table};
 
 /// The name of academy's own tables.
@@ -58,6 +59,24 @@ pub fn forward() -> Change {
             kind: "filter",
         },
     )
+}
+
+/// A set of `bridge . bridge` name pairs in `inet academy` (port mapping's hairpin mark,
+/// isolation), made if missing; `id` names it in its creating batch.
+pub fn bridge_pairs(name: &'static str, id: u32) -> Change {
+    NewSet {
+        table: ACADEMY,
+        name,
+        id,
+        key: (
+            (TYPE_IFNAME << TYPE_BITS) | TYPE_IFNAME,
+            2 * IFNAMSIZ as u32,
+        ),
+        data: None,
+        userdata: None,
+        exclusive: false,
+    }
+    .change()
 }
 
 /// The suffix of a set or map of one family: `<network>-v4`, `_ports-v6`.

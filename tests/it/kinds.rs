@@ -132,7 +132,9 @@ fn academy_state(node: &Node) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
     for item in v["nftables"].as_array().into_iter().flatten() {
         let text = item.to_string();
-        let ours = text.contains(&lab.network) || text.contains(&format!("\"{}\"", lab.bridge));
+        let ours = text.contains(&lab.network)
+            || text.contains(&network_key(&lab.network))
+            || text.contains(&format!("\"{}\"", lab.bridge));
         if !ours {
             continue;
         }
@@ -155,7 +157,19 @@ fn in_node(node: &Node, argv: &[&str]) -> Out {
 }
 
 fn walk(case: &Case) {
-    let lab = Lab::new(case.tag);
+    walk_named(case, false)
+}
+
+/// The walk, with `long`: a network name of 128 bytes (the most a config may give) and
+/// container ids of 64, so every owner comparison meets a network name longer than a
+/// comment can hold.
+fn walk_named(case: &Case, long: bool) {
+    let mut lab = Lab::new(case.tag);
+    if long {
+        let pad = 128 - lab.network.len() - 1;
+        lab.network = format!("{}-{}", lab.network, "n".repeat(pad));
+    }
+    let lab = lab;
     let node = Node::new(&lab);
     // Docker's policy: academy's FORWARD accepts are then needed (and made).
     assert_eq!(
@@ -174,7 +188,14 @@ fn walk(case: &Case) {
         }
         extra
     });
-    let (a, b) = (lab.attachment("a"), lab.attachment("b"));
+    let (mut a, mut b) = (lab.attachment("a"), lab.attachment("b"));
+    if long {
+        for x in [&mut a, &mut b] {
+            let pad = 64 - x.cid.len();
+            x.cid = format!("{}{}", "c".repeat(pad), x.cid);
+        }
+    }
+    let (a, b) = (a, b);
     let first = node.call("ADD", &a, &with_port(&config, case, 18180));
     // A network's first ADD makes its objects: nothing to read like a repair.
     for alarming in ["repaired", "re-created", "restored"] {
@@ -292,4 +313,39 @@ fn kinds_network_isolation_walks_every_operation() {
 fn every_kind_has_a_case() {
     let named: BTreeSet<&str> = CASES.iter().map(|c| c.named).collect();
     assert_eq!(named, KIND_NAMES.into_iter().collect());
+}
+
+/// Every kind through every operation again, with a 128-byte network name and 64-byte
+/// container ids (owners compared whole, never by a prefix of a cut comment).
+#[test]
+fn kinds_walk_every_operation_with_the_longest_names() {
+    for case in CASES {
+        walk_named(case, true);
+    }
+}
+
+/// A host port held on a 128-byte network by a 64-byte container id: another container's
+/// ADD of it is refused (105) naming the holder, and the holder's DEL frees it.
+#[test]
+fn a_port_conflict_names_its_holder_with_the_longest_names() {
+    let mut lab = Lab::new("klong");
+    let pad = 128 - lab.network.len() - 1;
+    lab.network = format!("{}-{}", lab.network, "n".repeat(pad));
+    let lab = lab;
+    let node = Node::new(&lab);
+    let mut config = lab.config("1.1.0");
+    config["capabilities"] = json!({"portMappings": true});
+    config["runtimeConfig"] =
+        json!({"portMappings": [{"hostPort": 18190, "containerPort": 80, "protocol": "tcp"}]});
+    let (mut a, mut b) = (lab.attachment("a"), lab.attachment("b"));
+    for x in [&mut a, &mut b] {
+        let pad = 64 - x.cid.len();
+        x.cid = format!("{}{}", "c".repeat(pad), x.cid);
+    }
+    node.call("ADD", &a, &config).expect_result("ADD a");
+    assert_cni_error(&node.call("ADD", &b, &config), 105, &[&a.cid]);
+    node.call("DEL", &a, &config).expect_silent_success("DEL a");
+    node.call("ADD", &b, &config)
+        .expect_result("ADD b once a is gone");
+    node.call("DEL", &b, &config).expect_silent_success("DEL b");
 }

@@ -26,7 +26,7 @@ fn set_mac(netns: &str, mac: &str) {
 /// The elements academy keeps for one guarded attachment.
 fn filter_of(network: &str, result: &Value, a: &Attach) -> [String; 3] {
     let (veth, mac) = (result_host_veth(result), container_mac(result));
-    let owner = format!("{network}:{}:{}", a.cid, a.ifname);
+    let owner = owner_comment(network, &a.cid, &a.ifname);
     [
         format!("ports {veth} {mac} {owner}"),
         format!("guarded {veth} {owner}"),

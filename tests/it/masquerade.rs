@@ -61,7 +61,7 @@ fn prove_outbound(lab: &Lab, out: &Outside, result: &Value, host_port: u16, cid:
     assert_eq!(addrs.len(), 2, "a v4 and a v6 address expected: {result}");
     let want: BTreeSet<String> = addrs
         .iter()
-        .map(|a| format!("{a} {}:{cid}:eth0", lab.network))
+        .map(|a| format!("{a} {}", owner_comment(&lab.network, cid, "eth0")))
         .collect();
     assert_eq!(nft::elements(&lab.network), want, "set elements after ADD");
     assert!(nft::has_rule(&lab.network, "v4") && nft::has_rule(&lab.network, "v6"));
@@ -296,7 +296,10 @@ fn ipmasq_thirty_parallel_adds_get_distinct_addresses_and_elements() {
     for (a, out) in attachments.iter().zip(&results) {
         let result = out.expect_result("parallel ADD with ipMasq");
         let ip = ips_of(&result).remove(0);
-        want.insert(format!("{ip} {}:{}:eth0", lab.network, a.cid));
+        want.insert(format!(
+            "{ip} {}",
+            owner_comment(&lab.network, &a.cid, "eth0")
+        ));
         addresses.insert(ip);
     }
     assert_eq!(addresses.len(), 30, "distinct addresses: {addresses:?}");

@@ -58,7 +58,10 @@ fn del_leaves_an_element_that_is_now_another_attachment_s() {
     assert_eq!(result_address(&again), address);
     assert_eq!(
         node.elements(),
-        BTreeSet::from([format!("{address} {}:{}:eth0", lab.network, b.cid)])
+        BTreeSet::from([format!(
+            "{address} {}",
+            owner_comment(&lab.network, &b.cid, "eth0")
+        )])
     );
     node.call("DEL", &b, &config).expect_silent_success("DEL");
     assert!(node.elements().is_empty());
@@ -309,10 +312,9 @@ fn gc_removes_five_thousand_stale_elements_in_one_run() {
     assert_eq!(
         node.elements(),
         BTreeSet::from([format!(
-            "{} {}:{}:eth0",
+            "{} {}",
             result_address(&kept),
-            lab.network,
-            a.cid
+            owner_comment(&lab.network, &a.cid, "eth0")
         )])
     );
     node.call("DEL", &a, &config).expect_silent_success("DEL");

@@ -23,10 +23,9 @@ fn add_some(node: &Node, tag: &str, n: usize, config: &Value) -> Vec<(Attach, St
                 .call("ADD", &a, config)
                 .expect_result("ADD with ipMasq");
             let element = format!(
-                "{} {}:{}:eth0",
+                "{} {}",
                 result_address(&result),
-                node.lab.network,
-                a.cid
+                owner_comment(&node.lab.network, &a.cid, "eth0")
             );
             (a, element)
         })
@@ -67,8 +66,16 @@ fn a_flushed_chain_is_reported_by_check_and_status_and_repaired_by_the_next_add(
         .expect_result("ADD after the flush");
     assert_eq!(node.rules("v4").len(), 1, "one rule, re-created by ADD");
     let want = [
-        format!("{} {}:{}:eth0", result_address(&first), lab.network, a.cid),
-        format!("{} {}:{}:eth0", result_address(&second), lab.network, b.cid),
+        format!(
+            "{} {}",
+            result_address(&first),
+            owner_comment(&lab.network, &a.cid, "eth0")
+        ),
+        format!(
+            "{} {}",
+            result_address(&second),
+            owner_comment(&lab.network, &b.cid, "eth0")
+        ),
     ];
     assert_eq!(node.elements(), want.into_iter().collect());
     node.call("CHECK", &a, &with_prev(&config, &first))

@@ -157,10 +157,9 @@ fn the_last_del_racing_a_first_add_never_loses_the_rule() {
         let rules = node.rules("v4");
         assert_eq!(rules.len(), 1, "round {round}: rules {rules:?}");
         let element = format!(
-            "{} {}:{}:eth0",
+            "{} {}",
             result_address(&result),
-            lab.network,
-            next.cid
+            owner_comment(&lab.network, &next.cid, "eth0")
         );
         assert_eq!(node.elements(), BTreeSet::from([element]), "round {round}");
         let mut check = config.clone();

@@ -31,16 +31,14 @@
 use netlink_packet_core::NLM_F_CREATE;
 
 use crate::firewall::ports::hairpin_key;
-use crate::firewall::tables::{forward, ACADEMY, FORWARD};
+use crate::firewall::tables::{bridge_pairs, forward, ACADEMY, FORWARD};
 use crate::netlink::nftables::batch::Change;
 use crate::netlink::nftables::consts::{
-    IFNAMSIZ, NFPROTO_INET, NFT_META_IIFNAME, NFT_META_OIFNAME, NFT_MSG_NEWSETELEM, NFT_REG_1,
-    NFT_REG_2, NF_DROP, TYPE_BITS, TYPE_IFNAME,
+    NFPROTO_INET, NFT_META_IIFNAME, NFT_META_OIFNAME, NFT_MSG_NEWSETELEM, NFT_REG_1, NFT_REG_2,
+    NF_DROP,
 };
 use crate::netlink::nftables::expr::{lookup, meta, verdict};
-use crate::netlink::nftables::objects::{
-    delete_rule, element, element_list, new_rule, new_table, NewSet,
-};
+use crate::netlink::nftables::objects::{delete_rule, element, element_list, new_rule, new_table};
 use crate::netlink::{Attrs, Nftables, NlResult, Object, Step};
 
 /// The set of isolated bridges (`ingressPolicy` same-bridge), as `bridge . bridge`.
@@ -128,20 +126,12 @@ pub fn isolated_object(bridge: &str) -> Object {
 /// Table, set and chain (created if missing), the copies of the rule deleted, and the
 /// rule added at the chain's end.
 fn isolation_objects(present: &[u64]) -> Vec<Change> {
-    let set = NewSet {
-        table: ACADEMY,
-        name: ISOLATED_SET,
-        id: SET_ID,
-        key: (
-            (TYPE_IFNAME << TYPE_BITS) | TYPE_IFNAME,
-            2 * IFNAMSIZ as u32,
-        ),
-        data: None,
-        userdata: None,
-        exclusive: false,
-    };
     // Port mapping's chain, with its hook and priority: whichever comes first makes it.
-    let mut changes = vec![new_table(ACADEMY), set.change(), forward()];
+    let mut changes = vec![
+        new_table(ACADEMY),
+        bridge_pairs(ISOLATED_SET, SET_ID),
+        forward(),
+    ];
     for handle in present {
         let what =
             format!("delete the rule {ISOLATION_RULE:?} (handle {handle}) from chain {FORWARD}");
@@ -179,6 +169,7 @@ fn isolation_rule(list: &mut Attrs, set_id: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netlink::nftables::consts::IFNAMSIZ;
     use crate::netlink::nftables::digest::{hex, sha256};
 
     /// The rule's bytes, pinned as their digest: a refactor of the encoding that changes

@@ -1,8 +1,9 @@
 //! The names of a network's MAC filter in `bridge academy`: its chain, map, sets and rule
 //! comment, and the keys its elements are stored under.
 
-use crate::netlink::nftables::attrs::ifname_bytes;
+use crate::netlink::nftables::attrs::{ifname_bytes, COMMENT_MAX};
 use crate::netlink::nftables::consts::IFNAMSIZ;
+use crate::netlink::stored_comment;
 
 /// The MAC filter's chain in `bridge academy`.
 pub const BRIDGE_CHAIN: &str = "prerouting";
@@ -40,8 +41,21 @@ pub fn allowed_set(network: &str) -> String {
     format!("{network}-allowed")
 }
 
+/// The network's rule's comment, capped as every stored comment is (a network name may
+/// be 128 bytes).
 pub(super) fn rule_comment(network: &str) -> String {
-    format!("academy macspoofchk {network}")
+    stored_comment(&format!("academy macspoofchk {network}"))
+}
+
+/// The comment an older academy wrote for a long name: the text cut at nft's 127 bytes.
+pub(super) fn cut_rule_comment(network: &str) -> String {
+    let mut text = format!("academy macspoofchk {network}");
+    let mut end = text.len().min(COMMENT_MAX);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text
 }
 
 pub(super) fn pair_key(name: &str, mac: [u8; 6]) -> Vec<u8> {

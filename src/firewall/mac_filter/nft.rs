@@ -24,8 +24,8 @@ use netlink_packet_core::NLM_F_CREATE;
 
 use super::create::create_guard;
 use super::names::{
-    allowed_set, guard_sets, guarded_set, pair_key, ports_map, rule_comment, GuardedPort,
-    BRIDGE_CHAIN,
+    allowed_set, cut_rule_comment, guard_sets, guarded_set, pair_key, ports_map, rule_comment,
+    GuardedPort, BRIDGE_CHAIN,
 };
 use crate::firewall::tables::ACADEMY_BRIDGE;
 use crate::netlink::nftables::attrs::ifname_bytes;
@@ -119,11 +119,11 @@ impl Nftables {
 
     /// The network's MAC filter rule, if it is there.
     pub fn guard_rule(&mut self, network: &str) -> NlResult<Option<TableRule>> {
-        let wanted = rule_comment(network);
+        let wanted = [rule_comment(network), cut_rule_comment(network)];
         Ok(self
             .rules_of(ACADEMY_BRIDGE, Some(BRIDGE_CHAIN))?
             .into_iter()
-            .find(|r| r.comment == wanted))
+            .find(|r| wanted.contains(&r.comment)))
     }
 
     /// Whether chain prerouting holds the network's drop rule.

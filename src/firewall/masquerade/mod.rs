@@ -14,7 +14,7 @@ use std::net::IpAddr;
 use ipnetwork::IpNetwork;
 
 use super::{Adding, Checking, Diff, Looking, Releasing, Removing, Sweeping};
-use crate::attachment::Attachment;
+use crate::attachment::{container_of, of_network, Attachment};
 use crate::cni::Result;
 use crate::config::{Config, Ipam};
 use crate::firewall::tables::{ACADEMY, POSTROUTING};
@@ -37,12 +37,12 @@ pub fn add(a: &mut Adding) -> Result<()> {
 }
 
 /// For a legacy reservation that names its container only: the elements whose comment
-/// names that container (in either owner form).
+/// names that container (in any owner form: the network's part compared whole).
 pub fn remove_of_container(conf: &Config, container_id: &str, addresses: &[IpAddr]) -> Result<()> {
     let legacy = format!("{container_id}:");
-    let current = format!("{}:{container_id}:", conf.name);
     remove_if(&mut Nftables::open()?, conf, addresses, |c| {
-        c.starts_with(&legacy) || c.starts_with(&current)
+        c.starts_with(&legacy)
+            || (of_network(&conf.name, c) && container_of(c) == Some(container_id))
     })
 }
 

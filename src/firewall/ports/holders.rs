@@ -4,13 +4,12 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::os::unix::fs::OpenOptionsExt;
 use std::time::Duration;
 
 use nix::fcntl::Flock;
 
 use super::{key_text, PortElement, PortKey};
-use crate::attachment::Attachment;
+use crate::attachment::{container_of, Attachment};
 use crate::cni::{code, Error, Result};
 use crate::ipam::store::files;
 use crate::netlink::{Family, Nftables};
@@ -52,19 +51,11 @@ pub(crate) fn held<'k>(
     Ok(found)
 }
 
-/// The container id a holder's comment `<network>:<container id>:<ifname>` names, when
-/// it names one whole (a capped comment may have lost it: then it names none).
-pub(crate) fn container_of(comment: &str) -> Option<&str> {
-    let mut parts = comment.splitn(3, ':');
-    let (_network, cid, _ifname) = (parts.next()?, parts.next()?, parts.next()?);
-    Some(cid)
-}
-
 /// Whether `comment` names another attachment of the same container (podman passes the
 /// same portMappings to every network of a container: its other networks' elements are
 /// its own, not a conflict).
 pub(crate) fn same_container(who: &Attachment, comment: &str) -> bool {
-    comment != who.owner() && container_of(comment) == Some(who.container_id)
+    !who.owns(comment) && container_of(comment) == Some(who.container_id)
 }
 
 /// Who holds the keys ADD's batch was refused for (EEXIST on publishing), in one look:
@@ -93,7 +84,7 @@ pub(crate) fn holders(
             continue;
         };
         let elsewhere = (held.address, held.port) != (port.address, port.port);
-        if held.comment == port.comment {
+        if who.owns(&held.comment) {
             if elsewhere {
                 found.stale.push(port.key.clone());
             }
@@ -159,7 +150,7 @@ pub(crate) fn cross_conflict(
 
 /// Whether `comment` names another container than `who`'s.
 pub(crate) fn other_container(who: &Attachment, comment: &str) -> bool {
-    comment != who.owner() && container_of(comment) != Some(who.container_id)
+    !who.owns(comment) && container_of(comment) != Some(who.container_id)
 }
 
 /// The host's lock on publishing: `cross_conflict`'s look and ADD's batch are one step
@@ -167,15 +158,7 @@ pub(crate) fn other_container(who: &Attachment, comment: &str) -> bool {
 /// for the batch only, by ADDs that publish; best effort like the repair lock: without
 /// /run, or after 5 s, ADD goes on unlocked.
 pub(crate) fn publish_lock() -> Option<Flock<File>> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(PUBLISH_LOCK)
-        .ok()?;
-    files::lock_exclusive(file, Duration::from_secs(5)).ok()
+    files::host_lock(PUBLISH_LOCK, Duration::from_secs(5))
 }
 
 const PUBLISH_LOCK: &str = "/run/academy-ports.lock";
@@ -201,6 +184,8 @@ pub(crate) fn describe_holder(comment: &str) -> String {
     let mut parts = comment.splitn(3, ':');
     match (parts.next(), parts.next(), parts.next()) {
         (Some(network), Some(cid), Some(ifname)) => {
+            // The network's key: its name's first bytes, then '#' and a digest.
+            let network = network.split('#').next().unwrap_or(network);
             format!("container {cid} (interface {ifname}, network {network})")
         }
         _ => format!("{comment:?}"),

@@ -16,7 +16,7 @@ use std::net::IpAddr;
 use ipnetwork::IpNetwork;
 
 use super::{Adding, Checking, Diff, Looking, Releasing, Removing, Sweeping};
-use crate::attachment::Attachment;
+use crate::attachment::{of_network, Attachment};
 use crate::cni::{Error, Result};
 use crate::config::{Config, PortMapping};
 use crate::netlink::{flush_udp_conntrack, Family, Flushed, Nftables, Object, UdpDestination};
@@ -193,7 +193,8 @@ fn key(m: &PortMapping, family: Family) -> PortKey {
 /// A runtime that sent an empty list is believed: GC sweeps what it forgot.
 pub fn remove(r: &mut Removing) -> Result<()> {
     let (conf, nft) = (r.conf, r.nft.get()?);
-    let mine = r.who.owner();
+    // Its ports were always written with a network: the legacy form is not theirs.
+    let mine = [r.who.owner(), r.who.named_owner()];
     let keys: Vec<PortKey> = match &conf.port_mappings {
         // The runtime says there were none (containerd sends an empty list for a
         // pod without hostPort): nothing to look for.
@@ -215,13 +216,13 @@ pub fn remove(r: &mut Removing) -> Result<()> {
             let now = held(nft, &candidates)?;
             candidates
                 .into_iter()
-                .filter(|k| now.get(k).is_some_and(|e| e.comment == mine))
+                .filter(|k| now.get(k).is_some_and(|e| mine.contains(&e.comment)))
                 .collect()
         }
         _ => nft
             .port_elements()?
             .into_iter()
-            .filter(|e| e.comment == mine)
+            .filter(|e| mine.contains(&e.comment))
             .map(|e| e.key)
             .collect(),
     };
@@ -239,11 +240,10 @@ pub fn sweep(s: &mut Sweeping) {
         Ok(nft) => nft,
         Err(e) => return errors.push(e.into()),
     };
-    let prefix = format!("{}:", conf.name);
     let stale: Vec<PortElement> = match nft.port_elements() {
         Ok(all) => all
             .into_iter()
-            .filter(|e| e.comment.starts_with(&prefix) && !live.owns(&e.comment))
+            .filter(|e| of_network(&conf.name, &e.comment) && !live.owns(&e.comment))
             .collect(),
         Err(e) => return errors.push(e.into()),
     };
@@ -299,7 +299,7 @@ pub fn check(c: &mut Checking) -> Result<Vec<Diff>> {
             None => diff(format!("host port {text} is not published")),
             // The same container's on another of its networks: that one serves it.
             Some(held) if same_container(who, &held.comment) => {}
-            Some(held) if held.comment != want.comment => diff(format!(
+            Some(held) if !who.owns(&held.comment) => diff(format!(
                 "host port {text} is published by {}",
                 describe_holder(&held.comment)
             )),
@@ -366,11 +366,10 @@ pub fn missing(l: &mut Looking) -> Result<Vec<String>> {
 
 /// Whether the maps hold a port of this network.
 fn published_here(nft: &mut Nftables, conf: &Config) -> Result<bool> {
-    let prefix = format!("{}:", conf.name);
     Ok(nft
         .port_elements()?
         .iter()
-        .any(|e| e.comment.starts_with(&prefix)))
+        .any(|e| of_network(&conf.name, &e.comment)))
 }
 
 /// Puts port mapping's rules back (and the bridge's hairpin mark and loopback guard)
@@ -452,18 +451,22 @@ mod tests {
             .iter()
             .map(|e| format!("{} {} {}", key_text(&e.key), e.address, e.comment))
             .collect();
+        let owner = who.owner();
         assert_eq!(
             summary,
             [
-                "tcp/8080 (v4) 10.1.0.5 net:c1:eth0",
-                "tcp/8080 (v6) fd00::5 net:c1:eth0",
-                "tcp/10.0.0.1:8081 10.1.0.5 net:c1:eth0",
-                "tcp/8082 (v6) fd00::5 net:c1:eth0",
+                format!("tcp/8080 (v4) 10.1.0.5 {owner}"),
+                format!("tcp/8080 (v6) fd00::5 {owner}"),
+                format!("tcp/10.0.0.1:8081 10.1.0.5 {owner}"),
+                format!("tcp/8082 (v6) fd00::5 {owner}"),
             ]
         );
-        assert_eq!(
-            describe_holder("net:c1:eth0"),
-            "container c1 (interface eth0, network net)"
-        );
+        // The network's key and the name written before it read the same.
+        for holder in [owner.as_str(), "net:c1:eth0"] {
+            assert_eq!(
+                describe_holder(holder),
+                "container c1 (interface eth0, network net)"
+            );
+        }
     }
 }

@@ -31,13 +31,13 @@ use super::elements::{
 };
 use super::rules::{dnat_rule, hairpin_rule, localhost_rule, masquerade_marked};
 use crate::firewall::tables::{
-    forward, postrouting, ACADEMY, FORWARD, OUTPUT, POSTROUTING, PREROUTING,
+    bridge_pairs, forward, postrouting, ACADEMY, FORWARD, OUTPUT, POSTROUTING, PREROUTING,
 };
 use crate::netlink::nftables::attrs::ifname_bytes;
 use crate::netlink::nftables::batch::{element_groups, named, Change};
 use crate::netlink::nftables::consts::{
-    IFNAMSIZ, NFPROTO_INET, NFT_MSG_DELSETELEM, NFT_MSG_NEWSETELEM, NF_INET_LOCAL_OUT,
-    NF_INET_PRE_ROUTING, NF_IP_PRI_NAT_DST, TYPE_BITS, TYPE_IFNAME,
+    NFPROTO_INET, NFT_MSG_DELSETELEM, NFT_MSG_NEWSETELEM, NF_INET_LOCAL_OUT, NF_INET_PRE_ROUTING,
+    NF_IP_PRI_NAT_DST,
 };
 use crate::netlink::nftables::objects::{
     delete_rule, element, element_list, new_chain, new_rule, new_table, BaseChain, NewSet,
@@ -219,19 +219,7 @@ fn portmap_objects(present: &[(String, String, u64)]) -> Vec<Change> {
         changes.push(set.change());
     }
     let hairpin_id = PortMap::ALL.len() as u32 + 1;
-    let hairpin = NewSet {
-        table: ACADEMY,
-        name: HAIRPIN_SET,
-        id: hairpin_id,
-        key: (
-            (TYPE_IFNAME << TYPE_BITS) | TYPE_IFNAME,
-            2 * IFNAMSIZ as u32,
-        ),
-        data: None,
-        userdata: None,
-        exclusive: false,
-    };
-    changes.push(hairpin.change());
+    changes.push(bridge_pairs(HAIRPIN_SET, hairpin_id));
     for (chain, comment, handle) in present {
         let what = format!("delete the rule {comment:?} (handle {handle}) from chain {chain}");
         changes.push(delete_rule(ACADEMY, chain, *handle, what));

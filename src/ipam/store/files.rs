@@ -297,6 +297,23 @@ pub fn lock_exclusive(file: File, wait: Duration) -> io::Result<Flock<File>> {
     }
 }
 
+/// A host-wide lock file (created 0600, never through a symlink) locked exclusively within
+/// `wait`: None when it cannot be opened (no /run) or stays held, and the caller goes on
+/// unlocked (these locks are best effort: they keep concurrent repairs from doubling a
+/// rule, not anything from being correct).
+pub fn host_lock(path: &str, wait: Duration) -> Option<Flock<File>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .ok()?;
+    lock_exclusive(file, wait).ok()
+}
+
 /// Reads all of `file`, failing when it holds more than `limit` bytes: a garbage file
 /// must not make academy allocate without bound.
 pub fn read_capped(file: &mut File, limit: usize) -> io::Result<Vec<u8>> {

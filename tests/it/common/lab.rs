@@ -435,3 +435,33 @@ pub fn result_host_veth(result: &Value) -> String {
         .unwrap_or("")
         .to_string()
 }
+
+/// The network's part of academy's owner comments, as src/attachment.rs writes it: the
+/// name's first 20 bytes, '#', and 12 hex digits of its SHA-256 (read here with
+/// coreutils' sha256sum, so the test does not share academy's code for it).
+pub fn network_key(network: &str) -> String {
+    use std::io::Write;
+    let mut child = std::process::Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("sha256sum");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(network.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().expect("sha256sum's output");
+    let digest = String::from_utf8_lossy(&out.stdout)[..12].to_string();
+    let mut end = network.len().min(20);
+    while !network.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}#{digest}", &network[..end])
+}
+
+/// The owner comment of `network`'s attachment (container `cid`, interface `ifname`).
+pub fn owner_comment(network: &str, cid: &str, ifname: &str) -> String {
+    format!("{}:{cid}:{ifname}", network_key(network))
+}

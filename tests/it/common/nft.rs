@@ -151,7 +151,7 @@ pub fn published(network: &str) -> BTreeSet<String> {
 /// (map, key, data, holder) of each element held by one of the network's attachments.
 fn published_entries(network: &str) -> Vec<(String, String, String, String)> {
     let mut found = Vec::new();
-    let prefix = format!("{network}:");
+    let prefix = format!("{}:", crate::common::network_key(network));
     let text = |v: &Value| match v {
         Value::Object(o) if o.contains_key("concat") => v["concat"]
             .as_array()

@@ -52,7 +52,7 @@ fn portmap_healing_unpublishes_a_leaked_containers_port_whatever_the_healer_publ
     let f = std::fs::File::open(store_dir(&lab).join(&leaked_address)).unwrap();
     f.set_modified(SystemTime::now() - Duration::from_secs(120))
         .unwrap();
-    let leaked_holder = format!("{}:{}:eth0", lab.network, k.cid);
+    let leaked_holder = owner_comment(&lab.network, &k.cid, "eth0");
     assert!(
         nft::published(&lab.network)
             .iter()
@@ -83,7 +83,7 @@ fn portmap_healing_unpublishes_a_leaked_containers_port_whatever_the_healer_publ
     let later = lab.attachment("m");
     let out = lab.call_for("ADD", &later).config(&with_leaked).run();
     out.expect_result("ADD of the leaked container's port");
-    let later_holder = format!("{}:{}:eth0", lab.network, later.cid);
+    let later_holder = owner_comment(&lab.network, &later.cid, "eth0");
     assert_eq!(
         nft::published(&lab.network)
             .iter()

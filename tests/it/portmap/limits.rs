@@ -55,7 +55,7 @@ fn portmap_the_whole_port_range_in_one_add_and_ten_thousand_stale_ports_in_one_g
             node.call("ADD", &a, &config)
         });
         out.expect_result(&format!("ADD of {count} mappings"));
-        let holder = format!("{}:{}:eth0", lab.network, a.cid);
+        let holder = owner_comment(&lab.network, &a.cid, "eth0");
         for map in ["_ports-v4", "_ports-v6"] {
             assert_eq!(held_in(&node, map, &holder).1, count as usize, "{map}");
         }
@@ -68,7 +68,7 @@ fn portmap_the_whole_port_range_in_one_add_and_ten_thousand_stale_ports_in_one_g
     let config = direct_config(&lab, "1.1.0", &mappings(1, 65535, "tcp"));
     let (out, _) = timed("ADD of 65535 mappings", || node.call("ADD", &all, &config));
     out.expect_result("ADD of the whole port range");
-    let holder = format!("{}:{}:eth0", lab.network, all.cid);
+    let holder = owner_comment(&lab.network, &all.cid, "eth0");
     for map in ["_ports-v4", "_ports-v6"] {
         assert_eq!(held_in(&node, map, &holder), (65535, 65535), "{map}");
     }
@@ -105,7 +105,7 @@ fn portmap_the_whole_port_range_in_one_add_and_ten_thousand_stale_ports_in_one_g
     let config = direct_config(&lab, "1.1.0", &mappings(1, 65535, "tcp"));
     let refused = node.call("ADD", &all, &config);
     assert_cni_error(&refused, 105, &["tcp/65535", &last.cid]);
-    let last_holder = format!("{}:{}:eth0", lab.network, last.cid);
+    let last_holder = owner_comment(&lab.network, &last.cid, "eth0");
     for map in ["_ports-v4", "_ports-v6"] {
         assert_eq!(
             held_in(&node, map, &last_holder),
@@ -123,7 +123,7 @@ fn portmap_the_whole_port_range_in_one_add_and_ten_thousand_stale_ports_in_one_g
     let config = direct_config(&lab, "1.1.0", &mappings(20000, 5000, "udp"));
     node.call("ADD", &stale, &config)
         .expect_result("ADD of 5000 udp mappings");
-    let holder = format!("{}:{}:eth0", lab.network, stale.cid);
+    let holder = owner_comment(&lab.network, &stale.cid, "eth0");
     for map in ["_ports-v4", "_ports-v6"] {
         assert_eq!(held_in(&node, map, &holder).1, 5000, "{map}");
     }

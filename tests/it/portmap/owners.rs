@@ -28,7 +28,7 @@ fn held_in_node(node: &Node, network: &str) -> BTreeSet<String> {
         for item in v["nftables"].as_array().into_iter().flatten() {
             for pair in item["map"]["elem"].as_array().into_iter().flatten() {
                 let holder = pair[0]["elem"]["comment"].as_str().unwrap_or("");
-                if holder.starts_with(&format!("{network}:")) {
+                if holder.starts_with(&format!("{}:", network_key(network))) {
                     let key = pair[0]["elem"]["val"].to_string();
                     found.insert(format!("{map} {key} {holder}"));
                 }
@@ -68,7 +68,7 @@ fn portmap_one_container_on_two_networks_publishes_its_port_once_and_del_of_one_
         out.stderr.contains("already published for this container")
             && out
                 .stderr
-                .contains(&format!("{}:{}:eth0", a.network, on_a.cid)),
+                .contains(&owner_comment(&a.network, &on_a.cid, "eth0")),
         "the second ADD does not say which network keeps the port:\n{out}"
     );
     assert_eq!(

@@ -39,7 +39,7 @@ fn portmap_published_port_answers_outside_host_localhost_hairpin_and_only_on_its
         [v4, v6] => (v4.clone(), v6.clone()),
         other => panic!("a v4 and a v6 address expected: {other:?}"),
     };
-    let holder = format!("{}:{cid}:eth0", lab.network);
+    let holder = owner_comment(&lab.network, &cid, "eth0");
     let want: BTreeSet<String> = [
         format!("_ports-v4 tcp . {port} -> {v4} . 8080 {holder}"),
         format!("_ports-v6 tcp . {port} -> {v6} . 8080 {holder}"),
@@ -158,7 +158,7 @@ fn portmap_conflict_names_the_holder_leaves_nothing_and_frees_with_its_holder() 
     // Its own element from an earlier life, pointing elsewhere, is replaced by an ADD
     // repeated, not reported as a conflict.
     let (key, stale) = (format!("tcp . {port}"), format!("{}.99 . 8080", lab.prefix));
-    let holder = format!("{}:{}:eth0", lab.network, a.cid);
+    let holder = owner_comment(&lab.network, &a.cid, "eth0");
     let nft_element = |verb: &str, element: &str| {
         let out = run(
             "nft",
