@@ -302,6 +302,16 @@ impl Kind {
     }
 }
 
+/// A legacy reservation's state (one that names its container, no interface): only
+/// the masquerade ever kept state by address for such a reservation, so the walk is the
+/// masquerade's elements at `addresses` whose comment names the container.
+pub fn remove_of_container(conf: &Config, container_id: &str, addresses: &[IpAddr]) -> Result<()> {
+    match conf.ip_masq {
+        true => masquerade::remove_of_container(conf, container_id, addresses),
+        false => Ok(()),
+    }
+}
+
 /// ADD's state for one phase: every kind of that phase, in `KINDS`' order; after the
 /// kinds of the one batch, the batch itself.
 pub fn add(phase: Phase, a: &mut Adding) -> Result<()> {

@@ -10,7 +10,7 @@ use crate::attachment;
 use crate::attachment::Attachment;
 use crate::cni::{Error, Result};
 use crate::config::Config;
-use crate::firewall::masquerade;
+use crate::firewall;
 use crate::ipam::store::{Locked, StoreDir};
 use crate::ipam::Holder;
 use crate::netlink::Netlink;
@@ -242,12 +242,10 @@ pub fn reclaim(
     Ok(report)
 }
 
-/// A legacy reservation (no interface in it): the masquerade elements its container's
-/// attachments left at its address, then the file, still locked.
+/// A legacy reservation (no interface in it): the state its container's attachments
+/// left at its address, then the file, still locked.
 fn sweep_legacy(conf: &Config, container_id: &str, locked: Locked) -> Result<bool> {
-    if conf.ip_masq {
-        masquerade::remove_of_container(conf, container_id, &[locked.address()])?;
-    }
+    firewall::remove_of_container(conf, container_id, &[locked.address()])?;
     locked.remove()
 }
 
