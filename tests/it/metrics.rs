@@ -151,6 +151,7 @@ fn prometheus_scrapes_the_watch_used_free_and_repairs() {
             .expect_result("ADD");
     }
     let conf_dir = lab.conf_dir.to_str().unwrap();
+    let _record = RepairRecord(lab.network.clone());
     let _watch = Daemon::start(
         &node,
         "academy watch",
