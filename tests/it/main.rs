@@ -63,6 +63,7 @@
 //! | `vlan`        | the bridge port: VLANs (in a VM on Debian's kernel), isolation |
 //! | `watch`       | `academy watch` in a node: flushes, deleted tables, iptables   |
 //! |               | reloads put back within a second; lost notifications           |
+//! | `alert_rules` | deploy/prometheus/'s alerts through promtool check and test    |
 //! | `metrics`     | `academy watch --metrics` scraped by a real Prometheus in a node; |
 //! |               | a silent client, a huge request; `academy status` against `list` |
 //!
@@ -98,6 +99,7 @@
 
 mod common;
 
+mod alert_rules;
 mod bandwidth;
 mod cli_conventions;
 mod cli_inputs;
