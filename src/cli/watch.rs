@@ -529,8 +529,15 @@ mod tests {
         let watch = crate::cli::definitions::find("watch").unwrap();
         let parsed = Parsed::new(&words[2..], watch).ok();
         assert!(
-            parsed.is_some_and(|p| p.value("--conf-dir").is_some()),
+            parsed
+                .as_ref()
+                .is_some_and(|p| p.value("--conf-dir").is_some()),
             "{line}"
+        );
+        let metrics = parsed.and_then(|p| p.value("--metrics").map(metrics::parse_addr));
+        assert!(
+            metrics.is_some_and(|a| a.is_ok_and(|a| a.ip().is_loopback())),
+            "the unit serves metrics on loopback only: {line}"
         );
         for line in [
             "Restart=always",
