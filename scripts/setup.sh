@@ -16,6 +16,12 @@
 #   python3 python3-grpcio python3-protobuf protobuf-compiler
 #                                 the CRI client of the containerd test (tests/it/cri/)
 #   python3-yaml                  the installer test reads deploy/kubernetes/academy.yaml
+#   prometheus python3-prometheus-client
+#                                 the metrics tests run Debian's prometheus (a test tool, never
+#                                 a service: its unit is disabled here and it is installed with
+#                                 service starts refused) against academy watch --metrics, parse
+#                                 the exposition with prometheus_client, and run promtool on
+#                                 deploy/prometheus/ (tests/it/metrics.rs, tests/it/alert_rules.rs)
 #   groff-base git                the CLI test formats academy(8) with groff and checks
 #                                 --version's commit against git (tests/it/cli_conventions.rs)
 #   qemu-system-x86 cpio kmod     the VLAN tests boot Debian 12's stock kernel in a throwaway
@@ -50,7 +56,11 @@ PKGS=(
   python3 python3-grpcio python3-protobuf protobuf-compiler python3-yaml
   groff-base git
   qemu-system-x86 cpio kmod
+  prometheus python3-prometheus-client
 )
+# Packages whose maintainer scripts would start (and enable) a service we only want as a
+# program: prometheus.service listening on :9090 of the host.
+NO_SERVICE=(prometheus)
 CNITOOL_SRC_PKG=golang-github-appc-cni
 CNITOOL_SHA256=996324788ccae4f7a2208ebd9e3b78ee8a48860c4f6568628bc514129588f79c # v1.1.2
 GOPATH_DEBIAN=/usr/share/gocode
@@ -81,10 +91,40 @@ if ((${#missing[@]})); then
   ((CHECK)) && { log "missing packages: ${missing[*]}"; exit 1; }
   log "installing: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
+  # invoke-rc.d asks policy-rc.d before starting a service; 101 means "not now". One
+  # already there (a container image's) is left as it is; ours goes after the install.
+  own_policy=
+  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+    printf '#!/bin/sh\n# setup.sh: no service starts while it installs packages\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod 0755 /usr/sbin/policy-rc.d
+    own_policy=/usr/sbin/policy-rc.d
+  fi
   apt-get -o DPkg::Lock::Timeout=300 update -qq
-  apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+    { [[ -n $own_policy ]] && rm -f "$own_policy"; die "apt-get install failed"; }
+  [[ -n $own_policy ]] && rm -f "$own_policy"
   for p in "${missing[@]}"; do installed "$p" || die "package $p did not install"; done
 fi
+# The packages' services stay stopped and disabled (each run: a later apt upgrade may
+# have enabled them again). Without systemd running (a container), systemctl disable
+# still removes the unit's enablement links offline; without systemctl, they go by hand.
+for svc in "${NO_SERVICE[@]}"; do
+  if [[ -d /run/systemd/system ]]; then
+    if systemctl -q is-enabled "$svc.service" 2>/dev/null || systemctl -q is-active "$svc.service" 2>/dev/null; then
+      ((CHECK)) && { log "$svc.service is enabled or running (only its program is wanted)"; exit 1; }
+      log "stopping and disabling $svc.service (a test tool, not a service)"
+      systemctl disable --now -q "$svc.service"
+    fi
+  elif compgen -G "/etc/systemd/system/*.wants/$svc.service" >/dev/null; then
+    ((CHECK)) && { log "$svc.service is enabled (only its program is wanted)"; exit 1; }
+    log "disabling $svc.service (a test tool, not a service)"
+    if command -v systemctl >/dev/null; then
+      systemctl disable -q "$svc.service"
+    else
+      rm -f /etc/systemd/system/*.wants/"$svc.service"
+    fi
+  fi
+done
 bridge_path=$(dpkg -L containernetworking-plugins | grep '/bridge$' | head -n1)
 [[ -x $bridge_path ]] || die "the reference bridge plugin is missing"
 PLUGIN_SRC=${bridge_path%/bridge}
@@ -154,4 +194,7 @@ fi
 /usr/bin/python3 -c 'import grpc, google.protobuf' 2>/dev/null ||
   die "Debian's python3 cannot import grpc and google.protobuf (python3-grpcio, python3-protobuf)"
 containerd --version >/dev/null || die "containerd does not run"
+promtool --version >/dev/null 2>&1 || die "promtool does not run (prometheus)"
+/usr/bin/python3 -c 'import prometheus_client.parser' 2>/dev/null ||
+  die "Debian's python3 cannot import prometheus_client (python3-prometheus-client)"
 log "OK: cnitool at $CNITOOL_DEST, reference plugins in $LAB_BIN, containerd, podman, CRI client deps"

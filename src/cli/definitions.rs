@@ -241,14 +241,47 @@ pub const COMMANDS: &[Command] = &[
         hidden: false,
     },
     Command {
+        name: "status",
+        aliases: &[],
+        synopsis: "[--conf-dir DIR] [--json]",
+        operand: None,
+        flags: &[
+            CONF_DIR,
+            Flag {
+                name: "--json",
+                value: None,
+                repeatable: false,
+                help: "one JSON document with an object per network, for scripts (its shape is documented in docs/operations.md)",
+            },
+        ],
+        summary: "one line per academy network in DIR: its pool used, free and leaked, attachments, state missing, last repair",
+        description: &[
+            "Prints one line per academy network in DIR (default /etc/cni/net.d): its bridge and ranges, the addresses its pool can hand out, how many are used, free and leaked (reserved for an attachment that is gone, as academy list says), the attachments wired, the kinds of nf_tables state it misses now (what STATUS and CHECK look for), whether it is unused (nothing wired, nothing reserved) and the last repair academy watch made to it.",
+            "It only reads: it takes no lock, so no ADD waits on it. Run it in the netns that holds the bridges (the node's); from another one, leaks cannot be judged and show as ?.",
+        ],
+        hidden: false,
+    },
+    Command {
         name: "watch",
         aliases: &[],
-        synopsis: "[--conf-dir DIR]",
+        synopsis: "[--conf-dir DIR] [--metrics ADDR]",
         operand: None,
-        flags: &[CONF_DIR],
+        flags: &[
+            CONF_DIR,
+            Flag {
+                name: "--metrics",
+                value: Some(Value {
+                    name: "ADDR",
+                    kind: ValueKind::Text,
+                }),
+                repeatable: false,
+                help: "also serve Prometheus metrics at http://ADDR/metrics (ADDR is IP:PORT, e.g. 127.0.0.1:9604; nothing listens without it)",
+            },
+        ],
         summary: "run until SIGTERM or SIGINT, putting back what restore does within a second of each nf_tables change by another program",
         description: &[
             "Runs until SIGTERM or SIGINT (exit 0). At start and within a second of each burst of nf_tables changes by another program (nft flush ruleset, a deleted table, an iptables reload, a firewalld restart), runs what restore runs for every academy network in DIR (default /etc/cni/net.d), read again each time. Its own transactions and academy's are passed over; a failed restore is retried after 1, 2, 4 ... 30 s.",
+            "With --metrics it also answers GET /metrics on ADDR with the Prometheus text exposition of every network's pool, attachments and missing state, computed at each scrape, and of its own repairs and notifications (docs/operations.md lists them). A slow client cannot hold it: each request has 2 s and 8 KiB of headers, and at most 4 are served at once.",
         ],
         hidden: false,
     },

@@ -16,7 +16,11 @@ mod help;
 mod install;
 mod leaks;
 mod man;
+mod metrics;
 mod nat;
+mod network_view;
+mod repairs;
+mod status;
 mod watch;
 
 use serde_json::{Map, Value};
@@ -44,6 +48,7 @@ fn runner(name: &str) -> Option<Run> {
         "list" => leaks::list,
         "reclaim" => leaks::reclaim,
         "restore" => nat::restore,
+        "status" => status::run,
         "watch" => watch::run,
         "completions" => |_| {
             // The only shell args.rs lets through (definitions::SHELLS).

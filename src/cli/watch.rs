@@ -21,18 +21,26 @@
 //!
 //! There is no polling: the command sleeps in poll(2) on the notification socket and a
 //! signalfd, with a timeout only while a burst, a retry or a reopen is pending.
+//!
+//! Each repair is counted and recorded as the network's last (repairs.rs, for `academy
+//! status`); with `--metrics ADDR` a listener thread serves those counts and every
+//! network's state at each scrape (metrics/), sharing only the counters with this loop.
 
 use std::collections::VecDeque;
 use std::io::Write as _;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
+use super::metrics::{self, Counters};
 use super::nat::{networks_in, restore_each, words, DEFAULT_CONF_DIR};
+use super::network_view::kind_slug;
+use super::repairs::{self, LastRepair, RUN_DIR};
 use super::{CliError, Parsed};
 use crate::netlink::{NftCommit, NftMonitor, NftNotice};
 
@@ -49,9 +57,22 @@ const FIGHT_WINDOW: Duration = Duration::from_secs(10);
 
 pub fn run(p: &Parsed) -> Result<(), CliError> {
     let dir = PathBuf::from(p.value("--conf-dir").unwrap_or(DEFAULT_CONF_DIR));
+    let metrics_addr = p
+        .value("--metrics")
+        .map(metrics::parse_addr)
+        .transpose()
+        .map_err(CliError::Usage)?;
+    // Blocked before the listener's thread starts, so that it inherits the mask and the
+    // signals come to the signalfd, not to it.
     let signals = stop_signals()
         .map_err(|e| CliError::Failed(format!("cannot take SIGTERM and SIGINT: {e}")))?;
-    Watch::new(dir).run(&signals);
+    let counters = Arc::new(Counters::new());
+    if let Some(addr) = metrics_addr {
+        let bound =
+            metrics::serve(addr, dir.clone(), Arc::clone(&counters)).map_err(CliError::Failed)?;
+        log(&format!("serving metrics at http://{bound}/metrics"));
+    }
+    Watch::new(dir, counters).run(&signals);
     Ok(())
 }
 
@@ -219,10 +240,13 @@ struct Watch {
     held: Option<Instant>,
     /// Whether the conf dir's absence was said.
     said_no_dir: bool,
+    counters: Arc<Counters>,
+    /// Whether a failure to record a repair was said.
+    said_no_record: bool,
 }
 
 impl Watch {
-    fn new(dir: PathBuf) -> Watch {
+    fn new(dir: PathBuf, counters: Arc<Counters>) -> Watch {
         let own_name = std::fs::read_to_string("/proc/self/comm")
             .map(|s| s.trim_end().to_string())
             .unwrap_or_else(|_| crate::plugin::NAME.to_string());
@@ -239,6 +263,8 @@ impl Watch {
             fights: Fights::default(),
             held: None,
             said_no_dir: false,
+            counters,
+            said_no_record: false,
         }
     }
 
@@ -343,12 +369,16 @@ impl Watch {
             Ok(notices) => {
                 for notice in notices {
                     match notice {
-                        NftNotice::Commit(c) if ours(&c, &self.own_name) => {}
+                        NftNotice::Commit(c) if ours(&c, &self.own_name) => {
+                            self.counters.event(true);
+                        }
                         NftNotice::Commit(c) => {
+                            self.counters.event(false);
                             self.trigger.commit(&c);
                             self.changes.note(now);
                         }
                         NftNotice::Lost => {
+                            self.counters.overflow();
                             if !self.trigger.lost {
                                 log("nf_tables notifications lost (the receive buffer overflowed): restoring");
                             }
@@ -419,8 +449,14 @@ impl Watch {
         for network in restore_each(&confs) {
             match network.outcome {
                 Ok(what) if what.is_empty() => {}
-                Ok(what) => restored.push(format!("network {}: {}", network.name, words(&what))),
-                Err(e) => failed.push(format!("network {}: {e}", network.name)),
+                Ok(what) => {
+                    self.repaired(&network.name, &what, why);
+                    restored.push(format!("network {}: {}", network.name, words(&what)));
+                }
+                Err(e) => {
+                    self.counters.failed(&network.name);
+                    failed.push(format!("network {}: {e}", network.name));
+                }
             }
         }
         if !restored.is_empty() {
@@ -436,6 +472,32 @@ impl Watch {
             self.restore_backoff.reset();
         } else {
             self.failed(why, &failed.join("; "));
+        }
+    }
+
+    /// Counts a network's repair by kind and records it as the network's last.
+    fn repaired(
+        &mut self,
+        network: &str,
+        what: &[(crate::firewall::Kind, Vec<String>)],
+        why: &str,
+    ) {
+        let kinds: Vec<String> = what.iter().map(|(kind, _)| kind_slug(*kind)).collect();
+        for kind in &kinds {
+            self.counters.repaired(network, kind);
+        }
+        let repair = LastRepair {
+            at: SystemTime::now(),
+            kinds,
+            trigger: why.to_string(),
+        };
+        match repairs::record(Path::new(RUN_DIR), network, &repair) {
+            Ok(()) => self.said_no_record = false,
+            Err(e) if !self.said_no_record => {
+                log(&format!("{e} (academy status will not show it)"));
+                self.said_no_record = true;
+            }
+            Err(_) => {}
         }
     }
 
@@ -467,8 +529,15 @@ mod tests {
         let watch = crate::cli::definitions::find("watch").unwrap();
         let parsed = Parsed::new(&words[2..], watch).ok();
         assert!(
-            parsed.is_some_and(|p| p.value("--conf-dir").is_some()),
+            parsed
+                .as_ref()
+                .is_some_and(|p| p.value("--conf-dir").is_some()),
             "{line}"
+        );
+        let metrics = parsed.and_then(|p| p.value("--metrics").map(metrics::parse_addr));
+        assert!(
+            metrics.is_some_and(|a| a.is_ok_and(|a| a.ip().is_loopback())),
+            "the unit serves metrics on loopback only: {line}"
         );
         for line in [
             "Restart=always",

@@ -63,6 +63,9 @@
 //! | `vlan`        | the bridge port: VLANs (in a VM on Debian's kernel), isolation |
 //! | `watch`       | `academy watch` in a node: flushes, deleted tables, iptables   |
 //! |               | reloads put back within a second; lost notifications           |
+//! | `alert_rules` | deploy/prometheus/'s alerts through promtool check and test    |
+//! | `metrics`     | `academy watch --metrics` scraped by a real Prometheus in a node; |
+//! |               | a silent client, a huge request; `academy status` against `list` |
 //!
 //! A module with a `/` is a folder: its mod.rs says which file holds which subject and
 //! keeps what they share, so a failing test's path names its subject
@@ -96,6 +99,7 @@
 
 mod common;
 
+mod alert_rules;
 mod bandwidth;
 mod cli_conventions;
 mod cli_inputs;
@@ -117,6 +121,7 @@ mod layer2;
 mod leaks;
 mod macspoof;
 mod masquerade;
+mod metrics;
 mod mtu_auto;
 mod multinet;
 mod nat_identity;

@@ -567,6 +567,21 @@ fn the_daemonset_runs_the_watch_on_the_node_s_network_and_folders() {
         .collect();
     assert_eq!(command[..2], ["/academy", "watch"], "{command:?}");
     assert_eq!(command[2], "--conf-dir", "{command:?}");
+    // Metrics on the node's own address (hostNetwork), named as the pod's port.
+    assert_eq!(
+        command[4..],
+        ["--metrics", "$(HOST_IP):9604"],
+        "{command:?}"
+    );
+    assert_eq!(watch["env"][0]["name"], "HOST_IP");
+    assert_eq!(
+        watch["env"][0]["valueFrom"]["fieldRef"]["fieldPath"],
+        "status.hostIP"
+    );
+    assert_eq!(
+        watch["ports"],
+        serde_json::json!([{"name": "metrics", "containerPort": 9604, "protocol": "TCP"}])
+    );
     let caps = &watch["securityContext"]["capabilities"]["add"];
     assert!(
         caps.as_array().unwrap().iter().any(|c| c == "NET_ADMIN"),

@@ -1,0 +1,199 @@
+//! One academy network as an operator sees it at a glance: its pool's addresses by
+//! state, its wired attachments, the kinds of nf_tables state it misses now, whether it
+//! is unused and the last repair `academy watch` made. `academy status` prints it and
+//! `academy watch --metrics` exposes it; both read it fresh each time.
+//!
+//! It only reads: reservations are listed as `academy list` lists them (the store's
+//! survey, no lock taken, so no ADD waits on it), the host's links are dumped once, and
+//! what is missing is STATUS's and CHECK's own walk (`firewall::missing`).
+
+use std::net::IpAddr;
+use std::path::Path;
+use std::time::SystemTime;
+
+use crate::addressing::open_store;
+use crate::attachment::Caller;
+use crate::config::Config;
+use crate::firewall::{self, Kind};
+use crate::leaks::{self, State};
+use crate::netlink::Netlink;
+
+use super::repairs::{self, LastRepair};
+
+#[derive(Debug, Clone)]
+pub struct NetworkView {
+    pub name: String,
+    pub bridge: String,
+    /// Each pool, in the config's order.
+    pub ranges: Vec<Range>,
+    /// Addresses the pools can hand out.
+    pub size: u128,
+    /// Reservations in the store, leaked ones included.
+    pub used: usize,
+    /// Addresses of the pools no reservation holds.
+    pub free: u128,
+    /// Reservations whose attachment is gone (`academy list`'s "leaked"); None when
+    /// academy cannot judge them here (the bridge is not in this netns).
+    pub leaked: Option<usize>,
+    /// Attachments whose host veth exists.
+    pub attachments: usize,
+    /// The kinds of state that miss something now; Err when the walk failed.
+    pub missing: Result<Vec<Kind>, String>,
+    /// Nothing wired and nothing reserved.
+    pub unused: bool,
+    /// When the network became unused, as recorded by a grace release; academy records
+    /// none yet, so this is None even for an unused network.
+    pub unused_since: Option<SystemTime>,
+    pub last_repair: Option<LastRepair>,
+    /// Why part of the view could not be read (the store, the links).
+    pub errors: Vec<String>,
+}
+
+/// One pool: a subnet and the addresses of it that may be handed out.
+#[derive(Debug, Clone)]
+pub struct Range {
+    pub subnet: String,
+    pub first: IpAddr,
+    pub last: IpAddr,
+}
+
+impl NetworkView {
+    /// The view of one network, read now; `run_dir` is where the watch records repairs.
+    pub fn read(conf: &Config, run_dir: &Path) -> NetworkView {
+        let pools: Vec<_> = conf
+            .builtin()
+            .map(|b| b.range_sets.iter().flatten().collect())
+            .unwrap_or_default();
+        let size = pools.iter().map(|p| p.size()).sum();
+        let mut errors = Vec::new();
+        let reserved = reservations(conf, &mut errors);
+        let in_pools = reserved
+            .addresses
+            .iter()
+            .filter(|a| pools.iter().any(|p| p.contains(**a)))
+            .count() as u128;
+        let missing = firewall::missing(conf)
+            .map(|found| found.into_iter().map(|(kind, _)| kind).collect())
+            .map_err(|e| e.to_string());
+        let last_repair = match repairs::last(run_dir, &conf.name) {
+            Ok(last) => last,
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        };
+        NetworkView {
+            name: conf.name.clone(),
+            bridge: conf.bridge.clone(),
+            ranges: pools
+                .iter()
+                .map(|p| Range {
+                    subnet: p.subnet().to_string(),
+                    first: p.first(),
+                    last: p.last(),
+                })
+                .collect(),
+            size,
+            used: reserved.addresses.len(),
+            free: size.saturating_sub(in_pools),
+            leaked: reserved.leaked,
+            attachments: reserved.attachments,
+            unused: reserved.addresses.is_empty() && reserved.attachments == 0,
+            unused_since: None,
+            missing,
+            last_repair,
+            errors,
+        }
+    }
+}
+
+/// What the store and the host's links say of the network's reservations.
+#[derive(Default)]
+struct Reserved {
+    addresses: Vec<IpAddr>,
+    leaked: Option<usize>,
+    attachments: usize,
+}
+
+fn reservations(conf: &Config, errors: &mut Vec<String>) -> Reserved {
+    let store = match open_store(conf) {
+        Ok(Some(store)) => store,
+        // Nothing ever reserved: nothing used, nothing leaked.
+        Ok(None) => {
+            return Reserved {
+                leaked: Some(0),
+                ..Reserved::default()
+            }
+        }
+        Err(e) => {
+            errors.push(e.to_string());
+            return Reserved::default();
+        }
+    };
+    let surveyed = Netlink::open()
+        .map_err(crate::cni::Error::from)
+        .and_then(|mut nl| leaks::survey(conf, &store, &mut nl, Caller::Operator));
+    match surveyed {
+        Ok(entries) => {
+            let mut wired: Vec<(&str, &str)> = entries
+                .iter()
+                .filter(|e| e.state == State::Wired)
+                .filter_map(|e| {
+                    let r = &e.reservation;
+                    Some((r.container_id.as_str(), r.ifname.as_deref()?))
+                })
+                .collect();
+            wired.sort_unstable();
+            wired.dedup();
+            Reserved {
+                addresses: entries.iter().map(|e| e.reservation.address).collect(),
+                leaked: Some(entries.iter().filter(|e| e.state == State::Leaked).count()),
+                attachments: wired.len(),
+            }
+        }
+        // The bridge is not here (or the links cannot be read): the reservations still
+        // count as used, but none is judged.
+        Err(e) => {
+            errors.push(e.to_string());
+            match store.reservations() {
+                Ok(all) => Reserved {
+                    addresses: all.iter().map(|r| r.address).collect(),
+                    ..Reserved::default()
+                },
+                Err(e) => {
+                    errors.push(e.to_string());
+                    Reserved::default()
+                }
+            }
+        }
+    }
+}
+
+/// A kind's name as a metric label or a JSON word: its Display in snake case
+/// ("outbound NAT" is outbound_nat), so the words cannot drift from the walks' own.
+pub fn kind_slug(kind: Kind) -> String {
+    kind.to_string()
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_ascii_lowercase)
+        .collect::<Vec<_>>()
+        .join("_")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_has_a_distinct_snake_case_name() {
+        let slugs: Vec<String> = firewall::KINDS.into_iter().map(kind_slug).collect();
+        assert_eq!(slugs[0], "outbound_nat");
+        for s in &slugs {
+            assert!(s.chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{s}");
+        }
+        let mut unique = slugs.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), slugs.len(), "{slugs:?}");
+    }
+}
