@@ -10,13 +10,17 @@
 //!
 //! - `add`, in its `phase` of ADD: before the veth pair, once the pair exists, once the
 //!   container is wired, or in ADD's one nf_tables batch;
-//! - `remove`: one attachment's state, by its owner (the one removal);
+//! - `remove`: one attachment's state, by its owner (the one removal), whatever the
+//!   config at hand enables: a key taken out of a conflist since ADD (macspoofchk for a
+//!   VRRP container, ipMasq, the bandwidth keys) must not leave its state behind, so
+//!   each kind looks for it, cheaply when it is not there (one lookup, or one dump per
+//!   family when the attachment's key is unknown);
 //! - `check`: what CHECK compares with what ADD reported;
-//! - `sweep`: GC's removal of elements no valid attachment owns;
+//! - `sweep`: GC's removal of elements no valid attachment owns, key set or not;
 //! - `missing` / `restore`: what an admin's flush or a reload took that academy can see,
 //!   and putting it back (STATUS, `academy restore`);
 //! - `release`: the network's own objects, deleted by network.rs once the network has no
-//!   attachment left.
+//!   attachment left, looked for whether or not the key is still set.
 //!
 //! Each operation takes one context: the config, the sockets it may use (opened at the
 //! first kind that needs one) and what that operation is about. ADD, the one removal,
@@ -107,15 +111,18 @@ pub struct Adding<'a> {
     pub batch: masquerade::nat::Staged,
 }
 
-/// One attachment as the one removal knows it.
+/// One attachment as the one removal knows it. Every kind is asked, whatever `conf`
+/// enables (see the module's comment).
 pub struct Removing<'a> {
     pub conf: &'a Config,
     pub nft: &'a mut NftablesOnDemand,
+    /// The removal's rtnetlink socket (bandwidth's ifb lookup), when it could open one.
+    pub nl: Option<&'a mut Netlink>,
     pub who: Attachment<'a>,
     /// Where its masquerade elements may be (empty when unknown).
     pub addresses: &'a [IpAddr],
-    /// Found by its traces (GC, reclaim, healing): the config at hand may not be the one
-    /// it was added with, so every kind looks by owner whatever the config says.
+    /// Found by its traces (GC, reclaim, healing): the runtime's arguments at hand
+    /// (portMappings) are not this attachment's, so the kinds keyed by them look by owner.
     pub traced: bool,
 }
 
@@ -180,32 +187,6 @@ impl Live {
 }
 
 impl Kind {
-    /// Whether the network may hold state of this kind for an attachment.
-    pub fn on(self, conf: &Config, traced: bool) -> bool {
-        match self {
-            // Its elements name addresses: without ipMasq none were ever added.
-            Kind::Masquerade => conf.ip_masq,
-            Kind::Ports => conf.publishes_ports || traced,
-            // The entry's key, not a container's: the config at hand says it.
-            Kind::MacFilter => conf.mac_spoof_check,
-            // `shapes` is the entry's (its keys or its capability), whatever rates each
-            // container's runtimeConfig asked for.
-            Kind::Bandwidth => conf.shapes,
-            Kind::Forward | Kind::Isolation => false, // nothing per attachment
-        }
-    }
-
-    /// Whether the removal needs the attachment's addresses (a store read the other
-    /// kinds do without): the masquerade's elements are keyed by address.
-    pub fn removes_by_address(self) -> bool {
-        match self {
-            Kind::Masquerade => true,
-            Kind::Ports | Kind::MacFilter | Kind::Forward | Kind::Bandwidth | Kind::Isolation => {
-                false
-            }
-        }
-    }
-
     /// When in ADD this kind makes its state.
     pub fn phase(self) -> Phase {
         match self {

@@ -243,11 +243,10 @@ pub fn reclaim(
 }
 
 /// A legacy reservation (no interface in it): the masquerade elements its container's
-/// attachments left at its address, then the file, still locked.
+/// attachments left at its address, then the file, still locked. Looked up whether or
+/// not ipMasq is still set (it may have been taken out since ADD): one lookup.
 fn sweep_legacy(conf: &Config, container_id: &str, locked: Locked) -> Result<bool> {
-    if conf.ip_masq {
-        masquerade::remove_of_container(conf, container_id, &[locked.address()])?;
-    }
+    masquerade::remove_of_container(conf, container_id, &[locked.address()])?;
     locked.remove()
 }
 

@@ -34,6 +34,8 @@
 //! |               | the rate, every operation of its kind, refusals, netns budget  |
 //! | `isolation`   | ingressPolicy same-bridge beside the reference firewall plugin: |
 //! |               | the outcome table, a flush restored, the last DEL's release    |
+//! | `keys_off`    | a key turned off since ADD: DEL, GC and the release still take |
+//! |               | the MAC filter, the masquerade element, the ifb                |
 //! | `kinds`       | each kind of nf_tables state through every operation of the    |
 //! |               | table of kinds: CHECK, STATUS, restore, GC, the last DEL   |
 //! | `network_lifetime` | a network's own objects go with its last attachment: a   |
@@ -112,6 +114,7 @@ mod iface_keys;
 mod installer;
 mod ipam_lab;
 mod isolation;
+mod keys_off;
 mod kinds;
 mod layer2;
 mod leaks;
