@@ -316,10 +316,23 @@ pub fn missing(conf: &Config) -> Result<Vec<(Kind, Vec<String>)>> {
     Ok(found)
 }
 
-/// The restore command for one network: every kind puts back what it misses. Each kind
-/// is tried even when another failed.
+/// The restore command (and `academy watch`) for one network: every kind puts back what
+/// it misses. Each kind is tried even when another failed.
+///
+/// The network's lock is held shared, as ADD holds it (network.rs), and the network's
+/// attachments are read under it: a last DEL's release either ran wholly before, so the
+/// restore finds no attachment and puts nothing back, or waits out the restore's share
+/// (it then skips, as behind an ADD in flight: the restore, finding the network unused,
+/// releases it itself once its share is dropped).
 pub fn restore(conf: &Config) -> Result<Vec<(Kind, Vec<String>)>> {
+    hold_for_test();
+    let share = network::in_use(conf);
     let wired = Wired::read(conf)?;
+    if wired.attachments.is_empty() && !wired.bridge_in_use {
+        drop(share);
+        crate::removal::network_if_unused(conf)?;
+        return Ok(Vec::new());
+    }
     let mut nft = NftablesOnDemand::default();
     let mut look = Looking {
         conf,
@@ -337,6 +350,23 @@ pub fn restore(conf: &Config) -> Result<Vec<(Kind, Vec<String>)>> {
     }
     first_of(errors)?;
     Ok(restored)
+}
+
+/// Tests only (debug builds): with ACADEMY_TEST_HOLD_RESTORE set to a path, a network's
+/// restore, once started and before it takes the lock, creates `<path>.held` and waits (30 s at most) while `<path>` exists, so a
+/// test can run a DEL in the middle of a restore without racing a signal.
+fn hold_for_test() {
+    #[cfg(debug_assertions)]
+    if let Some(path) = std::env::var_os("ACADEMY_TEST_HOLD_RESTORE") {
+        let path = std::path::PathBuf::from(path);
+        let mut held = path.clone().into_os_string();
+        held.push(".held");
+        let _ = std::fs::write(&held, b"");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while path.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
 }
 
 /// The remedy CHECK and STATUS name for what a flush or a reload took.

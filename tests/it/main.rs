@@ -62,6 +62,7 @@
 //! |               | reload and flush, nft flush ruleset, isolation): academy never weaker |
 //! | `reference_switch` | a live reference network switched by `academy convert`: DEL |
 //! |               | removes the reference's leftovers; convert's report and --in-place |
+//! | `restore_lock` | a network released by its last DEL during a restore stays released |
 //! | `vlan`        | the bridge port: VLANs (in a VM on Debian's kernel), isolation |
 //! | `watch`       | `academy watch` in a node: flushes, deleted tables, iptables   |
 //! |               | reloads put back within a second; lost notifications           |
@@ -132,6 +133,7 @@ mod podman_multinet;
 mod portmap;
 mod protocol;
 mod reference_switch;
+mod restore_lock;
 mod route_attrs;
 mod services;
 mod switching;
