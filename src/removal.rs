@@ -10,7 +10,8 @@
 //! would carry the old holder's element, which a later GC would remove from under the
 //! new one). So:
 //!
-//! 1. per-attachment nf_tables state (every kind of firewall::KINDS), removed by owner;
+//! 1. per-attachment state (every kind of firewall::KINDS), removed by owner whatever
+//!    the config at hand enables;
 //! 2. the veth pair, through its host end;
 //! 3. the reservations;
 //! 4. for DEL, GC and reclaim, the network's own nf_tables objects once it has no
@@ -41,7 +42,7 @@ use crate::cni::env::Env;
 use crate::cni::result::CniResult;
 use crate::cni::{Error, Result};
 use crate::config::{Config, Ipam};
-use crate::firewall::{network, Kind, Removing, KINDS};
+use crate::firewall::{network, Removing, KINDS};
 use crate::ipam::store::Locked;
 use crate::ipam::Store;
 use crate::netlink::{Netlink, NftablesOnDemand};
@@ -95,14 +96,17 @@ pub fn attachments(conf: &Config, targets: Vec<Target>) -> Report {
     let mut failed = vec![false; targets.len()];
 
     // 1. nf_tables, on one socket kept open until the end (see firewall::masquerade::remove:
-    // closing it waits out the removal's RCU grace period, which the veth step overlaps).
+    // closing it waits out the removal's RCU grace period, which the veth step overlaps),
+    // and the ifbs, on the rtnetlink socket the veth step then uses.
     let mut nft = NftablesOnDemand::default();
+    let mut nl = Netlink::open();
     for (t, failed) in targets.iter().zip(failed.iter_mut()) {
-        *failed = !remove_nftables(&mut nft, conf, t, &mut report.errors);
+        let removed = remove_kinds(&mut nft, nl.as_mut().ok(), conf, t, &mut report.errors);
+        *failed = !removed;
     }
 
     // 2. The veth pairs.
-    match Netlink::open() {
+    match nl {
         Ok(mut nl) => {
             for (t, failed) in targets.iter().zip(failed.iter_mut()) {
                 match wire::remove_pair(&mut nl, &t.who) {
@@ -165,17 +169,20 @@ pub fn network_if_unused(conf: &Config) -> Result<()> {
     Ok(())
 }
 
-/// Step 1 for one attachment: every kind of nf_tables state it may have, each tried
-/// even when another failed. False when one failed.
-fn remove_nftables(
+/// Step 1 for one attachment: every kind's state it may have, each tried even when
+/// another failed, whatever the config at hand enables (a key taken out since ADD must
+/// not leave its state behind: each kind's look is one lookup when nothing is there).
+/// False when one failed.
+fn remove_kinds(
     nft: &mut NftablesOnDemand,
+    nl: Option<&mut Netlink>,
     conf: &Config,
     t: &Target,
     errors: &mut Vec<Error>,
 ) -> bool {
     let before = errors.len();
-    // GC, reclaim and healing found the attachment by its traces: the config they carry
-    // may not be the one it was added with, so every kind looks by owner.
+    // GC, reclaim and healing found the attachment by its traces: the runtime arguments
+    // they carry (portMappings) are not the attachment's, so the ports look by owner.
     let traced = matches!(
         t.reservations,
         Reservations::Indexed | Reservations::Locked(_)
@@ -187,33 +194,23 @@ fn remove_nftables(
         });
         errors.extend(removed.err());
     }
-    let kinds: Vec<Kind> = KINDS
-        .iter()
-        .copied()
-        .filter(|k| k.on(conf, traced))
-        .collect();
-    if kinds.is_empty() {
-        return errors.len() == before;
-    }
-    // Only the masquerade looks by address (a store read the other kinds do not need).
-    let addresses = match kinds.iter().any(|k| k.removes_by_address()) {
-        false => Vec::new(),
-        true => match addresses(conf, t) {
-            Ok(a) => a,
-            Err(e) => {
-                errors.push(e);
-                return false;
-            }
-        },
+    // Where the masquerade's elements may be: one lookup per address.
+    let addresses = match addresses(conf, t) {
+        Ok(a) => a,
+        Err(e) => {
+            errors.push(e);
+            return false;
+        }
     };
     let mut removing = Removing {
         conf,
         nft,
+        nl,
         who: t.who,
         addresses: &addresses,
         traced,
     };
-    for kind in kinds {
+    for kind in KINDS {
         errors.extend(kind.remove(&mut removing).err());
     }
     errors.len() == before

@@ -186,7 +186,7 @@ mod tests {
 
     #[test]
     fn every_kind_has_a_distinct_snake_case_name() {
-        let slugs: Vec<String> = firewall::KINDS.into_iter().map(kind_slug).collect();
+        let slugs: Vec<String> = firewall::KINDS.iter().copied().map(kind_slug).collect();
         assert_eq!(slugs[0], "outbound_nat");
         for s in &slugs {
             assert!(s.chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{s}");

@@ -10,13 +10,17 @@
 //!
 //! - `add`, in its `phase` of ADD: before the veth pair, once the pair exists, once the
 //!   container is wired, or in ADD's one nf_tables batch;
-//! - `remove`: one attachment's state, by its owner (the one removal);
+//! - `remove`: one attachment's state, by its owner (the one removal), whatever the
+//!   config at hand enables: a key taken out of a conflist since ADD (macspoofchk for a
+//!   VRRP container, ipMasq, the bandwidth keys) must not leave its state behind, so
+//!   each kind looks for it, cheaply when it is not there (one lookup, or one dump per
+//!   family when the attachment's key is unknown);
 //! - `check`: what CHECK compares with what ADD reported;
-//! - `sweep`: GC's removal of elements no valid attachment owns;
+//! - `sweep`: GC's removal of elements no valid attachment owns, key set or not;
 //! - `missing` / `restore`: what an admin's flush or a reload took that academy can see,
 //!   and putting it back (STATUS, `academy restore`);
 //! - `release`: the network's own objects, deleted by network.rs once the network has no
-//!   attachment left.
+//!   attachment left, looked for whether or not the key is still set.
 //!
 //! Each operation takes one context: the config, the sockets it may use (opened at the
 //! first kind that needs one) and what that operation is about. ADD, the one removal,
@@ -107,15 +111,18 @@ pub struct Adding<'a> {
     pub batch: masquerade::nat::Staged,
 }
 
-/// One attachment as the one removal knows it.
+/// One attachment as the one removal knows it. Every kind is asked, whatever `conf`
+/// enables (see the module's comment).
 pub struct Removing<'a> {
     pub conf: &'a Config,
     pub nft: &'a mut NftablesOnDemand,
+    /// The removal's rtnetlink socket (bandwidth's ifb lookup), when it could open one.
+    pub nl: Option<&'a mut Netlink>,
     pub who: Attachment<'a>,
     /// Where its masquerade elements may be (empty when unknown).
     pub addresses: &'a [IpAddr],
-    /// Found by its traces (GC, reclaim, healing): the config at hand may not be the one
-    /// it was added with, so every kind looks by owner whatever the config says.
+    /// Found by its traces (GC, reclaim, healing): the runtime's arguments at hand
+    /// (portMappings) are not this attachment's, so the kinds keyed by them look by owner.
     pub traced: bool,
 }
 
@@ -179,32 +186,6 @@ impl Live {
 }
 
 impl Kind {
-    /// Whether the network may hold state of this kind for an attachment.
-    pub fn on(self, conf: &Config, traced: bool) -> bool {
-        match self {
-            // Its elements name addresses: without ipMasq none were ever added.
-            Kind::Masquerade => conf.ip_masq,
-            Kind::Ports => conf.publishes_ports || traced,
-            // The entry's key, not a container's: the config at hand says it.
-            Kind::MacFilter => conf.mac_spoof_check,
-            // `shapes` is the entry's (its keys or its capability), whatever rates each
-            // container's runtimeConfig asked for.
-            Kind::Bandwidth => conf.shapes,
-            Kind::Forward | Kind::Isolation => false, // nothing per attachment
-        }
-    }
-
-    /// Whether the removal needs the attachment's addresses (a store read the other
-    /// kinds do without): the masquerade's elements are keyed by address.
-    pub fn removes_by_address(self) -> bool {
-        match self {
-            Kind::Masquerade => true,
-            Kind::Ports | Kind::MacFilter | Kind::Forward | Kind::Bandwidth | Kind::Isolation => {
-                false
-            }
-        }
-    }
-
     /// When in ADD this kind makes its state.
     pub fn phase(self) -> Phase {
         match self {
@@ -304,12 +285,10 @@ impl Kind {
 
 /// A legacy reservation's state (one that names its container, no interface): only
 /// the masquerade ever kept state by address for such a reservation, so the walk is the
-/// masquerade's elements at `addresses` whose comment names the container.
+/// masquerade's elements at `addresses` whose comment names the container, looked up
+/// whether or not ipMasq is still set (it may have been taken out since ADD): one lookup.
 pub fn remove_of_container(conf: &Config, container_id: &str, addresses: &[IpAddr]) -> Result<()> {
-    match conf.ip_masq {
-        true => masquerade::remove_of_container(conf, container_id, addresses),
-        false => Ok(()),
-    }
+    masquerade::remove_of_container(conf, container_id, addresses)
 }
 
 /// ADD's state for one phase: every kind of that phase, in `KINDS`' order; after the
@@ -344,10 +323,23 @@ pub fn missing(conf: &Config) -> Result<Vec<(Kind, Vec<String>)>> {
     Ok(found)
 }
 
-/// The restore command for one network: every kind puts back what it misses. Each kind
-/// is tried even when another failed.
+/// The restore command (and `academy watch`) for one network: every kind puts back what
+/// it misses. Each kind is tried even when another failed.
+///
+/// The network's lock is held shared, as ADD holds it (network.rs), and the network's
+/// attachments are read under it: a last DEL's release either ran wholly before, so the
+/// restore finds no attachment and puts nothing back, or waits out the restore's share
+/// (it then skips, as behind an ADD in flight: the restore, finding the network unused,
+/// releases it itself once its share is dropped).
 pub fn restore(conf: &Config) -> Result<Vec<(Kind, Vec<String>)>> {
+    hold_for_test();
+    let share = network::in_use(conf);
     let wired = Wired::read(conf)?;
+    if wired.attachments.is_empty() && !wired.bridge_in_use {
+        drop(share);
+        network::release_if_unused(conf)?;
+        return Ok(Vec::new());
+    }
     let mut nft = NftablesOnDemand::default();
     let mut look = Looking {
         conf,
@@ -365,6 +357,23 @@ pub fn restore(conf: &Config) -> Result<Vec<(Kind, Vec<String>)>> {
     }
     first_of(errors)?;
     Ok(restored)
+}
+
+/// Tests only (debug builds): with ACADEMY_TEST_HOLD_RESTORE set to a path, a network's
+/// restore, once started and before it takes the lock, creates `<path>.held` and waits (30 s at most) while `<path>` exists, so a
+/// test can run a DEL in the middle of a restore without racing a signal.
+fn hold_for_test() {
+    #[cfg(debug_assertions)]
+    if let Some(path) = std::env::var_os("ACADEMY_TEST_HOLD_RESTORE") {
+        let path = std::path::PathBuf::from(path);
+        let mut held = path.clone().into_os_string();
+        held.push(".held");
+        let _ = std::fs::write(&held, b"");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while path.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
 }
 
 /// The remedy CHECK and STATUS name for what a flush or a reload took.

@@ -34,6 +34,8 @@
 //! |               | the rate, every operation of its kind, refusals, netns budget  |
 //! | `isolation`   | ingressPolicy same-bridge beside the reference firewall plugin: |
 //! |               | the outcome table, a flush restored, the last DEL's release    |
+//! | `keys_off`    | a key turned off since ADD: DEL, GC and the release still take |
+//! |               | the MAC filter, the masquerade element, the ifb                |
 //! | `kinds`       | each kind of nf_tables state through every operation of the    |
 //! |               | table of kinds: CHECK, STATUS, restore, GC, the last DEL   |
 //! | `network_lifetime` | a network's own objects go with its last attachment: a   |
@@ -60,6 +62,7 @@
 //! |               | reload and flush, nft flush ruleset, isolation): academy never weaker |
 //! | `reference_switch` | a live reference network switched by `academy convert`: DEL |
 //! |               | removes the reference's leftovers; convert's report and --in-place |
+//! | `restore_lock` | a network released by its last DEL during a restore stays released |
 //! | `vlan`        | the bridge port: VLANs (in a VM on Debian's kernel), isolation |
 //! | `watch`       | `academy watch` in a node: flushes, deleted tables, iptables   |
 //! |               | reloads put back within a second; lost notifications           |
@@ -116,6 +119,7 @@ mod iface_keys;
 mod installer;
 mod ipam_lab;
 mod isolation;
+mod keys_off;
 mod kinds;
 mod layer2;
 mod leaks;
@@ -134,6 +138,7 @@ mod podman_multinet;
 mod portmap;
 mod protocol;
 mod reference_switch;
+mod restore_lock;
 mod route_attrs;
 mod services;
 mod switching;

@@ -149,7 +149,7 @@ pub fn render(s: &Scrape) -> String {
     t.family("academy_state_missing", "gauge", "1 when the network misses some of this kind of nf_tables state now (what STATUS and CHECK look for), else 0; absent when the look failed.");
     for v in s.views {
         let Ok(missing) = &v.missing else { continue };
-        for kind in KINDS {
+        for &kind in KINDS {
             let slug = kind_slug(kind);
             let labels = [("network", v.name.as_str()), ("kind", slug.as_str())];
             t.sample(
@@ -187,7 +187,7 @@ pub fn render(s: &Scrape) -> String {
     // Every network of the dir starts at 0, so that increase() sees its first repair.
     let mut repairs = c.repairs.clone();
     for v in s.views {
-        for kind in KINDS {
+        for &kind in KINDS {
             repairs
                 .entry((v.name.clone(), kind_slug(kind)))
                 .or_insert(0);

@@ -147,11 +147,20 @@ fn tbf(s: Shape) -> Tbf {
 }
 
 /// The one removal: the attachment's ifb, if it is its (the veth's qdiscs go with it).
+/// Looked up whatever the config says (the keys may have been taken out since ADD):
+/// one link lookup on the removal's socket.
 pub fn remove(r: &mut Removing) -> Result<()> {
     let conf = r.conf;
-    let mut nl = Netlink::open()?;
-    match ifb_of(&mut nl, &r.who)? {
-        Found::Ours(ifb) => wire::delete_if_present(&mut nl, ifb.index).map(drop),
+    let mut own;
+    let nl = match r.nl.as_deref_mut() {
+        Some(nl) => nl,
+        None => {
+            own = Netlink::open()?;
+            &mut own
+        }
+    };
+    match ifb_of(nl, &r.who)? {
+        Found::Ours(ifb) => wire::delete_if_present(nl, ifb.index).map(drop),
         Found::Foreign(why) => {
             eprintln!(
                 "academy: {} on network {} is not {}'s ifb ({why}); left alone",
@@ -250,11 +259,8 @@ fn compare(on: &str, direction: &str, s: Shape, found: Option<Tbf>) -> Option<St
 /// GC: the ifbs of this network whose owner is not live, and unlabelled ifbs of academy's
 /// names whose host veth is gone (an ADD killed between creating and labelling one).
 pub fn sweep(s: &mut Sweeping) {
+    // Whatever the config says: its keys may have been taken out since the ifbs were made.
     let (conf, live, errors) = (s.conf, s.live, &mut *s.errors);
-    // A network that cannot shape made no ifb (its keys and capability are the entry's).
-    if !conf.shapes {
-        return;
-    }
     let mut nl = match Netlink::open() {
         Ok(nl) => nl,
         Err(e) => return errors.push(e.into()),

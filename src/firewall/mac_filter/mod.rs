@@ -60,7 +60,8 @@ fn guard(nft: &mut Nftables, conf: &Config, who: &Attachment, mac: [u8; 6]) -> R
 }
 
 /// Removes the attachment's elements if they name it, and only then: a port name whose
-/// elements name another attachment is not this removal's to take.
+/// elements name another attachment is not this removal's to take. Whatever the config
+/// says (macspoofchk taken out since ADD): one lookup, answered at once without the map.
 pub fn remove(r: &mut Removing) -> Result<()> {
     let (conf, nft) = (r.conf, r.nft.get()?);
     match nft.guarded_port(&conf.name, &r.who.host_name())? {
@@ -259,12 +260,11 @@ pub fn restore(l: &mut Looking) -> Result<Vec<String>> {
     Ok(missing)
 }
 
-/// The network's rule, map and sets in `bridge academy`, once no port is guarded.
+/// The network's rule, map and sets in `bridge academy`, once no port is guarded;
+/// looked for whether or not macspoofchk is still set (it may have been taken out since
+/// ADD). Without the map there is nothing: the rule and the sets are made with it.
 pub fn objects(r: &mut Releasing) -> Result<Option<Vec<Object>>> {
     let conf = r.conf;
-    if !conf.mac_spoof_check {
-        return Ok(Some(Vec::new()));
-    }
     let nft = r.nft.get()?;
     if !nft.guarded_ports(&conf.name)?.is_empty() {
         return Ok(None);

@@ -395,11 +395,11 @@ pub fn restore(l: &mut Looking) -> Result<Vec<String>> {
 /// guard, once none of its ports is published. The bridge then has no port, and gives
 /// up route_localnet with its guard: a container attached later without a published
 /// port (so without the guard) must not find 127.0.0.0/8 routed.
+///
+/// Looked for whether or not the capability or isGateway is still set (either may have
+/// been taken out since ADD).
 pub fn objects(r: &mut Releasing) -> Result<Option<Vec<Object>>> {
     let conf = r.conf;
-    if !conf.publishes_ports && !conf.is_gateway {
-        return Ok(Some(Vec::new()));
-    }
     let nft = r.nft.get()?;
     if published_here(nft, conf)? {
         return Ok(None);
@@ -409,7 +409,8 @@ pub fn objects(r: &mut Releasing) -> Result<Option<Vec<Object>>> {
     if nft.has_hairpin(&conf.bridge)? {
         objects.push(hairpin_object(&conf.bridge));
     }
-    if conf.publishes_ports && localhost_off(&conf.bridge) {
+    let guarded = conf.publishes_ports || nft.has_localnet(&conf.bridge)?;
+    if guarded && localhost_off(&conf.bridge) {
         objects.push(localnet_object(&conf.bridge));
     }
     Ok(Some(objects))

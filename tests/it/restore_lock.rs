@@ -1,0 +1,112 @@
+//! The restore (`academy restore`, and `academy watch`, which runs the same restore) holds
+//! each network's lock shared, as ADD does, and reads the network's attachments under it
+//! (issue 31): a last DEL that releases the network while a restore is under way leaves
+//! it released. The restore is held mid-way by the debug build's test hook
+//! (ACADEMY_TEST_HOLD_RESTORE, src/firewall/mod.rs), in a private node.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::*;
+
+/// What of the network the node's ruleset names: its sets and rules, its bridge's FORWARD
+/// accepts and isolation element.
+fn mentions(node: &Node) -> Vec<String> {
+    let out = node.nft(&["list", "ruleset"]);
+    let (net, bridge) = (&node.lab.network, &node.lab.bridge);
+    out.stdout
+        .lines()
+        .filter(|l| l.contains(net.as_str()) || l.contains(bridge.as_str()))
+        .map(|l| l.trim().to_string())
+        .collect()
+}
+
+fn wait_for(path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the restore never reached its hold"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_network_released_during_a_restore_stays_released() {
+    let lab = Lab::new("rlock");
+    let node = Node::new(&lab);
+    let extra = json!({"ipMasq": true, "ingressPolicy": "same-bridge"});
+    lab.write_conflist("1.1.0", "academy", extra.clone());
+    let mut config: Value = lab.config("1.1.0");
+    for (k, v) in extra.as_object().unwrap() {
+        config[k] = v.clone();
+    }
+    let a = lab.attachment("a");
+    node.call("ADD", &a, &config).expect_result("ADD a");
+    assert!(
+        !mentions(&node).is_empty(),
+        "ADD made nothing of the network"
+    );
+
+    let hold = lab.data_dir.join("hold-restore");
+    std::fs::write(&hold, b"").unwrap();
+    let held = lab.data_dir.join("hold-restore.held");
+    let conf_dir = lab.conf_dir.to_str().unwrap();
+    let mut restore = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &node.ns,
+            plugin(),
+            "restore",
+            "--conf-dir",
+            conf_dir,
+        ])
+        .env("ACADEMY_TEST_HOLD_RESTORE", &hold)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Resumed and reaped even if an assertion below fails.
+    struct Resume<'a>(&'a Path, &'a mut std::process::Child);
+    impl Drop for Resume<'_> {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(self.0);
+            let _ = self.1.wait();
+        }
+    }
+    let resume = Resume(&hold, &mut restore);
+    wait_for(&held);
+
+    // The last DEL, while the restore is held: the network is released.
+    node.call("DEL", &a, &config).expect_silent_success("DEL a");
+    let left = mentions(&node);
+    assert!(left.is_empty(), "the last DEL left {left:?}");
+
+    std::fs::remove_file(resume.0).unwrap();
+    let out = resume.1.wait_with_output_ref();
+    drop(resume);
+    assert!(out.0.success(), "restore: {}", out.1);
+    let back = mentions(&node);
+    assert!(back.is_empty(), "the restore put back {back:?}\n{}", out.1);
+}
+
+/// `wait_with_output` for a borrowed child: its status and stderr.
+trait WaitRef {
+    fn wait_with_output_ref(&mut self) -> (std::process::ExitStatus, String);
+}
+
+impl WaitRef for std::process::Child {
+    fn wait_with_output_ref(&mut self) -> (std::process::ExitStatus, String) {
+        use std::io::Read;
+        let mut err = String::new();
+        if let Some(mut e) = self.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        (self.wait().unwrap(), err)
+    }
+}
