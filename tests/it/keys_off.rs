@@ -9,7 +9,7 @@ use crate::common::*;
 
 /// What of the MAC filter names `a` in the node.
 fn filter_of(node: &Node, a: &Attach) -> Vec<String> {
-    let owner = format!("{}:{}:{}", node.lab.network, a.cid, a.ifname);
+    let owner = owner_comment(&node.lab.network, &a.cid, &a.ifname);
     mac_filter_in(Some(&node.ns), &node.lab.network)
         .into_iter()
         .filter(|e| e.ends_with(&owner))
