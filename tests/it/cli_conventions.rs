@@ -13,6 +13,7 @@ const SUBCOMMANDS: &[&str] = &[
     "list",
     "reclaim",
     "restore",
+    "status",
     "watch",
     "completions",
 ];
