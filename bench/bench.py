@@ -37,6 +37,7 @@ import chart  # noqa: E402
 import cni  # noqa: E402
 import provenance  # noqa: E402
 import report  # noqa: E402
+import scrape  # noqa: E402
 import solo  # noqa: E402
 import trace  # noqa: E402
 from cni import Attachment, Plugin  # noqa: E402
@@ -63,11 +64,11 @@ BANDWIDTH = {"ingressRate": 8000000, "ingressBurst": 80000,
 FULL = dict(cycles=100, warmup=3, lifetime_cycles=15, burst=50, burst_rounds=2,
             points=[0, 1000, 8000, 32000], scale_cycles=11,
             gc_attachments=50, gc_rounds=4, burst_sizes=[110, 250], crowd_cycles=20,
-            solo_cycles=solo.FULL["cycles"])
+            solo_cycles=solo.FULL["cycles"], scrape_networks=scrape.FULL["networks"])
 QUICK = dict(cycles=6, warmup=1, lifetime_cycles=2, burst=20, burst_rounds=1,
              points=[0, 1000, 8000], scale_cycles=3,
              gc_attachments=10, gc_rounds=1, burst_sizes=[20, 40], crowd_cycles=3,
-            solo_cycles=solo.QUICK["cycles"])
+            solo_cycles=solo.QUICK["cycles"], scrape_networks=scrape.QUICK["networks"])
 HOSTLOCAL_BUDGET_S = 60.0  # per scaling point: beyond it host-local's series stops
 # Bringing a bridged veth up leaves the kernel busy for a few ms after the request has
 # been answered (addrconf, bridge port set-up): a /bin/true spawned then takes 1-4 ms
@@ -685,6 +686,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--solo-cycles", type=int,
                    help="single-container cycles (one network, one container, no resident, "
                         "beside the steady state; 0: not run)")
+    p.add_argument("--scrape-networks", type=int,
+                   help="networks of the metrics scrape (250 addresses each; 0: not run)")
     p.add_argument("--gc-attachments", type=int, help="attachments per GC (with --baseline)")
     p.add_argument("--gc-rounds", type=int, help="GC rounds (with --baseline)")
     args = p.parse_args()
@@ -720,7 +723,8 @@ def main():
                                           "burst_rounds",
                                           "points", "scale_cycles", "seed", "quick",
                                           "gc_attachments", "gc_rounds", "burst_sizes",
-                                          "crowd_cycles", "solo_cycles")}}
+                                          "crowd_cycles", "solo_cycles",
+                                          "scrape_networks")}}
         results["provenance"] = provenance.of(b)
         load = results["machine"]["loadavg_phases"] = {}
         gc.disable()  # no collector pauses inside a timed spawn-to-reap
@@ -745,6 +749,14 @@ def main():
             results["solo"] = solo.run(b.sp, b.plugins["academy"].binary, args.reference_dir,
                                        lab, args.solo_cycles, progress=_progress)
             _progress_done()
+        if args.scrape_networks:
+            load["scrape"] = os.getloadavg()
+            preset = scrape.QUICK if args.quick else scrape.FULL
+            print(f"bench: a metrics scrape of {args.scrape_networks} networks x "
+                  f"{preset['addresses']} addresses ...", file=sys.stderr)
+            results["scrape"] = scrape.run(b.plugins["academy"].binary, lab,
+                                           args.scrape_networks, preset["addresses"],
+                                           preset["scrapes"])
         if b.versus:
             load["gc"] = os.getloadavg()
             print(f"bench: GC, {args.gc_attachments} attachments x {args.gc_rounds} rounds, "
@@ -772,6 +784,8 @@ def main():
         md += report.solo_markdown(results.get("solo"), summary.get("solo"))
         md += report.versus_markdown(results)
         md += report.bursts_markdown(results)
+        results["summary"]["scrape"] = scrape.summary(results.get("scrape"))
+        md += scrape.markdown(results.get("scrape"), results["summary"]["scrape"])
         with open(os.path.join(args.out, "latest.json"), "w") as f:
             json.dump(results, f, indent=1)
         with open(os.path.join(args.out, "latest.md"), "w") as f:

@@ -65,16 +65,6 @@ impl Drop for Daemon {
     }
 }
 
-/// The watch's record of the network's last repair (under the host's /run, as the
-/// watch's /run is the host's), removed even when the test fails.
-struct RepairRecord(String);
-
-impl Drop for RepairRecord {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(format!("/run/academy/watch/{}.last-repair", self.0));
-    }
-}
-
 /// python3 run in the node with `script` and its arguments; its stdout.
 fn python_in(node: &Node, script: &str, args: &[&str]) -> Out {
     let mut all = vec!["netns", "exec", &node.ns, "python3", "-c", script];
@@ -151,7 +141,6 @@ fn prometheus_scrapes_the_watch_used_free_and_repairs() {
             .expect_result("ADD");
     }
     let conf_dir = lab.conf_dir.to_str().unwrap();
-    let _record = RepairRecord(lab.network.clone());
     let _watch = Daemon::start(
         &node,
         "academy watch",

@@ -359,6 +359,20 @@ impl Lab {
             }
         }
         super::nft_bridge::remove_mac_filter_objects(&self.network);
+        // What `academy watch` recorded of its networks' repairs (src/cli/repairs.rs).
+        for entry in std::fs::read_dir(WATCH_RECORDS)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name == format!("{}.last-repair", self.network)
+                || name.starts_with(&format!("{}-", self.network))
+            {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
         let prefix = format!("{}-", self.network);
         for entry in std::fs::read_dir(RESULTS_DIR)
             .into_iter()
@@ -374,6 +388,8 @@ impl Lab {
 
 /// Where academy keeps its per-network locks (src/firewall/network.rs).
 const NETWORK_LOCKS: &str = "/run/academy/networks";
+/// Where `academy watch` records each network's last repair (src/cli/repairs.rs).
+const WATCH_RECORDS: &str = "/run/academy/watch";
 
 impl Drop for Lab {
     fn drop(&mut self) {
