@@ -194,9 +194,20 @@ fn remove_kinds(
         });
         errors.extend(removed.err());
     }
-    // Where the masquerade's elements may be: one lookup per address.
-    let addresses = match addresses(conf, t) {
-        Ok(a) => a,
+    // Where the masquerade's elements may be: one lookup per address. With ipMasq off
+    // (perhaps taken out since ADD) the store is read only if the network has sets.
+    let sets = match conf.ip_masq {
+        true => Ok(true),
+        false => nft
+            .get()
+            .map_err(Error::from)
+            .and_then(|n| crate::firewall::masquerade::has_sets(n, conf)),
+    };
+    let (masquerade_sets, addresses) = match sets.and_then(|any| match any {
+        true => addresses(conf, t).map(|a| (true, a)),
+        false => Ok((false, Vec::new())),
+    }) {
+        Ok(found) => found,
         Err(e) => {
             errors.push(e);
             return false;
@@ -208,6 +219,7 @@ fn remove_kinds(
         nl,
         who: t.who,
         addresses: &addresses,
+        masquerade_sets,
         traced,
     };
     for kind in KINDS {

@@ -138,6 +138,28 @@ pub fn peek_version(stdin: &[u8]) -> Option<String> {
 }
 
 impl Config {
+    /// The host interface the network's routed traffic goes through: its bridge, or
+    /// with `vlan` and `isGateway` the VLAN's gateway interface `<bridge>.<vid>`, which
+    /// holds the gateway addresses (wire/port.rs). The loopback guard names it.
+    pub fn routed_interface(&self) -> String {
+        match (self.port.vlan, self.is_gateway) {
+            (Some(vid), true) => vlan_gateway_name(&self.bridge, vid),
+            _ => self.bridge.clone(),
+        }
+    }
+
+    /// The interfaces the FORWARD accepts and the isolation name: the bridge (what
+    /// br_netfilter shows for the frames it switches) and, with a VLAN gateway, the
+    /// interface routed traffic goes through.
+    pub fn forwarded_interfaces(&self) -> Vec<String> {
+        let mut names = vec![self.bridge.clone()];
+        let routed = self.routed_interface();
+        if routed != self.bridge {
+            names.push(routed);
+        }
+        names
+    }
+
     pub fn parse(stdin: &[u8]) -> Result<Config> {
         let value: Value = serde_json::from_slice(stdin).map_err(|e| {
             Error::new(

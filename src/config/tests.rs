@@ -465,3 +465,23 @@ fn a_config_with_cni_versions_is_read_by_its_cni_version() {
     let c = parse(&with(GOOD, "cniVersions", r#"["1.0.0", "1.1.0"]"#)).unwrap();
     assert_eq!(c.cni_version, "1.0.0");
 }
+
+/// Issue 31's VLAN lead: with `vlan` and `isGateway` routed traffic goes through
+/// `<bridge>.<vid>`, so the FORWARD accepts and the isolation name it beside the bridge,
+/// and the loopback guard names it alone; without a VLAN gateway, the bridge only.
+#[test]
+fn the_firewall_kinds_name_the_interface_routed_traffic_uses() {
+    let tagged = parse(&with(GOOD, "vlan", "10")).unwrap();
+    assert_eq!(tagged.routed_interface(), "br-academy.10");
+    assert_eq!(
+        tagged.forwarded_interfaces(),
+        ["br-academy", "br-academy.10"]
+    );
+    let untagged = parse(GOOD).unwrap();
+    assert_eq!(untagged.routed_interface(), "br-academy");
+    assert_eq!(untagged.forwarded_interfaces(), ["br-academy"]);
+    // A VLAN without a gateway on the host routes nothing through <bridge>.<vid>.
+    let layer2 = parse(&with(&with(GOOD, "vlan", "10"), "isGateway", "false")).unwrap();
+    assert_eq!(layer2.routed_interface(), "br-academy");
+    assert_eq!(layer2.forwarded_interfaces(), ["br-academy"]);
+}

@@ -121,6 +121,9 @@ pub struct Removing<'a> {
     pub who: Attachment<'a>,
     /// Where its masquerade elements may be (empty when unknown).
     pub addresses: &'a [IpAddr],
+    /// False when the network has no masquerade set (looked up when ipMasq is off,
+    /// before the store is read): nothing to look for.
+    pub masquerade_sets: bool,
     /// Found by its traces (GC, reclaim, healing): the runtime's arguments at hand
     /// (portMappings) are not this attachment's, so the kinds keyed by them look by owner.
     pub traced: bool,

@@ -250,3 +250,45 @@ fn vlans_on_debian_s_stock_kernel_in_a_vm() {
     );
     assert!(passed >= 70, "only {passed} checks passed:\n{out}");
 }
+
+/// Issue 31: with `vlan` and `isGateway` routed traffic goes through `<bridge>.<vid>`;
+/// the FORWARD accepts under a DROP policy, the isolation and the loopback guard hold for
+/// it, beside the same scenario on an untagged bridge, on Debian 12's kernel in a VM
+/// (tests/vm/vlan_firewall.sh, with the test build; about 90 s under TCG).
+#[test]
+fn the_firewall_kinds_hold_for_a_vlan_gateway_in_a_vm() {
+    let lab = Lab::new("vlfw");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let shared = lab.root.join("vm");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::copy(plugin(), shared.join("academy-debug")).unwrap();
+    let runner = root.join("scripts/kernel-vm/run-in-vm.sh");
+    let script = root.join("tests/vm/vlan_firewall.sh");
+    let out = run(
+        runner.to_str().unwrap(),
+        &[script.to_str().unwrap(), shared.to_str().unwrap()],
+        &[("VM_BOOT_TIMEOUT", "120"), ("VM_TIMEOUT", "900")],
+    );
+    eprintln!("{out}");
+    let failed: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("FAIL "))
+        .collect();
+    let passed = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("PASS "))
+        .count();
+    assert!(
+        out.stdout.contains("kernel 6.1."),
+        "the VM did not run Debian 12's 6.1 kernel:\n{out}"
+    );
+    assert!(failed.is_empty(), "in the VM:\n{}", failed.join("\n"));
+    assert_eq!(out.code, 0, "the VM script failed:\n{out}");
+    assert!(
+        out.stdout.contains("failed checks: 0"),
+        "did not finish:\n{out}"
+    );
+    assert_eq!(passed, 14, "checks passed:\n{out}");
+}

@@ -31,20 +31,24 @@ pub fn add(a: &mut Adding) -> Result<()> {
 pub fn accept(nft: &mut Nftables, conf: &Config) -> Result<Vec<String>> {
     let mut changed = Vec::new();
     for family in [Family::V4, Family::V6] {
-        if !nft.forward_drops(family)? || !nft.forward_incomplete(family, &conf.bridge)? {
+        if !nft.forward_drops(family)? {
             continue;
         }
-        let _lock = repair_lock();
-        let done = nft.accept_forwarding(family, &conf.bridge)?;
-        if !done.is_empty() {
-            eprintln!(
-                "academy: iptables' {} FORWARD policy drops: bridge {}'s accepts there: {}",
-                table(family),
-                conf.bridge,
-                done.join(", ")
-            );
+        for name in conf.forwarded_interfaces() {
+            if !nft.forward_incomplete(family, &name)? {
+                continue;
+            }
+            let _lock = repair_lock();
+            let done = nft.accept_forwarding(family, &name)?;
+            if !done.is_empty() {
+                eprintln!(
+                    "academy: iptables' {} FORWARD policy drops: {name}'s accepts there: {}",
+                    table(family),
+                    done.join(", ")
+                );
+            }
+            changed.extend(done);
         }
-        changed.extend(done);
     }
     Ok(changed)
 }
@@ -71,15 +75,21 @@ fn lacking(nft: &mut Nftables, conf: &Config) -> Result<Vec<String>> {
         if !nft.forward_drops(family)? {
             continue;
         }
-        let missing = nft.forward_missing(family, &conf.bridge)?;
-        if !missing.is_empty() {
-            let quoted: Vec<String> = missing.iter().map(|c| format!("{c:?}")).collect();
-            lacking.push(format!(
-                "the accepts {} of bridge {} in iptables' {} FORWARD chain, whose policy drops",
-                quoted.join(", "),
-                conf.bridge,
-                table(family)
-            ));
+        for name in conf.forwarded_interfaces() {
+            let missing = nft.forward_missing(family, &name)?;
+            if !missing.is_empty() {
+                let quoted: Vec<String> = missing.iter().map(|c| format!("{c:?}")).collect();
+                lacking.push(format!(
+                    "the accepts {} of {} {name} in iptables' {} FORWARD chain, whose policy drops",
+                    quoted.join(", "),
+                    if name == conf.bridge {
+                        "bridge"
+                    } else {
+                        "VLAN gateway"
+                    },
+                    table(family)
+                ));
+            }
         }
     }
     Ok(lacking)
@@ -121,11 +131,13 @@ pub fn objects(r: &mut Releasing) -> Result<Vec<Object>> {
     let (conf, nft) = (r.conf, r.nft.get()?);
     let mut objects = Vec::new();
     for family in [Family::V4, Family::V6] {
-        objects.extend(
-            nft.forward_rules(family, &conf.bridge)?
-                .into_iter()
-                .map(Object::Rule),
-        );
+        for name in conf.forwarded_interfaces() {
+            objects.extend(
+                nft.forward_rules(family, &name)?
+                    .into_iter()
+                    .map(Object::Rule),
+            );
+        }
     }
     Ok(objects)
 }

@@ -32,9 +32,11 @@ pub fn add(a: &mut Adding) -> Result<()> {
 fn ensure(nft: &mut Nftables, conf: &Config) -> Result<()> {
     let lock = super::network::repair_lock;
     // A release deleting the table between the look and the batch: look again.
-    match nft.ensure_isolation(&conf.bridge, lock) {
-        Err(e) if e.is(libc::ENOENT) => nft.ensure_isolation(&conf.bridge, lock).map(drop)?,
-        other => other.map(drop)?,
+    for name in conf.forwarded_interfaces() {
+        match nft.ensure_isolation(&name, lock) {
+            Err(e) if e.is(libc::ENOENT) => nft.ensure_isolation(&name, lock).map(drop)?,
+            other => other.map(drop)?,
+        }
     }
     Ok(())
 }
@@ -55,11 +57,12 @@ fn lacking(nft: &mut Nftables, conf: &Config) -> Result<Vec<String>> {
             "the isolation rule is missing from nf_tables chain inet academy forward: {open}"
         ));
     }
-    if !nft.is_isolated(&conf.bridge)? {
-        lacking.push(format!(
-            "bridge {b} . {b} is missing from nf_tables set inet academy _isolated: {open}",
-            b = conf.bridge
-        ));
+    for b in conf.forwarded_interfaces() {
+        if !nft.is_isolated(&b)? {
+            lacking.push(format!(
+                "{b} . {b} is missing from nf_tables set inet academy _isolated: {open}"
+            ));
+        }
     }
     Ok(lacking)
 }
@@ -100,8 +103,11 @@ pub fn restore(l: &mut Looking) -> Result<Vec<String>> {
 /// left behind, it would isolate whatever network used the bridge next.
 pub fn objects(r: &mut Releasing) -> Result<Vec<Object>> {
     let (conf, nft) = (r.conf, r.nft.get()?);
-    if conf.same_bridge_ingress || nft.is_isolated(&conf.bridge)? {
-        return Ok(vec![isolated_object(&conf.bridge)]);
+    let mut objects = Vec::new();
+    for name in conf.forwarded_interfaces() {
+        if conf.same_bridge_ingress || nft.is_isolated(&name)? {
+            objects.push(isolated_object(&name));
+        }
     }
-    Ok(Vec::new())
+    Ok(objects)
 }

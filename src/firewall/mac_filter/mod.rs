@@ -274,10 +274,11 @@ pub fn objects(r: &mut Releasing) -> Result<Option<Vec<Object>>> {
         .into_iter()
         .map(Object::Rule)
         .collect();
-    objects.extend(
-        guard_sets(&conf.name)
-            .into_iter()
-            .map(|set| Object::Set(ACADEMY_BRIDGE, set)),
-    );
+    // Only those there: a network that never had the key has none to report deleted.
+    for set in guard_sets(&conf.name) {
+        if nft.guard_set_exists(&set)? {
+            objects.push(Object::Set(ACADEMY_BRIDGE, set));
+        }
+    }
     Ok(Some(objects))
 }

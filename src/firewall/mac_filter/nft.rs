@@ -30,10 +30,13 @@ use super::names::{
 use crate::firewall::tables::ACADEMY_BRIDGE;
 use crate::netlink::nftables::attrs::ifname_bytes;
 use crate::netlink::nftables::batch::Change;
-use crate::netlink::nftables::consts::{NFPROTO_BRIDGE, NFT_MSG_DELSETELEM, NFT_MSG_NEWSETELEM};
+use crate::netlink::nftables::consts::{
+    NFPROTO_BRIDGE, NFTA_SET_NAME, NFTA_SET_TABLE, NFT_MSG_DELSETELEM, NFT_MSG_GETSET,
+    NFT_MSG_NEWSETELEM,
+};
 use crate::netlink::nftables::dump::RawElement;
 use crate::netlink::nftables::objects::{element, element_list};
-use crate::netlink::{Nftables, NlResult, Step, TableRule};
+use crate::netlink::{Attrs, Nftables, NlResult, Step, TableRule};
 
 impl Nftables {
     /// Guards `port`: its three elements in one batch, creating the network's table,
@@ -115,6 +118,19 @@ impl Nftables {
     fn bridge_has_element(&mut self, set: &str, key: &[u8], port: &str) -> NlResult<bool> {
         let what = format!("look up {port} in nf_tables set {ACADEMY_BRIDGE} {set}");
         self.has_element(ACADEMY_BRIDGE, set, key, &what)
+    }
+
+    /// Whether set (or map) `set` of `bridge academy` exists: one lookup.
+    pub fn guard_set_exists(&mut self, set: &str) -> NlResult<bool> {
+        let mut attrs = Attrs::default();
+        attrs.str(NFTA_SET_TABLE, ACADEMY_BRIDGE.name);
+        attrs.str(NFTA_SET_NAME, set);
+        let what = format!("look up nf_tables set {ACADEMY_BRIDGE} {set}");
+        match self.get(NFPROTO_BRIDGE, NFT_MSG_GETSET, attrs, &what, |_| {}) {
+            Ok(()) => Ok(true),
+            Err(e) if e.is(libc::ENOENT) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// The network's MAC filter rule, if it is there.

@@ -57,12 +57,26 @@ pub fn remove_of_container(conf: &Config, container_id: &str, addresses: &[IpAdd
 /// one removal keeps `nft` open across its slow step, the veth deletion, by which time
 /// the wait is over.
 pub fn remove(r: &mut Removing) -> Result<()> {
+    if !r.masquerade_sets {
+        return Ok(());
+    }
     let (conf, nft) = (r.conf, r.nft.get()?);
     let addresses = match r.addresses {
         [] => owned_by(nft, conf, &r.who)?,
         known => known.to_vec(),
     };
     remove_if(nft, conf, &addresses, |c| r.who.owns(c))
+}
+
+/// Whether the network has a masquerade set of academy's shape (one lookup per family):
+/// with ipMasq off, whether a removal has elements to look for at all.
+pub fn has_sets(nft: &mut Nftables, conf: &Config) -> Result<bool> {
+    for family in [Family::V4, Family::V6] {
+        if nft.set_shape(&conf.name, family)? == SetShape::Ours {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 fn remove_if(

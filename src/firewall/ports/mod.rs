@@ -87,7 +87,7 @@ pub fn add(a: &mut Adding) -> Result<()> {
     }
     let nft = a.nft.get()?;
     if published.iter().any(|p| p.key.family == Family::V4) {
-        allow_localhost(nft, &a.conf.bridge)?;
+        allow_localhost(nft, &a.conf.routed_interface())?;
     }
     a.batch.publish_lock = publish_lock();
     if let Some(conflict) = cross_conflict(nft, a.who, &published)? {
@@ -327,8 +327,9 @@ pub fn check(c: &mut Checking) -> Result<Vec<Diff>> {
             restorable: true,
         });
     }
-    if localnet_on(&conf.bridge) {
-        let texts = localnet_missing(nft, &conf.bridge)?;
+    let routed = conf.routed_interface();
+    if localnet_on(&routed) {
+        let texts = localnet_missing(nft, &routed)?;
         diffs.extend(texts.into_iter().map(|text| Diff {
             text,
             restorable: true,
@@ -358,8 +359,9 @@ pub fn missing(l: &mut Looking) -> Result<Vec<String>> {
     }
     // The bridge routes 127.0.0.0/8 as long as route_localnet is on, ports or not (after
     // a deletion of the table, its ports are gone and the bridge is still open).
-    if localnet_on(&conf.bridge) {
-        missing.extend(localnet_missing(nft, &conf.bridge)?);
+    let routed = conf.routed_interface();
+    if localnet_on(&routed) {
+        missing.extend(localnet_missing(nft, &routed)?);
     }
     Ok(missing)
 }
@@ -385,8 +387,9 @@ pub fn restore(l: &mut Looking) -> Result<Vec<String>> {
         nft.ensure_portmap()?;
         nft.mark_hairpin(&conf.bridge)?;
     }
-    if localnet_on(&conf.bridge) {
-        nft.ensure_localnet(&conf.bridge, || ())?; // the repair lock is held
+    let routed = conf.routed_interface();
+    if localnet_on(&routed) {
+        nft.ensure_localnet(&routed, || ())?; // the repair lock is held
     }
     Ok(missing)
 }
@@ -409,9 +412,10 @@ pub fn objects(r: &mut Releasing) -> Result<Option<Vec<Object>>> {
     if nft.has_hairpin(&conf.bridge)? {
         objects.push(hairpin_object(&conf.bridge));
     }
-    let guarded = conf.publishes_ports || nft.has_localnet(&conf.bridge)?;
-    if guarded && localhost_off(&conf.bridge) {
-        objects.push(localnet_object(&conf.bridge));
+    let routed = conf.routed_interface();
+    let guarded = conf.publishes_ports || nft.has_localnet(&routed)?;
+    if guarded && localhost_off(&routed) {
+        objects.push(localnet_object(&routed));
     }
     Ok(Some(objects))
 }
