@@ -25,6 +25,7 @@ mod config;
 mod firewall;
 mod ipam;
 mod leaks;
+mod log;
 mod netlink;
 mod netns;
 pub mod plugin;

@@ -37,12 +37,12 @@ pub fn accept(nft: &mut Nftables, conf: &Config) -> Result<Vec<String>> {
         let _lock = repair_lock();
         let done = nft.accept_forwarding(family, &conf.bridge)?;
         if !done.is_empty() {
-            eprintln!(
-                "academy: iptables' {} FORWARD policy drops: bridge {}'s accepts there: {}",
+            crate::log::debug(format_args!(
+                "iptables' {} FORWARD policy drops: bridge {}'s accepts there: {}",
                 table(family),
                 conf.bridge,
                 done.join(", ")
-            );
+            ));
         }
         changed.extend(done);
     }

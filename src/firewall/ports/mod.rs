@@ -65,7 +65,7 @@ pub(super) fn flush_stale_udp(ports: &[PortElement]) {
     match flush_udp_conntrack(&udp) {
         Ok(Flushed::Deleted(0) | Flushed::Unavailable) => {}
         Ok(Flushed::Deleted(n)) => {
-            eprintln!("academy: deleted {n} stale conntrack entries of the published udp ports")
+            crate::log::debug(format_args!("deleted {n} stale conntrack entries of the published udp ports"))
         }
         Err(e) => eprintln!(
             "academy: warning: stale udp conntrack entries may remain (their clients may not reach the container until they pause): {}",
@@ -253,18 +253,18 @@ pub fn sweep(s: &mut Sweeping) {
     match nft.delete_port_elements(&keys) {
         Ok(()) => {
             for e in stale.iter().take(LOGGED) {
-                eprintln!(
-                    "academy: GC unpublished host port {} (held by {})",
+                crate::log::debug(format_args!(
+                    "GC unpublished host port {} (held by {})",
                     key_text(&e.key),
                     e.comment
-                );
+                ));
             }
             if stale.len() > LOGGED {
-                eprintln!(
-                    "academy: GC unpublished {} more host ports of network {}",
+                crate::log::debug(format_args!(
+                    "GC unpublished {} more host ports of network {}",
                     stale.len() - LOGGED,
                     conf.name
-                );
+                ));
             }
         }
         Err(e) => errors.push(e.into()),
