@@ -65,7 +65,9 @@ pub(super) fn flush_stale_udp(ports: &[PortElement]) {
     match flush_udp_conntrack(&udp) {
         Ok(Flushed::Deleted(0) | Flushed::Unavailable) => {}
         Ok(Flushed::Deleted(n)) => {
-            crate::log::debug(format_args!("deleted {n} stale conntrack entries of the published udp ports"))
+            // A repair: a client's entries the kernel kept toward a gone container
+            // would misdirect its flow (rare; one line).
+            eprintln!("academy: deleted {n} stale conntrack entries of the published udp ports")
         }
         Err(e) => eprintln!(
             "academy: warning: stale udp conntrack entries may remain (their clients may not reach the container until they pause): {}",
