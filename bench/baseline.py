@@ -77,7 +77,10 @@ class Versus:
 def plugin(binary: str, bridge: str, net: str, name: str, data_dir: str, node: str,
            masq: bool, version: str = "1.0.0") -> Plugin:
     conf = {"cniVersion": version, "name": name, "type": "academy", "bridge": bridge,
-            "subnet": f"{net}.0/20", "gateway": f"{net}.1", "dataDir": data_dir}
+            "subnet": f"{net}.0/20", "gateway": f"{net}.1", "dataDir": data_dir,
+            # As bench.py's: the first-ADD table times very first ADDs (an older binary
+            # ignores the key, and releases at once anyway).
+            "releaseUnusedAfter": 0}
     if masq:
         conf["ipMasq"] = True
     return Plugin("academy", binary, conf, os.path.dirname(binary), bridge,

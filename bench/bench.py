@@ -156,9 +156,13 @@ class Bench:
         data_dir = data_dir or self.lab.scratch("store-academy")
         self.lab.track_bridge(bridge)
         cidr, gateway = subnet or (f"{net}.0.0/16", f"{net}.0.1")
+        # releaseUnusedAfter 0: the first-ADD table times a network's very first ADD and
+        # last DEL (its objects made and released each cycle); the residents keep every
+        # other cycle steady, so the grace would change nothing there.
         conf = {
             "cniVersion": "1.0.0", "name": name, "type": "academy", "bridge": bridge,
             "subnet": cidr, "gateway": gateway, "dataDir": data_dir,
+            "releaseUnusedAfter": 0,
         }
         return Plugin("academy", binary, conf, os.path.dirname(binary), bridge,
                       os.path.join(data_dir, name))

@@ -296,6 +296,11 @@ def run(sp: Spawner, academy: str, reference_dir: str, lab: Lab, sizes: list,
             conflist = reference_list(name, bridge, nets[side], data_dir)
             if side == "academy":
                 conflist = _convert(aca_bin, conflist, lab.scratch("bursts"))
+                # Every ADD on the empty bridge stays a network's first (its objects
+                # made), and the DELs leave nothing: no grace (releaseUnusedAfter).
+                for entry in conflist["plugins"]:
+                    if entry.get("type") == "academy":
+                        entry["releaseUnusedAfter"] = 0
             node = lab.add_node(f"{PREFIX}-n{tag}")
             chains[(where, side)] = NodeChain(sp, conflist, cni_path, node,
                                               os.path.join(data_dir, name), bridge)

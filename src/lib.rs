@@ -26,6 +26,7 @@ mod config;
 mod firewall;
 mod ipam;
 mod leaks;
+mod log;
 mod netlink;
 mod netns;
 pub mod plugin;

@@ -41,7 +41,11 @@ pub fn run(env: Result<Option<Env>>, stdin: &[u8]) -> Option<Outcome> {
         Ok(None) => return None,
         Err(e) => return Some(fail(e)),
     };
-    Some(match dispatch(&env, stdin) {
+    let outcome = dispatch(&env, stdin);
+    // Whichever invocation comes next releases the networks unused for longer than their
+    // releaseUnusedAfter (firewall/network.rs): a readdir when none is due.
+    crate::firewall::network::release_expired();
+    Some(match outcome {
         Ok(stdout) => Outcome {
             stdout,
             exit_code: 0,

@@ -160,11 +160,12 @@ pub fn attachments(conf: &Config, targets: Vec<Target>) -> Report {
 /// objects once it has no attachment left (firewall/network.rs). Healing and an ADD's
 /// replacement of its own stale pair leave them: the ADD itself is an attachment.
 pub fn network_if_unused(conf: &Config) -> Result<()> {
+    // A lifecycle event, not news: nothing on stderr (quiet success).
     for what in network::release_if_unused(conf)? {
-        eprintln!(
-            "academy: network {} has no attachment left: deleted {what}",
+        crate::log::debug(format_args!(
+            "network {} has no attachment left: deleted {what}",
             conf.name
-        );
+        ));
     }
     Ok(())
 }

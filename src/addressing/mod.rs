@@ -327,7 +327,7 @@ pub fn gc(env: &Env, conf: &Config, errors: &mut Vec<Error>) {
             Ok(store) => {
                 let report = store.gc(valid);
                 for (addr, holder) in &report.released {
-                    eprintln!("academy: GC released {addr} (held by {holder})");
+                    crate::log::debug(format_args!("GC released {addr} (held by {holder})"));
                 }
                 errors.extend(report.errors);
             }

@@ -243,6 +243,9 @@ struct Watch {
     counters: Arc<Counters>,
     /// Whether a failure to record a repair was said.
     said_no_record: bool,
+    /// When the next unused network's record expires (firewall/network.rs): the watch
+    /// releases it then, as any invocation would.
+    release_at: Option<Instant>,
 }
 
 impl Watch {
@@ -265,6 +268,7 @@ impl Watch {
             said_no_dir: false,
             counters,
             said_no_record: false,
+            release_at: None,
         }
     }
 
@@ -283,6 +287,13 @@ impl Watch {
                 self.open_socket(now);
             }
             self.restore_if_due(now);
+            // At every wake-up (a readdir), and when a record is due.
+            self.release_at = crate::firewall::network::release_expired().map(|at| {
+                let wait = at
+                    .duration_since(std::time::SystemTime::now())
+                    .unwrap_or_default();
+                Instant::now() + wait
+            });
             let timeout = self.timeout(Instant::now());
             let (stop, readable) = {
                 let mut fds = vec![PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
@@ -329,7 +340,10 @@ impl Watch {
             .min()
             .map(|d| self.held.map_or(d, |h| h.max(d)));
         let reopen = self.reopen_at.filter(|_| self.monitor.is_none());
-        let next = [restore, reopen].into_iter().flatten().min();
+        let next = [restore, reopen, self.release_at]
+            .into_iter()
+            .flatten()
+            .min();
         match next {
             None => PollTimeout::NONE,
             Some(at) => {

@@ -48,6 +48,10 @@ pub const DEFAULT_BRIDGE: &str = "cni0";
 /// `reclaimLeakedAfter` when absent: a reservation must have lost its host veth for at
 /// least this long before a starved ADD frees it (README, "Failure model").
 pub const DEFAULT_RECLAIM_LEAKED_AFTER: u64 = 60;
+/// `releaseUnusedAfter` when absent: a network's own nf_tables objects stay this long
+/// after its last attachment is gone (firewall/network.rs), so a network's only container
+/// restarted meanwhile pays what a steady one does.
+pub const DEFAULT_RELEASE_UNUSED_AFTER: u64 = 60;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -102,6 +106,9 @@ pub struct Config {
     /// Seconds after which an exhausted ADD may free a reservation with no host veth
     /// (`reclaimLeakedAfter`); 0 never does.
     pub reclaim_leaked_after: u64,
+    /// Seconds a network's own nf_tables objects outlive its last attachment
+    /// (`releaseUnusedAfter`); 0 releases them with it.
+    pub release_unused_after: u64,
     /// GC's list of live attachments, (container id, ifname); None when absent.
     pub valid_attachments: Option<HashSet<(String, String)>>,
     /// The config exactly as received: a delegated IPAM plugin gets the same bytes.
@@ -278,6 +285,9 @@ impl Config {
             reclaim_leaked_after: f
                 .number("reclaimLeakedAfter")?
                 .unwrap_or(DEFAULT_RECLAIM_LEAKED_AFTER),
+            release_unused_after: f
+                .number("releaseUnusedAfter")?
+                .unwrap_or(DEFAULT_RELEASE_UNUSED_AFTER),
             valid_attachments: valid_attachments(&map)?,
             raw: stdin.to_vec(),
         })
@@ -307,7 +317,7 @@ impl Config {
     /// The parts of a config DEL needs, ignoring everything else; None without a usable
     /// network name (then nothing can be found), and None for what is not a config at
     /// all or speaks a cniVersion academy does not: those are the runtime's to fix.
-    fn where_things_are(stdin: &[u8]) -> Option<Config> {
+    pub(crate) fn where_things_are(stdin: &[u8]) -> Option<Config> {
         let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(stdin) else {
             return None;
         };
@@ -363,6 +373,10 @@ impl Config {
             bandwidth: None,
             shapes: bandwidth::declared(&map),
             reclaim_leaked_after: DEFAULT_RECLAIM_LEAKED_AFTER,
+            release_unused_after: map
+                .get("releaseUnusedAfter")
+                .and_then(Value::as_u64)
+                .unwrap_or(DEFAULT_RELEASE_UNUSED_AFTER),
             ipam,
             dns: None,
             requests: Requests::default(),

@@ -311,6 +311,18 @@ fn reclaim_leaked_after_defaults_to_60_and_takes_whole_seconds() {
 }
 
 #[test]
+fn release_unused_after_defaults_to_60_and_takes_whole_seconds() {
+    assert_eq!(parse(GOOD).unwrap().release_unused_after, 60);
+    let now = parse(&with(GOOD, "releaseUnusedAfter", "0")).unwrap();
+    assert_eq!(now.release_unused_after, 0);
+    for bad in [r#""60s""#, "-1", "1.5", "true"] {
+        let e = parse(&with(GOOD, "releaseUnusedAfter", bad)).unwrap_err();
+        assert_eq!(e.code, code::INVALID_CONFIG, "{bad}");
+        assert!(e.msg.contains("releaseUnusedAfter"), "{bad}: {}", e.msg);
+    }
+}
+
+#[test]
 fn container_interface_keys() {
     let reference = r#"{"cniVersion":"1.0.0","name":"n","type":"academy","ipam":{"type":"host-local","subnet":"10.91.0.0/24","resolvConf":"/etc/resolv.conf"}}"#;
     let c = parse(reference).unwrap();

@@ -44,9 +44,9 @@ pub fn add(nft: &mut Nftables, conf: &Config) -> Result<()> {
     let _lock = super::network::repair_lock();
     nft.ensure_portmap()?;
     nft.mark_hairpin(&conf.bridge)?;
-    eprintln!(
-        "academy: bridged traffic on {} does not pass netfilter (br_netfilter not loaded, or net.bridge.bridge-nf-call-iptables / -ip6tables is 0): a Service whose endpoint is a pod of this bridge is reached through a masquerade, so the endpoint sees the gateway's address; `modprobe br_netfilter` and `sysctl -w net.bridge.bridge-nf-call-iptables=1 net.bridge.bridge-nf-call-ip6tables=1` keep the client's",
+    crate::log::debug(format_args!(
+        "bridged traffic on {} does not pass netfilter (br_netfilter not loaded, or net.bridge.bridge-nf-call-iptables / -ip6tables is 0): a Service whose endpoint is a pod of this bridge is reached through a masquerade, so the endpoint sees the gateway's address; `modprobe br_netfilter` and `sysctl -w net.bridge.bridge-nf-call-iptables=1 net.bridge.bridge-nf-call-ip6tables=1` keep the client's",
         conf.bridge
-    );
+    ));
     Ok(())
 }

@@ -52,10 +52,10 @@ pub fn gc(env: &Env, conf: &Config) -> Result<()> {
         .collect();
     let report = removal::attachments(conf, targets);
     for veth in &report.veths {
-        eprintln!("academy: GC deleted host veth {veth}");
+        crate::log::debug(format_args!("GC deleted host veth {veth}"));
     }
     for (address, holder) in &report.freed {
-        eprintln!("academy: GC released {address} (held by {holder})");
+        crate::log::debug(format_args!("GC released {address} (held by {holder})"));
     }
     errors.extend(report.errors);
 
@@ -137,7 +137,10 @@ fn sweep_unlabelled(
             continue;
         }
         match wire::delete_if_present(nl, link.index) {
-            Ok(_) => eprintln!("academy: GC deleted host veth {} (unlabelled)", link.name),
+            Ok(_) => crate::log::debug(format_args!(
+                "GC deleted host veth {} (unlabelled)",
+                link.name
+            )),
             Err(e) => errors.push(e.context(format!("GC could not delete {}", link.name))),
         }
     }

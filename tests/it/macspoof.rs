@@ -274,6 +274,9 @@ fn observe(lab: &Lab, program: &str, plugin_type: &str, tag: &str) -> Vec<(Strin
         "bridge": format!("{tag}br"),
         "isGateway": true,
         "macspoofchk": true,
+        // academy's own key (the reference ignores it): its rule goes with the last DEL,
+        // as the reference's chains do.
+        "releaseUnusedAfter": 0,
         "ipam": { "type": "host-local", "subnet": lab.subnet(),
                   "dataDir": lab.root.join(format!("{tag}-data")) }
     });

@@ -40,6 +40,8 @@
 //! |               | table of kinds: CHECK, STATUS, restore, GC, the last DEL   |
 //! | `network_lifetime` | a network's own objects go with its last attachment: a   |
 //! |               | thousand networks used and emptied, a DEL racing a first ADD   |
+//! | `network_grace` | ... or `releaseUnusedAfter` later, by the next invocation on |
+//! |               | any network, racing a first ADD; a lifecycle silent on stderr  |
 //! | `services`    | Services between pods of one bridge through a kube-proxy-like DNAT, |
 //! |               | with and without bridged traffic passing netfilter             |
 //! | `netns_entry` | how often, and from which thread, the netns is entered         |
@@ -131,6 +133,7 @@ mod multinet;
 mod nat_identity;
 mod nat_repair;
 mod netns_entry;
+mod network_grace;
 mod network_lifetime;
 mod non_masquerade;
 mod podman;

@@ -26,7 +26,7 @@ refuse() { # what command...: PASS when the command fails
 
 # conf NAME BRIDGE SUBNET EXTRA: the reference form, host-local in the shared folder.
 conf() {
-  printf '{"cniVersion":"1.0.0","name":"%s","type":"academy","bridge":"%s","ipam":{"type":"host-local","subnet":"%s","dataDir":"%s/data"}%s}' \
+  printf '{"cniVersion":"1.0.0","name":"%s","type":"academy","releaseUnusedAfter":0,"bridge":"%s","ipam":{"type":"host-local","subnet":"%s","dataDir":"%s/data"}%s}' \
     "$1" "$2" "$3" "$D" "${4:-}"
 }
 with_prev() { jq -c --argjson r "$2" '. + {prevResult: $r}' <<<"$1"; }
@@ -177,7 +177,7 @@ same "after DEL both bridges keep only the VLAN gateway's port" \
 # --- 6. the seed gate and ipMasq on this kernel --------------------------------------
 echo "part 6 at ${SECONDS}s"
 ns g1
-G='{"cniVersion":"1.0.0","name":"gate","type":"academy","bridge":"brg","subnet":"10.17.0.0/24","gateway":"10.17.0.1","dataDir":"'$D'/data","ipMasq":true}'
+G='{"cniVersion":"1.0.0","name":"gate","type":"academy","releaseUnusedAfter":0,"bridge":"brg","subnet":"10.17.0.0/24","gateway":"10.17.0.1","dataDir":"'$D'/data","ipMasq":true}'
 RG=$(add "$A" g1 g1 "$G")
 expect "gate: the container has its address" bash -c "ip -n g1 -j addr show eth0 | jq -e '.[0].addr_info[] | select(.local == \"$(ip4 "$RG")\")' >/dev/null"
 expect "gate: ping the gateway" pings g1 10.17.0.1
@@ -256,7 +256,7 @@ cni "$A" DEL f1 f1 "$F"
 # accept as 6.18 does.
 echo "part 8 at ${SECONDS}s"
 ns m1 m2
-M='{"cniVersion":"1.0.0","name":"spoof","type":"academy","bridge":"brm","subnet":"10.20.0.0/24","gateway":"10.20.0.1","dataDir":"'$D'/data","macspoofchk":true}'
+M='{"cniVersion":"1.0.0","name":"spoof","type":"academy","releaseUnusedAfter":0,"bridge":"brm","subnet":"10.20.0.0/24","gateway":"10.20.0.1","dataDir":"'$D'/data","macspoofchk":true}'
 RM1=$(add "$A" m1 m1 "$M")
 RM2=$(add "$A" m2 m2 "$M")
 expect "macspoofchk: the table bridge academy exists" bash -c "nft list table bridge academy >/dev/null"

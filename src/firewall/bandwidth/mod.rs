@@ -285,11 +285,11 @@ pub fn sweep(s: &mut Sweeping) {
             continue;
         }
         match wire::delete_if_present(&mut nl, link.index) {
-            Ok(_) => eprintln!(
-                "academy: GC deleted ifb {} ({})",
+            Ok(_) => crate::log::debug(format_args!(
+                "GC deleted ifb {} ({})",
                 link.name,
                 link.alias.as_deref().unwrap_or("unlabelled")
-            ),
+            )),
             Err(e) => errors.push(e.context(format!("GC could not delete ifb {}", link.name))),
         }
     }

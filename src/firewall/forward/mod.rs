@@ -41,11 +41,11 @@ pub fn accept(nft: &mut Nftables, conf: &Config) -> Result<Vec<String>> {
             let _lock = repair_lock();
             let done = nft.accept_forwarding(family, &name)?;
             if !done.is_empty() {
-                eprintln!(
-                    "academy: iptables' {} FORWARD policy drops: {name}'s accepts there: {}",
+                crate::log::debug(format_args!(
+                    "iptables' {} FORWARD policy drops: {name}'s accepts there: {}",
                     table(family),
                     done.join(", ")
-                );
+                ));
             }
             changed.extend(done);
         }

@@ -155,12 +155,12 @@ pub fn sweep(s: &mut Sweeping) {
     }
     match nft.unguard_ports(&conf.name, &stale) {
         Ok(()) => stale.iter().for_each(|p| {
-            eprintln!(
-                "academy: GC removed the MAC filter of {} ({}, held by {})",
+            crate::log::debug(format_args!(
+                "GC removed the MAC filter of {} ({}, held by {})",
                 p.port,
                 format_mac(p.mac),
                 p.comment
-            )
+            ))
         }),
         Err(e) => errors.push(e.into()),
     }

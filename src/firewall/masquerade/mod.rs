@@ -233,10 +233,10 @@ pub fn sweep(s: &mut Sweeping) {
         let addresses: Vec<IpAddr> = stale.iter().map(|e| e.address).collect();
         match nft.delete_elements(&conf.name, &addresses) {
             Ok(()) => stale.iter().for_each(|e| {
-                eprintln!(
-                    "academy: GC removed {} from the masquerade (held by {})",
+                crate::log::debug(format_args!(
+                    "GC removed {} from the masquerade (held by {})",
                     e.address, e.comment
-                )
+                ))
             }),
             Err(e) => errors.push(e.into()),
         }

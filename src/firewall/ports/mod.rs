@@ -66,6 +66,8 @@ pub(super) fn flush_stale_udp(ports: &[PortElement]) {
     match flush_udp_conntrack(&udp) {
         Ok(Flushed::Deleted(0) | Flushed::Unavailable) => {}
         Ok(Flushed::Deleted(n)) => {
+            // A repair: a client's entries the kernel kept toward a gone container
+            // would misdirect its flow (rare; one line).
             eprintln!("academy: deleted {n} stale conntrack entries of the published udp ports")
         }
         Err(e) => eprintln!(
@@ -254,18 +256,18 @@ pub fn sweep(s: &mut Sweeping) {
     match nft.delete_port_elements(&keys) {
         Ok(()) => {
             for e in stale.iter().take(LOGGED) {
-                eprintln!(
-                    "academy: GC unpublished host port {} (held by {})",
+                crate::log::debug(format_args!(
+                    "GC unpublished host port {} (held by {})",
                     key_text(&e.key),
                     e.comment
-                );
+                ));
             }
             if stale.len() > LOGGED {
-                eprintln!(
-                    "academy: GC unpublished {} more host ports of network {}",
+                crate::log::debug(format_args!(
+                    "GC unpublished {} more host ports of network {}",
                     stale.len() - LOGGED,
                     conf.name
-                );
+                ));
             }
         }
         Err(e) => errors.push(e.into()),

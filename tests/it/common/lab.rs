@@ -159,7 +159,9 @@ impl Lab {
         }
     }
 
-    /// The flat ("seed") network config, always with the lab's own dataDir.
+    /// The flat ("seed") network config, always with the lab's own dataDir, and with
+    /// `releaseUnusedAfter` 0: a test that ends with its network's last DEL finds the
+    /// network's own objects gone at once (network_grace.rs tests the grace).
     pub fn config(&self, version: &str) -> Value {
         let mut c = json!({
             "cniVersion": version,
@@ -169,6 +171,7 @@ impl Lab {
             "subnet": self.subnet(),
             "gateway": self.gateway(),
             "dataDir": self.data_dir.to_str().unwrap(),
+            "releaseUnusedAfter": 0,
         });
         for (k, v) in self.extra_config.lock().unwrap().iter() {
             match v {
@@ -210,6 +213,9 @@ impl Lab {
             "gateway": self.gateway(),
             "dataDir": self.data_dir.to_str().unwrap(),
         });
+        if plugin_type == "academy" {
+            plugin["releaseUnusedAfter"] = json!(0); // as in `config`
+        }
         for (k, v) in extra.as_object().unwrap() {
             plugin[k] = v.clone();
         }
@@ -343,8 +349,8 @@ impl Lab {
         // The host-local form's default store, and the network's nf_tables objects.
         let _ = std::fs::remove_dir_all(Path::new(HOST_LOCAL_STORE).join(&self.network));
         super::nft::remove_network(&self.network, &self.bridge);
-        // The network locks of its networks (the lab's name, and names it prefixes): no
-        // process of the lab holds them any more.
+        // The network locks and unused-network records of its networks (the lab's name,
+        // and names it prefixes): no process of the lab holds them any more.
         for entry in std::fs::read_dir(NETWORK_LOCKS)
             .into_iter()
             .flatten()
@@ -353,6 +359,7 @@ impl Lab {
             let name = entry.file_name();
             let name = name.to_string_lossy();
             if name == format!("{}.lock", self.network)
+                || name.starts_with(&format!("{}.unused", self.network))
                 || name.starts_with(&format!("{}-", self.network))
             {
                 let _ = std::fs::remove_file(entry.path());
@@ -386,7 +393,7 @@ impl Lab {
     }
 }
 
-/// Where academy keeps its per-network locks (src/firewall/network.rs).
+/// Where academy keeps its per-network locks and records (src/firewall/network.rs).
 const NETWORK_LOCKS: &str = "/run/academy/networks";
 /// Where `academy watch` records each network's last repair (src/cli/repairs.rs).
 const WATCH_RECORDS: &str = "/run/academy/watch";

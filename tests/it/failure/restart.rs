@@ -46,11 +46,9 @@ fn seed_004_gc_frees_exactly_the_dead_after_a_restart() {
         if !wait_until(Duration::from_secs(3), || !link_exists(&veth)) {
             p.push(format!("{n}'s host veth {veth} is still there"));
         }
-        if !out.stderr.contains(&addr) {
-            p.push(format!(
-                "GC's log does not name {addr} of {n}: {}",
-                out.stderr
-            ));
+        // Quiet success: GC says nothing of what it freed (the store says it, above).
+        if out.stderr.contains(&addr) {
+            p.push(format!("GC logged {addr} of {n}: {}", out.stderr));
         }
     }
     let f1 = &attached["f1"].0;
