@@ -49,7 +49,7 @@ const QUIET: Duration = Duration::from_millis(100);
 /// ... or this after its first, whichever comes first.
 const LIMIT: Duration = Duration::from_millis(500);
 /// Retries of a failed restore or socket: from FIRST_RETRY, doubling, at most LAST_RETRY.
-const FIRST_RETRY: Duration = Duration::from_secs(1);
+const FIRST_RETRY: Duration = Duration::from_millis(250);
 const LAST_RETRY: Duration = Duration::from_secs(30);
 /// Restores that put something back, at most this many per window.
 const FIGHT_LIMIT: usize = 10;
@@ -604,10 +604,13 @@ mod tests {
     #[test]
     fn retries_back_off_to_a_ceiling_and_reset() {
         let mut b = Backoff::new();
-        let waits: Vec<u64> = (0..7).map(|_| b.next().as_secs()).collect();
-        assert_eq!(waits, [1, 2, 4, 8, 16, 30, 30]);
+        let waits: Vec<u128> = (0..9).map(|_| b.next().as_millis()).collect();
+        assert_eq!(
+            waits,
+            [250, 500, 1000, 2000, 4000, 8000, 16000, 30000, 30000]
+        );
         b.reset();
-        assert_eq!(b.next().as_secs(), 1);
+        assert_eq!(b.next().as_millis(), 250);
     }
 
     #[test]

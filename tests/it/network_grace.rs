@@ -208,9 +208,9 @@ fn the_grace_release_racing_a_first_add_never_loses_the_rule() {
         let elements =
             crate::common::nft::elements_in(Some(&node.ns), &format!("{}-1", lab.network));
         let element = format!(
-            "{} {}-1:{}:eth0",
+            "{} {}:{}:eth0",
             result_address(&result),
-            lab.network,
+            crate::common::lab::network_key(&format!("{}-1", lab.network)),
             next.cid
         );
         assert_eq!(elements, BTreeSet::from([element]), "round {round}");
