@@ -233,7 +233,11 @@ impl HostLinks {
     /// The links of the calling netns, refused when the network's bridge is not among
     /// them: from another netns every attachment would look leaked.
     pub fn read(nl: &mut Netlink, conf: &Config, caller: Caller) -> Result<HostLinks> {
-        let links = nl.links()?;
+        HostLinks::of(&nl.links()?, conf, caller)
+    }
+
+    /// As `read`, from links dumped once for many networks (a scrape, `academy status`).
+    pub fn of(links: &[Link], conf: &Config, caller: Caller) -> Result<HostLinks> {
         if caller == Caller::Operator
             && !links
                 .iter()
@@ -250,7 +254,7 @@ impl HostLinks {
         }
         let mut owners = HashSet::new();
         let mut owned = Vec::new();
-        for link in &links {
+        for link in links {
             let owner = link.alias.as_deref().and_then(owner);
             if let Some((net, cid, ifname)) = owner {
                 if net == conf.name && link.kind == LinkKind::Veth {
@@ -260,7 +264,7 @@ impl HostLinks {
             }
         }
         Ok(HostLinks {
-            names: links.into_iter().map(|l| l.name).collect(),
+            names: links.iter().map(|l| l.name.clone()).collect(),
             owners,
             owned,
         })
@@ -270,9 +274,10 @@ impl HostLinks {
         // Any link under the derived name counts: an unlabelled pair is an ADD that was
         // killed while wiring, and a foreign link there is not academy's to judge.
         self.names.contains(&host_name(container_id, ifname))
-            || self
-                .owners
-                .contains(&(container_id.to_string(), ifname.to_string()))
+            || (!self.owners.is_empty()
+                && self
+                    .owners
+                    .contains(&(container_id.to_string(), ifname.to_string())))
     }
 }
 

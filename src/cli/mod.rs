@@ -19,6 +19,7 @@ mod man;
 mod metrics;
 mod nat;
 mod network_view;
+mod node_look;
 mod repairs;
 mod status;
 mod watch;

@@ -3,21 +3,23 @@
 //! is unused and the last repair `academy watch` made. `academy status` prints it and
 //! `academy watch --metrics` exposes it; both read it fresh each time.
 //!
-//! It only reads: reservations are listed as `academy list` lists them (the store's
-//! survey, no lock taken, so no ADD waits on it), the host's links are dumped once, and
-//! what is missing is STATUS's and CHECK's own walk (`firewall::missing`).
+//! It only reads: reservations are judged as `academy list` judges them (no lock taken,
+//! so no ADD waits on it), against the host's links dumped once per look at the node
+//! (node_look.rs), and what is missing is STATUS's and CHECK's own walk
+//! (`firewall::missing_in`).
 
 use std::net::IpAddr;
 use std::path::Path;
 use std::time::SystemTime;
 
 use crate::addressing::open_store;
-use crate::attachment::Caller;
+use crate::attachment::{Caller, HostLinks};
 use crate::config::Config;
-use crate::firewall::{self, Kind};
+use crate::firewall::{self, Kind, Wired};
+use crate::ipam::store::Reservation;
 use crate::leaks::{self, State};
-use crate::netlink::Netlink;
 
+use super::node_look::NodeLook;
 use super::repairs::{self, LastRepair};
 
 #[derive(Debug, Clone)]
@@ -41,8 +43,8 @@ pub struct NetworkView {
     pub missing: Result<Vec<Kind>, String>,
     /// Nothing wired and nothing reserved.
     pub unused: bool,
-    /// When the network became unused, as recorded by a grace release; academy records
-    /// none yet, so this is None even for an unused network.
+    /// When the network became unused, from its release record (firewall/network.rs);
+    /// None for a network in use or one with no record (released, or never used).
     pub unused_since: Option<SystemTime>,
     pub last_repair: Option<LastRepair>,
     /// Why part of the view could not be read (the store, the links).
@@ -58,23 +60,21 @@ pub struct Range {
 }
 
 impl NetworkView {
-    /// The view of one network, read now; `run_dir` is where the watch records repairs.
-    pub fn read(conf: &Config, run_dir: &Path) -> NetworkView {
+    /// The view of one network, read now through `look` (links dumped once for every
+    /// network); `run_dir` is where the watch records repairs.
+    pub fn read(conf: &Config, run_dir: &Path, look: &mut NodeLook) -> NetworkView {
         let pools: Vec<_> = conf
             .builtin()
             .map(|b| b.range_sets.iter().flatten().collect())
             .unwrap_or_default();
         let size = pools.iter().map(|p| p.size()).sum();
         let mut errors = Vec::new();
-        let reserved = reservations(conf, &mut errors);
+        let (reserved, missing) = reservations(conf, look, &mut errors);
         let in_pools = reserved
             .addresses
             .iter()
             .filter(|a| pools.iter().any(|p| p.contains(**a)))
             .count() as u128;
-        let missing = firewall::missing(conf)
-            .map(|found| found.into_iter().map(|(kind, _)| kind).collect())
-            .map_err(|e| e.to_string());
         let last_repair = match repairs::last(run_dir, &conf.name) {
             Ok(last) => last,
             Err(e) => {
@@ -82,6 +82,7 @@ impl NetworkView {
                 None
             }
         };
+        let unused = reserved.addresses.is_empty() && reserved.attachments == 0;
         NetworkView {
             name: conf.name.clone(),
             bridge: conf.bridge.clone(),
@@ -98,8 +99,12 @@ impl NetworkView {
             free: size.saturating_sub(in_pools),
             leaked: reserved.leaked,
             attachments: reserved.attachments,
-            unused: reserved.addresses.is_empty() && reserved.attachments == 0,
-            unused_since: None,
+            unused,
+            unused_since: if unused {
+                firewall::network::unused_since(&conf.name)
+            } else {
+                None
+            },
             missing,
             last_repair,
             errors,
@@ -115,25 +120,62 @@ struct Reserved {
     attachments: usize,
 }
 
-fn reservations(conf: &Config, errors: &mut Vec<String>) -> Reserved {
+/// The kinds of state the network misses now, its wired attachments found among
+/// `reservations`.
+fn missing(
+    conf: &Config,
+    look: &mut NodeLook,
+    reservations: &[Reservation],
+) -> Result<Vec<Kind>, String> {
+    let links = look.links.as_ref().map_err(|e| e.clone())?;
+    Wired::of(conf, links, reservations)
+        .and_then(|wired| firewall::missing_in(conf, &wired, &mut look.nft))
+        .map(|found| found.into_iter().map(|(kind, _)| kind).collect())
+        .map_err(|e| e.to_string())
+}
+
+type Missing = Result<Vec<Kind>, String>;
+
+/// The network's reservations judged against the links, and the kinds it misses.
+fn reservations(
+    conf: &Config,
+    look: &mut NodeLook,
+    errors: &mut Vec<String>,
+) -> (Reserved, Missing) {
     let store = match open_store(conf) {
         Ok(Some(store)) => store,
         // Nothing ever reserved: nothing used, nothing leaked.
         Ok(None) => {
-            return Reserved {
+            let none = Reserved {
                 leaked: Some(0),
                 ..Reserved::default()
-            }
+            };
+            return (none, missing(conf, look, &[]));
         }
         Err(e) => {
             errors.push(e.to_string());
-            return Reserved::default();
+            return (Reserved::default(), missing(conf, look, &[]));
         }
     };
-    let surveyed = Netlink::open()
-        .map_err(crate::cni::Error::from)
-        .and_then(|mut nl| leaks::survey(conf, &store, &mut nl, Caller::Operator));
-    match surveyed {
+    let read = match look.stores.read(&store) {
+        Ok(read) => read,
+        Err(e) => {
+            errors.push(e.to_string());
+            return (Reserved::default(), missing(conf, look, &[]));
+        }
+    };
+    let all = read.reservations.clone();
+    let judged = look
+        .links
+        .as_ref()
+        .map_err(|e| e.clone())
+        .and_then(|links| HostLinks::of(links, conf, Caller::Operator).map_err(|e| e.to_string()))
+        .and_then(|links| {
+            leaks::judge(&links, all.clone(), |r| read.index_of(&store, r))
+                .map_err(|e| e.to_string())
+        });
+    let missing = missing(conf, look, &all);
+    let reserved = match judged {
         Ok(entries) => {
             let mut wired: Vec<(&str, &str)> = entries
                 .iter()
@@ -154,19 +196,14 @@ fn reservations(conf: &Config, errors: &mut Vec<String>) -> Reserved {
         // The bridge is not here (or the links cannot be read): the reservations still
         // count as used, but none is judged.
         Err(e) => {
-            errors.push(e.to_string());
-            match store.reservations() {
-                Ok(all) => Reserved {
-                    addresses: all.iter().map(|r| r.address).collect(),
-                    ..Reserved::default()
-                },
-                Err(e) => {
-                    errors.push(e.to_string());
-                    Reserved::default()
-                }
+            errors.push(e);
+            Reserved {
+                addresses: all.iter().map(|r| r.address).collect(),
+                ..Reserved::default()
             }
         }
-    }
+    };
+    (reserved, missing)
 }
 
 /// A kind's name as a metric label or a JSON word: its Display in snake case

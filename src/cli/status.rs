@@ -11,15 +11,18 @@ use serde_json::{json, Value};
 
 use super::nat::{networks_in, DEFAULT_CONF_DIR};
 use super::network_view::{kind_slug, NetworkView};
+use super::node_look::{NodeLook, StoreCache};
 use super::repairs::RUN_DIR;
 use super::{CliError, Parsed};
 use crate::leaks::format_age;
 
 pub fn run(p: &Parsed) -> Result<(), CliError> {
     let dir = p.value("--conf-dir").unwrap_or(DEFAULT_CONF_DIR);
+    let mut stores = StoreCache::default();
+    let mut look = NodeLook::now(&mut stores);
     let views: Vec<NetworkView> = networks_in(Path::new(dir))?
         .iter()
-        .map(|conf| NetworkView::read(conf, Path::new(RUN_DIR)))
+        .map(|conf| NetworkView::read(conf, Path::new(RUN_DIR), &mut look))
         .collect();
     let text = if p.has("--json") {
         let mut text =

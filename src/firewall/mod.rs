@@ -309,13 +309,16 @@ pub fn add(phase: Phase, a: &mut Adding) -> Result<()> {
 /// STATUS and the restore command's look: what each kind finds missing of the network's
 /// state, only the kinds that miss something.
 pub fn missing(conf: &Config) -> Result<Vec<(Kind, Vec<String>)>> {
-    let wired = Wired::read(conf)?;
-    let mut nft = NftablesOnDemand::default();
-    let mut look = Looking {
-        conf,
-        nft: &mut nft,
-        wired: &wired,
-    };
+    missing_in(conf, &Wired::read(conf)?, &mut NftablesOnDemand::default())
+}
+
+/// As `missing`, against attachments and a socket shared by several looks.
+pub fn missing_in(
+    conf: &Config,
+    wired: &Wired,
+    nft: &mut NftablesOnDemand,
+) -> Result<Vec<(Kind, Vec<String>)>> {
+    let mut look = Looking { conf, nft, wired };
     let mut found = Vec::new();
     for &kind in KINDS {
         let missing = kind.missing(&mut look)?;

@@ -203,6 +203,13 @@ fn node() -> Option<u64> {
     std::fs::metadata("/proc/self/ns/net").ok().map(|m| m.ino())
 }
 
+/// When the network of this node became unused, while it waits for its release.
+pub fn unused_since(name: &str) -> Option<SystemTime> {
+    let record = read_record(&record_path(name))?;
+    (Some(record.node) == node())
+        .then(|| UNIX_EPOCH + Duration::from_millis(record.unused_since_ms))
+}
+
 fn read_record(path: &str) -> Option<Record> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }

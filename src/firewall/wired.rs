@@ -8,7 +8,8 @@ use crate::addressing::open_store;
 use crate::attachment::{Attachment, Caller, HostLinks};
 use crate::cni::Result;
 use crate::config::Config;
-use crate::netlink::{LinkKind, Netlink};
+use crate::ipam::store::Reservation;
+use crate::netlink::{Link, LinkKind, Netlink};
 
 /// One wired attachment: its identity and the addresses the store gives it.
 #[derive(Debug, Clone)]
@@ -36,32 +37,40 @@ impl Wired {
     /// veths labelled for the network (their addresses unknown). A bridge that is not
     /// here (not made yet after a reboot, or another netns) has none.
     pub fn read(conf: &Config) -> Result<Wired> {
-        let mut nl = Netlink::open()?;
-        let all = nl.links()?;
+        let all = Netlink::open()?.links()?;
+        let reservations = match (conf.builtin(), open_store(conf)?) {
+            (Some(_), Some(store)) => store.reservations()?,
+            _ => Vec::new(),
+        };
+        Wired::of(conf, &all, &reservations)
+    }
+
+    /// As `read`, from the host's links and the store's reservations read once for
+    /// several looks (a scrape reads each only when it changed).
+    pub fn of(conf: &Config, all: &[Link], reservations: &[Reservation]) -> Result<Wired> {
         let bridge = all
             .iter()
             .find(|l| l.name == conf.bridge && l.kind == LinkKind::Bridge)
             .map(|b| b.index);
         let bridge_in_use = bridge.is_some_and(|b| all.iter().any(|l| l.controller == Some(b)));
-        let links = HostLinks::read(&mut nl, conf, Caller::Add)?;
+        let links = HostLinks::of(all, conf, Caller::Add)?;
         let mut attachments: Vec<WiredAttachment> = Vec::new();
         if conf.builtin().is_some() {
-            if let Some(store) = open_store(conf)? {
-                for r in store.reservations()? {
-                    let Some(holder) = r.holder() else { continue };
-                    if !links.wired(&holder.container_id, &holder.ifname) {
-                        continue;
-                    }
-                    match attachments.iter_mut().find(|a| {
-                        a.container_id == holder.container_id && a.ifname == holder.ifname
-                    }) {
-                        Some(a) => a.addresses.push(r.address),
-                        None => attachments.push(WiredAttachment {
-                            container_id: holder.container_id,
-                            ifname: holder.ifname,
-                            addresses: vec![r.address],
-                        }),
-                    }
+            for r in reservations {
+                let Some(holder) = r.holder() else { continue };
+                if !links.wired(&holder.container_id, &holder.ifname) {
+                    continue;
+                }
+                match attachments
+                    .iter_mut()
+                    .find(|a| a.container_id == holder.container_id && a.ifname == holder.ifname)
+                {
+                    Some(a) => a.addresses.push(r.address),
+                    None => attachments.push(WiredAttachment {
+                        container_id: holder.container_id,
+                        ifname: holder.ifname,
+                        addresses: vec![r.address],
+                    }),
                 }
             }
         } else {

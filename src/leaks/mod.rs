@@ -91,7 +91,16 @@ pub fn survey(
     caller: Caller,
 ) -> Result<Vec<Entry>> {
     let links = HostLinks::read(nl, conf, caller)?;
-    let reservations = store.reservations()?;
+    judge(&links, store.reservations()?, |r| store.index_of(r))
+}
+
+/// Each reservation's state against links already read; `index_of` is
+/// [`StoreDir::index_of`] or a copy of its answers (the watch's scrapes keep one).
+pub fn judge(
+    links: &HostLinks,
+    reservations: Vec<Reservation>,
+    mut index_of: impl FnMut(&Reservation) -> Result<Option<Option<String>>>,
+) -> Result<Vec<Entry>> {
     let now = SystemTime::now();
     let boot = boot_time();
     let mut entries = Vec::with_capacity(reservations.len());
@@ -99,7 +108,7 @@ pub fn survey(
         let (state, why) = match &r.ifname {
             None => (State::Unknown, Some(WHY_LEGACY)),
             Some(ifname) if links.wired(&r.container_id, ifname) => (State::Wired, None),
-            Some(ifname) => match store.index_of(&r)? {
+            Some(ifname) => match index_of(&r)? {
                 None => (State::Unknown, Some(WHY_UNINDEXED)),
                 Some(Some(netns)) => match alive_in(&netns, ifname, r.address) {
                     Alive::No => (State::Leaked, None),

@@ -375,3 +375,58 @@ fn status_agrees_with_list_and_the_store() {
         "{row}"
     );
 }
+
+/// A network waiting for its release shows since when, in `academy status` and in the
+/// metrics' gauge; once released, it is unused with no time.
+#[test]
+fn status_says_since_when_a_network_waits_for_its_release() {
+    let lab = Lab::new("unusedsince");
+    let node = Node::new(&lab);
+    let keys = json!({"ipMasq": true, "releaseUnusedAfter": 600});
+    lab.write_conflist("1.1.0", "academy", keys.clone());
+    let mut config = lab.config("1.1.0");
+    for (k, v) in keys.as_object().unwrap() {
+        config[k] = v.clone();
+    }
+    let a = lab.attachment("c0");
+    node.call("ADD", &a, &config).expect_result("ADD");
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    node.call("DEL", &a, &config).expect_silent_success("DEL");
+    let conf_dir = lab.conf_dir.to_str().unwrap();
+    let status = |node: &Node| -> Value {
+        let out = node.academy(&["status", "--conf-dir", conf_dir, "--json"]);
+        assert_eq!(out.code, 0, "{out}");
+        serde_json::from_str::<Value>(&out.stdout).unwrap()["networks"][0].clone()
+    };
+    let n = status(&node);
+    assert_eq!(n["unused"], true, "{n}");
+    let since = n["unusedSince"].as_u64().unwrap_or_else(|| panic!("{n}"));
+    assert!(
+        since + 1 >= before && since <= before + 60,
+        "{since} against {before}"
+    );
+    let text = node.academy(&["status", "--conf-dir", conf_dir]);
+    let row = text
+        .stdout
+        .lines()
+        .find(|l| l.starts_with(&lab.network))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(row.contains(" ago"), "{row}");
+
+    // Released (GC with the record's time passed is what any invocation would do): no
+    // record, no time.
+    let mut quick = config.clone();
+    quick["releaseUnusedAfter"] = json!(0);
+    node.call("ADD", &a, &quick).expect_result("ADD again");
+    node.call("DEL", &a, &quick)
+        .expect_silent_success("DEL, releasing at once");
+    let n = status(&node);
+    assert_eq!(
+        (n["unused"].clone(), n["unusedSince"].clone()),
+        (json!(true), Value::Null),
+        "{n}"
+    );
+}

@@ -146,6 +146,25 @@ pub fn render(s: &Scrape) -> String {
             u8::from(v.unused),
         );
     }
+    t.family(
+        "academy_network_unused_since_seconds",
+        "gauge",
+        "When the unused network's last attachment went (Unix time); its objects are released releaseUnusedAfter later. Absent for a network in use.",
+    );
+    for v in s.views {
+        let Some(since) = v.unused_since else {
+            continue;
+        };
+        let at = since
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        t.sample(
+            "academy_network_unused_since_seconds",
+            &[("network", &v.name)],
+            at,
+        );
+    }
     t.family("academy_state_missing", "gauge", "1 when the network misses some of this kind of nf_tables state now (what STATUS and CHECK look for), else 0; absent when the look failed.");
     for v in s.views {
         let Ok(missing) = &v.missing else { continue };

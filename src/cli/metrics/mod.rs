@@ -20,6 +20,7 @@ use std::time::{Instant, SystemTime};
 
 use super::nat::networks_in;
 use super::network_view::NetworkView;
+use super::node_look::{NodeLook, StoreCache};
 use super::repairs::RUN_DIR;
 
 pub use exposition::render;
@@ -113,16 +114,22 @@ impl Counters {
 }
 
 /// One scrape: every network of the conf dir read now, and the counters.
-fn scrape(conf_dir: &Path, counters: &Counters) -> String {
+fn scrape(conf_dir: &Path, counters: &Counters, stores: &mut StoreCache) -> String {
     let start = Instant::now();
     let (views, dir_error) = match networks_in(conf_dir) {
-        Ok(confs) => (
-            confs
+        Ok(confs) => {
+            let mut look = NodeLook::now(stores);
+            let views = confs
                 .iter()
-                .map(|conf| NetworkView::read(conf, Path::new(RUN_DIR)))
-                .collect(),
-            false,
-        ),
+                .map(|conf| NetworkView::read(conf, Path::new(RUN_DIR), &mut look))
+                .collect();
+            let looked: Vec<_> = confs
+                .iter()
+                .filter_map(|c| c.builtin().map(|b| b.data_dir.join(&c.name)))
+                .collect();
+            stores.retain(&looked);
+            (views, false)
+        }
         Err(_) => (Vec::new(), true),
     };
     render(&exposition::Scrape {
@@ -151,7 +158,13 @@ pub fn serve(
     let listener = std::net::TcpListener::bind(addr)
         .map_err(|e| format!("cannot listen on {addr} for --metrics: {e}"))?;
     let bound = listener.local_addr().unwrap_or(addr);
-    let page = move || scrape(&conf_dir, &counters);
+    // One scrape at a time computes (they share the stores as last read); a slow
+    // client waits only for the computing, not for another's transfer.
+    let stores = Mutex::new(StoreCache::kept());
+    let page = move || {
+        let mut stores = stores.lock().unwrap_or_else(|e| e.into_inner());
+        scrape(&conf_dir, &counters, &mut stores)
+    };
     std::thread::Builder::new()
         .name("metrics".into())
         .spawn(move || http::serve(listener, Arc::new(page)))

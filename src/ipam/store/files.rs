@@ -14,7 +14,7 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::dir::{Dir as DirStream, Type};
 use nix::errno::Errno;
@@ -96,6 +96,13 @@ pub struct Dir {
     path: PathBuf,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirStamp {
+    dev: u64,
+    ino: u64,
+    pub changed: SystemTime,
+}
+
 impl Dir {
     /// Opens the directory at `path`, refusing a symlink in its last component.
     pub fn open(path: &Path) -> io::Result<Dir> {
@@ -124,6 +131,17 @@ impl Dir {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The directory's identity and last change (its mtime moves with every name made,
+    /// renamed or removed in it).
+    pub fn stamp(&self) -> io::Result<DirStamp> {
+        let st = stat::fstat(&self.fd).map_err(errno)?;
+        Ok(DirStamp {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            changed: UNIX_EPOCH + Duration::new(st.st_mtime.max(0) as u64, st.st_mtime_nsec as u32),
+        })
     }
 
     /// The path of `name` inside this directory, for messages.

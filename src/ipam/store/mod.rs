@@ -566,7 +566,7 @@ use errors::refuse_dir;
 use index::parse_index;
 pub(crate) use index::recorded_netns;
 use pending::Pending;
-pub use survey::{Locked, Reservation, StoreDir};
+pub use survey::{Locked, Reservation, StoreDir, StoreStamp};
 pub use sweep::status;
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nix::sys::stat::FileStat;
 
-use super::files::{self, Dir, Opened};
+use super::files::{self, Dir, DirStamp, Opened};
 use crate::cni::{code, Error, Result};
 use crate::ipam::{FileHolder, Holder};
 
@@ -49,6 +49,30 @@ impl Reservation {
 
     pub fn age(&self, now: SystemTime) -> Duration {
         now.duration_since(self.made).unwrap_or_default()
+    }
+}
+
+/// What a store's directories looked like at one moment. Reservations are written
+/// before they are linked under their address and never rewritten, and holder indexes
+/// are replaced by rename, so while neither directory's stamp moves the store holds
+/// the same reservations and indexes: a long-running reader (the watch's scrapes) may
+/// keep what it read after a stamp taken before the reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreStamp {
+    store: DirStamp,
+    holders: Option<DirStamp>,
+}
+
+/// A directory's mtime comes from a coarse clock: a change in the same tick as the
+/// last one keeps the stamp, so only a stamp at least this old vouches for the reading.
+const SETTLED: Duration = Duration::from_secs(1);
+
+impl StoreStamp {
+    pub fn settled(&self, now: SystemTime) -> bool {
+        [Some(self.store), self.holders].iter().flatten().all(|d| {
+            now.duration_since(d.changed)
+                .is_ok_and(|age| age >= SETTLED)
+        })
     }
 }
 
@@ -98,6 +122,20 @@ impl StoreDir {
         Ok(entries
             .iter()
             .any(|(name, regular)| *regular && name.parse::<IpAddr>().is_ok()))
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn stamp(&self) -> Result<StoreStamp> {
+        let store = self.dir.stamp().map_err(|e| self.io_err("stat", ".", &e))?;
+        let holders = match self.dir.subdir(HOLDERS) {
+            Ok(d) => Some(d.stamp().map_err(|e| self.io_err("stat", HOLDERS, &e))?),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(self.io_err("open", HOLDERS, &e)),
+        };
+        Ok(StoreStamp { store, holders })
     }
 
     /// Every reservation of the store, sorted by address. Names that are not addresses
