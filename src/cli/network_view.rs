@@ -206,6 +206,33 @@ fn reservations(
     (reserved, missing)
 }
 
+#[cfg(test)]
+impl NetworkView {
+    /// A view of one /24 pool with 3 of 253 addresses used (1 leaked), 2 attachments,
+    /// missing `missing`: what the status's and the exposition's tests vary.
+    pub fn sample(name: &str, bridge: &str, missing: Vec<Kind>) -> NetworkView {
+        NetworkView {
+            name: name.into(),
+            bridge: bridge.into(),
+            ranges: vec![Range {
+                subnet: "10.1.0.0/24".into(),
+                first: "10.1.0.2".parse().unwrap(),
+                last: "10.1.0.254".parse().unwrap(),
+            }],
+            size: 253,
+            used: 3,
+            free: 250,
+            leaked: Some(1),
+            attachments: 2,
+            missing: Ok(missing),
+            unused: false,
+            unused_since: None,
+            last_repair: None,
+            errors: vec![],
+        }
+    }
+}
+
 /// A kind's name as a metric label or a JSON word: its Display in snake case
 /// ("outbound NAT" is outbound_nat), so the words cannot drift from the walks' own.
 pub fn kind_slug(kind: Kind) -> String {

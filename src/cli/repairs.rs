@@ -6,7 +6,7 @@
 //! Written beside its final name and renamed over it, so a reader sees the old record
 //! or the new one, never half of one.
 
-use std::io::Write as _;
+use crate::ipam::store::files;
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -69,20 +69,7 @@ pub fn record(dir: &Path, network: &str, repair: &LastRepair) -> Result<(), Stri
         .map_err(failed)?;
     let path = record_path(dir, network);
     let tmp = dir.join(format!(".{network}.last-repair.{}", std::process::id()));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&tmp)
-        .map_err(failed)?;
-    file.write_all(repair.to_json().to_string().as_bytes())
-        .and_then(|()| std::fs::rename(&tmp, &path))
-        .map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            failed(e)
-        })
+    files::replace_host_file(&path, &tmp, repair.to_json().to_string().as_bytes()).map_err(failed)
 }
 
 /// The network's last recorded repair; None when the watch never made one (since boot).

@@ -173,34 +173,18 @@ fn row(v: &NetworkView, now: SystemTime) -> [String; 11] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::network_view::Range;
     use crate::cli::repairs::LastRepair;
     use crate::firewall::Kind;
     use std::time::Duration;
 
     fn view() -> NetworkView {
         NetworkView {
-            name: "n1".into(),
-            bridge: "br1".into(),
-            ranges: vec![Range {
-                subnet: "10.1.0.0/24".into(),
-                first: "10.1.0.2".parse().unwrap(),
-                last: "10.1.0.254".parse().unwrap(),
-            }],
-            size: 253,
-            used: 3,
-            free: 250,
-            leaked: Some(1),
-            attachments: 2,
-            missing: Ok(vec![Kind::Masquerade, Kind::MacFilter]),
-            unused: false,
-            unused_since: None,
             last_repair: Some(LastRepair {
                 at: SystemTime::UNIX_EPOCH + Duration::from_secs(1000),
                 kinds: vec!["outbound_nat".into()],
                 trigger: "start".into(),
             }),
-            errors: vec![],
+            ..NetworkView::sample("n1", "br1", vec![Kind::Masquerade, Kind::MacFilter])
         }
     }
 

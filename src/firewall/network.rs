@@ -231,19 +231,7 @@ fn mark_unused(conf: &Config) -> std::io::Result<()> {
 fn write_record(path: &str, record: &Record) -> std::io::Result<()> {
     let tmp = format!("{path}.{}.tmp", std::process::id());
     let text = serde_json::to_vec(record).map_err(std::io::Error::other)?;
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&tmp)
-        .and_then(|mut f| std::io::Write::write_all(&mut f, &text))
-        .and_then(|()| std::fs::rename(&tmp, path));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
+    files::replace_host_file(path.as_ref(), tmp.as_ref(), &text)
 }
 
 /// The release of every network of this node whose record has expired: each under its

@@ -38,9 +38,14 @@ impl Wired {
     /// here (not made yet after a reboot, or another netns) has none.
     pub fn read(conf: &Config) -> Result<Wired> {
         let all = Netlink::open()?.links()?;
-        let reservations = match (conf.builtin(), open_store(conf)?) {
-            (Some(_), Some(store)) => store.reservations()?,
-            _ => Vec::new(),
+        // A delegated IPAM keeps no store here (open_store refuses it).
+        let store = match conf.builtin() {
+            Some(_) => open_store(conf)?,
+            None => None,
+        };
+        let reservations = match store {
+            Some(store) => store.reservations()?,
+            None => Vec::new(),
         };
         Wired::of(conf, &all, &reservations)
     }

@@ -260,29 +260,10 @@ pub fn render(s: &Scrape) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::network_view::Range;
     use crate::firewall::Kind;
 
     fn view(name: &str) -> NetworkView {
-        NetworkView {
-            name: name.into(),
-            bridge: "br".into(),
-            ranges: vec![Range {
-                subnet: "10.1.0.0/24".into(),
-                first: "10.1.0.2".parse().unwrap(),
-                last: "10.1.0.254".parse().unwrap(),
-            }],
-            size: 253,
-            used: 3,
-            free: 250,
-            leaked: Some(1),
-            attachments: 2,
-            missing: Ok(vec![Kind::Ports]),
-            unused: false,
-            unused_since: None,
-            last_repair: None,
-            errors: vec![],
-        }
+        NetworkView::sample(name, "br", vec![Kind::Ports])
     }
 
     fn page(views: &[NetworkView], counters: &Snapshot) -> String {

@@ -332,6 +332,26 @@ pub fn host_lock(path: &str, wait: Duration) -> Option<Flock<File>> {
     lock_exclusive(file, wait).ok()
 }
 
+/// Replaces the host-wide file `path` with `bytes` through `tmp` (same directory,
+/// created 0600, never through a symlink) and a rename, so a reader sees the old file
+/// or the new one, never a part.
+pub fn replace_host_file(path: &Path, tmp: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(tmp)
+        .and_then(|mut f| f.write_all(bytes))
+        .and_then(|()| std::fs::rename(tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(tmp);
+    }
+    written
+}
+
 /// Reads all of `file`, failing when it holds more than `limit` bytes: a garbage file
 /// must not make academy allocate without bound.
 pub fn read_capped(file: &mut File, limit: usize) -> io::Result<Vec<u8>> {
