@@ -51,7 +51,7 @@ pub fn repair_lock() -> Option<Flock<File>> {
 
 const REPAIR_LOCK: &str = "/run/academy-nat.lock";
 
-const LOCK_DIR: &str = "/run/academy/networks";
+pub(super) const LOCK_DIR: &str = "/run/academy/networks";
 
 /// ADD's share of its network's lock, released when dropped.
 pub struct InUse(#[allow(dead_code)] Option<Flock<File>>);
@@ -199,7 +199,7 @@ fn now_ms() -> u64 {
 }
 
 /// This process's network namespace, by inode.
-fn node() -> Option<u64> {
+pub(super) fn node() -> Option<u64> {
     std::fs::metadata("/proc/self/ns/net").ok().map(|m| m.ino())
 }
 
@@ -222,8 +222,18 @@ fn mark_unused(conf: &Config) -> std::io::Result<()> {
 }
 
 fn write_record(path: &str, record: &Record) -> std::io::Result<()> {
-    let tmp = format!("{path}.{}.tmp", std::process::id());
     let text = serde_json::to_vec(record).map_err(std::io::Error::other)?;
+    write_atomically(path, &text)
+}
+
+/// Writes a record of academy's under /run/academy/networks whole or not at all: a
+/// reader sees the old one or the new one, never a half-written one.
+pub(super) fn write_atomically(path: &str, text: &[u8]) -> std::io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(LOCK_DIR)?;
+    let tmp = format!("{path}.{}.tmp", std::process::id());
     let written = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -231,7 +241,7 @@ fn write_record(path: &str, record: &Record) -> std::io::Result<()> {
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(&tmp)
-        .and_then(|mut f| std::io::Write::write_all(&mut f, &text))
+        .and_then(|mut f| std::io::Write::write_all(&mut f, text))
         .and_then(|()| std::fs::rename(&tmp, path));
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
