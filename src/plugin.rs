@@ -8,6 +8,7 @@ use crate::cni::env::Command;
 pub use crate::cni::env::Env;
 use crate::cni::{code, version, Error, Result};
 use crate::config::{self, Config};
+use crate::firewall::upgrade;
 use crate::verbs::{add, check, del, gc, status};
 
 pub const NAME: &str = env!("CARGO_PKG_NAME");
@@ -58,10 +59,15 @@ fn dispatch(env: &Env, stdin: &[u8]) -> Result<Option<String>> {
     if env.command == Command::Version {
         return Ok(Some(version_reply(stdin)));
     }
-    let conf = if env.command == Command::Del {
-        Config::parse_for_del(stdin)?
+    // A DEL's config ADD would refuse still finds what to remove, but is not one to
+    // rebuild a network's state from.
+    let (conf, whole) = if env.command == Command::Del {
+        match Config::parse(stdin) {
+            Ok(conf) => (conf, true),
+            Err(_) => (Config::parse_for_del(stdin)?, false),
+        }
     } else {
-        Config::parse(stdin)?
+        (Config::parse(stdin)?, true)
     };
     let min = match env.command {
         Command::Check => "0.4.0",
@@ -77,6 +83,16 @@ fn dispatch(env: &Env, stdin: &[u8]) -> Result<Option<String>> {
                 conf.cni_version
             ),
         ));
+    }
+    // Before the verb: a binary replaced under running containers brings the network to
+    // its own state first (a read of one small file when it is there already), so CHECK
+    // and STATUS answer from that state, not from the older release's.
+    if whole {
+        let mode = match env.command {
+            Command::Add => upgrade::Mode::Add,
+            _ => upgrade::Mode::Verb,
+        };
+        upgrade::on_invocation(&conf, mode);
     }
     match env.command {
         Command::Add => {

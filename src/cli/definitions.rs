@@ -149,7 +149,7 @@ pub const COMMANDS: &[Command] = &[
                 help: "the CNI bin folder to copy this binary into (default /opt/cni/bin)",
             },
             Flag {
-                help: "the CNI config folder for --conflist or --template (default /etc/cni/net.d)",
+                help: "the CNI config folder for --conflist or --template, whose academy networks are brought up to date (default /etc/cni/net.d)",
                 ..CONF_DIR
             },
             Flag {
@@ -176,6 +176,7 @@ pub const COMMANDS: &[Command] = &[
             "Copies this academy binary to DIR/academy and, with --conflist, FILE into the config folder under its own name, or with --template, academy's containerd conf_template to academy.conflist.tmpl, the way a DaemonSet's init container does it on every node.",
             "With --cluster-cidr the template masquerades the pods' traffic (\"ipMasq\": true) except to the cluster's pods (\"nonMasqueradeCIDRs\"); without it, the template leaves masquerading off.",
             "Each file is written beside its destination, fsync'd and renamed over it, so a runtime executing the old binary is not disturbed and containerd sees the new config. Files that are already current are left alone.",
+            "Then every academy network of the config folder with attachments on this node gets this release's packet-path state at once (what `academy restore` puts back), and its state version is recorded; one line each says what was put back. Without this, a network's first CNI call after the upgrade does it.",
         ],
         hidden: false,
     },

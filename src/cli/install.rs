@@ -11,9 +11,10 @@
 //!   watches for writes, not creates), but sees a rename within the folder.
 //!
 //! A destination that already has the same bytes and mode is left alone, so running
-//! the installer again (every pod restart) changes nothing. Not a CNI verb: a runtime
-//! always sets CNI_COMMAND and passes no arguments, and main.rs only comes here (through
-//! cli/) when CNI_COMMAND is unset.
+//! the installer again (every pod restart) changes nothing. Then the conf dir's academy
+//! networks are brought to this release's state (firewall/upgrade.rs). Not a CNI verb:
+//! a runtime always sets CNI_COMMAND and passes no arguments, and main.rs only comes
+//! here (through cli/) when CNI_COMMAND is unset.
 
 use std::ffi::OsStr;
 use std::fs;
@@ -23,7 +24,9 @@ use std::path::{Path, PathBuf};
 
 use ipnetwork::IpNetwork;
 
+use super::nat::networks_in;
 use super::{CliError, Parsed};
+use crate::firewall::upgrade::{self, Mode, Step, STATE_VERSION};
 
 /// academy's containerd conf_template (dual stack through .PodCIDRRanges).
 const TEMPLATE: &str = include_str!("../../conflists/containerd-template.conflist.tmpl");
@@ -150,7 +153,37 @@ fn install(o: &Options) -> Result<(), String> {
             put(&o.conf_dir, &name, &bytes, 0o644)?,
         );
     }
+    bring_networks_up_to_date(&o.conf_dir);
     Ok(())
+}
+
+/// Once the new binary is in place: the academy networks of the conf dir get this
+/// release's state now (upgrade.rs), not at their next CNI call, which may be hours
+/// away on a quiet node. Whatever their records say: a downgrade and upgrade again would
+/// leave a current record on state the older binary made. A network without attachments
+/// here has nothing to bring up to date and is not named. Never fails the install: the
+/// binary is in, and each network's next invocation tries again.
+fn bring_networks_up_to_date(conf_dir: &Path) {
+    // No conf dir (yet) or none readable: no network to look at.
+    let Ok(confs) = networks_in(conf_dir) else {
+        return;
+    };
+    for conf in &confs {
+        match upgrade::bring_up_to_date(conf, Mode::Install) {
+            Ok(Step::Brought { from, restored }) if !restored.is_empty() => {
+                say(&upgrade::brought(&conf.name, from, &restored))
+            }
+            Ok(Step::Brought { .. }) => say(&format!(
+                "network {}: up to date (state version {STATE_VERSION}), nothing missing",
+                conf.name
+            )),
+            Ok(Step::Current | Step::NoAttachments) => {}
+            Err(e) => eprintln!(
+                "academy install: network {} not brought up to state version {STATE_VERSION}: {e}; its next invocation or `academy restore` tries again",
+                conf.name
+            ),
+        }
+    }
 }
 
 fn report(path: &Path, outcome: Outcome) {

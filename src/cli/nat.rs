@@ -109,11 +109,7 @@ fn not_academys(conf: &Config) {
 
 /// "outbound NAT: a, b; published ports: c": what a network's restore put back.
 pub(super) fn words(restored: &[(Kind, Vec<String>)]) -> String {
-    let what: Vec<String> = restored
-        .iter()
-        .map(|(kind, what)| format!("{kind}: {}", what.join(", ")))
-        .collect();
-    what.join("; ")
+    firewall::restored_words(restored)
 }
 
 /// The academy networks of a conf dir, as libcni reads it: *.conf, *.conflist and

@@ -48,6 +48,7 @@ pub mod ports;
 pub mod reference;
 pub mod services;
 pub mod tables;
+pub mod upgrade;
 mod wired;
 
 pub use wired::Wired;
@@ -344,6 +345,7 @@ pub fn restore(conf: &Config) -> Result<Vec<(Kind, Vec<String>)>> {
     if wired.attachments.is_empty() && !wired.bridge_in_use {
         drop(share);
         network::release_if_unused(conf)?;
+        upgrade::record_current(conf);
         return Ok(Vec::new());
     }
     let mut nft = NftablesOnDemand::default();
@@ -362,7 +364,18 @@ pub fn restore(conf: &Config) -> Result<Vec<(Kind, Vec<String>)>> {
         }
     }
     first_of(errors)?;
+    // Every kind this binary knows is now complete: the network is at its state version.
+    upgrade::record_current(conf);
     Ok(restored)
+}
+
+/// "outbound NAT: a, b; published ports: c": what a network's restore put back.
+pub fn restored_words(restored: &[(Kind, Vec<String>)]) -> String {
+    let what: Vec<String> = restored
+        .iter()
+        .map(|(kind, what)| format!("{kind}: {}", what.join(", ")))
+        .collect();
+    what.join("; ")
 }
 
 /// Tests only (debug builds): with ACADEMY_TEST_HOLD_RESTORE set to a path, a network's

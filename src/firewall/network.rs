@@ -51,7 +51,7 @@ pub fn repair_lock() -> Option<Flock<File>> {
 
 const REPAIR_LOCK: &str = "/run/academy-nat.lock";
 
-const LOCK_DIR: &str = "/run/academy/networks";
+pub(super) const LOCK_DIR: &str = "/run/academy/networks";
 
 /// ADD's share of its network's lock, released when dropped.
 pub struct InUse(#[allow(dead_code)] Option<Flock<File>>);
@@ -199,7 +199,7 @@ fn now_ms() -> u64 {
 }
 
 /// This process's network namespace, by inode.
-fn node() -> Option<u64> {
+pub(super) fn node() -> Option<u64> {
     std::fs::metadata("/proc/self/ns/net").ok().map(|m| m.ino())
 }
 
@@ -229,9 +229,19 @@ fn mark_unused(conf: &Config) -> std::io::Result<()> {
 }
 
 fn write_record(path: &str, record: &Record) -> std::io::Result<()> {
-    let tmp = format!("{path}.{}.tmp", std::process::id());
     let text = serde_json::to_vec(record).map_err(std::io::Error::other)?;
-    files::replace_host_file(path.as_ref(), tmp.as_ref(), &text)
+    write_atomically(path, &text)
+}
+
+/// Writes a record of academy's under /run/academy/networks whole or not at all: a
+/// reader sees the old one or the new one, never a half-written one.
+pub(super) fn write_atomically(path: &str, text: &[u8]) -> std::io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(LOCK_DIR)?;
+    let tmp = format!("{path}.{}.tmp", std::process::id());
+    files::replace_host_file(path.as_ref(), tmp.as_ref(), text)
 }
 
 /// The release of every network of this node whose record has expired: each under its

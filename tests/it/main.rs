@@ -65,6 +65,8 @@
 //! | `reference_switch` | a live reference network switched by `academy convert`: DEL |
 //! |               | removes the reference's leftovers; convert's report and --in-place |
 //! | `restore_lock` | a network released by its last DEL during a restore stays released |
+//! | `upgrade`     | the previous release (built from git history) replaced under live |
+//! |               | containers: CHECK, STATUS, the published port, DEL and GC after it |
 //! | `vlan`        | the bridge port: VLANs (in a VM on Debian's kernel), isolation |
 //! | `watch`       | `academy watch` in a node: flushes, deleted tables, iptables   |
 //! |               | reloads put back within a second; lost notifications           |
@@ -145,5 +147,6 @@ mod restore_lock;
 mod route_attrs;
 mod services;
 mod switching;
+mod upgrade;
 mod vlan;
 mod watch;

@@ -307,13 +307,28 @@ fn installer_replaces_node1s_academy_while_its_pods_keep_working(
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = n1.exec(&Call::bare(), image.to_str().unwrap(), &args);
     assert_eq!(out.code, 0, "{out}");
+    let (files, networks) = out.stdout.split_at(
+        out.stdout
+            .match_indices('\n')
+            .nth(1)
+            .map_or(0, |(i, _)| i + 1),
+    );
     assert_eq!(
-        out.stdout,
+        files,
         format!(
             "installed {}\nunchanged {}\n",
             installed.display(),
             n1.conf().join("academy.conflist.tmpl").display()
         )
+    );
+    // Then the network containerd rendered from the template, with pods: made by this
+    // release's state version already, so nothing is missing (src/firewall/upgrade.rs).
+    let up_to_date = format!("network {NETWORK}: up to date (state version ");
+    assert!(
+        networks.starts_with(&up_to_date)
+            && networks.ends_with("), nothing missing\n")
+            && networks.lines().count() == 1,
+        "the installer's report of the node's networks:\n{out}"
     );
     assert_eq!(
         fs::read(&installed).unwrap(),

@@ -349,8 +349,9 @@ impl Lab {
         // The host-local form's default store, and the network's nf_tables objects.
         let _ = std::fs::remove_dir_all(Path::new(HOST_LOCAL_STORE).join(&self.network));
         super::nft::remove_network(&self.network, &self.bridge);
-        // The network locks and unused-network records of its networks (the lab's name,
-        // and names it prefixes): no process of the lab holds them any more.
+        // The network locks, unused-network records and state versions (upgrade.rs) of
+        // its networks (the lab's name, and names it prefixes): no process of the lab
+        // holds them any more.
         for entry in std::fs::read_dir(NETWORK_LOCKS)
             .into_iter()
             .flatten()
@@ -360,6 +361,7 @@ impl Lab {
             let name = name.to_string_lossy();
             if name == format!("{}.lock", self.network)
                 || name.starts_with(&format!("{}.unused", self.network))
+                || (name.starts_with(&format!("{}.", self.network)) && name.contains(".state"))
                 || name.starts_with(&format!("{}-", self.network))
             {
                 let _ = std::fs::remove_file(entry.path());

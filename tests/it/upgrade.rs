@@ -1,0 +1,369 @@
+//! An upgrade under running containers: the previous release
+//! (tests/upgrade/previous-release, its tag if the repository has it) is built from this
+//! repository's history, installed as a private node's plugin, and given live attachments (ipMasq, a
+//! published port, the MAC filter); then its binary is replaced by this build's, nothing
+//! restarted, as a package upgrade or `academy install` does. The first invocation of the
+//! new binary brings the network to its state version (src/firewall/upgrade.rs), so CHECK
+//! and STATUS pass at once, and DEL and GC handle what the old binary made.
+//!
+//! The old build is cached under target/upgrade-from-<commit> (its own source and target
+//! folders), so only the first run pays its minute or two. Packets go only to the test's
+//! own namespaces.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use serde_json::{json, Value};
+
+use crate::common::*;
+use crate::portmap::{academy_entry, exchange, host_ports, mapping};
+
+/// `<tag> <full commit>` of the release before this one.
+const PREVIOUS_RELEASE: &str = include_str!("../upgrade/previous-release");
+
+/// The repository the test was built from: a full clone, so the previous release's
+/// commit is in its history.
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+
+fn git(args: &[&str]) -> Out {
+    let mut all = vec!["-C", REPO];
+    all.extend_from_slice(args);
+    run("git", &all, &[])
+}
+
+/// The previous release's tag (as named in the file) and the commit to build: the tag's
+/// when the repository has it (it must be the file's), else the file's.
+fn previous_release() -> (String, String) {
+    let mut words = PREVIOUS_RELEASE.split_whitespace();
+    let (Some(tag), Some(commit), None) = (words.next(), words.next(), words.next()) else {
+        panic!(
+            "tests/upgrade/previous-release should read `<tag> <commit>`, not {PREVIOUS_RELEASE:?}"
+        );
+    };
+    let present = |rev: &str| git(&["rev-parse", "--verify", "--quiet", rev]);
+    let tagged = present(&format!("refs/tags/{tag}^{{commit}}"));
+    if tagged.code == 0 {
+        let at = tagged.stdout.trim();
+        assert_eq!(
+            at, commit,
+            "tag {tag} names {at}, but tests/upgrade/previous-release says {commit}: one of them is wrong"
+        );
+    }
+    let found = present(&format!("{commit}^{{commit}}"));
+    assert_eq!(
+        found.code, 0,
+        "the previous release {tag} ({commit}, tests/upgrade/previous-release) is not in this repository's history: \
+         the upgrade test builds it from there. Use a full clone (`git fetch --unshallow --tags`), or fix the file.\n{found}"
+    );
+    (tag.to_string(), found.stdout.trim().to_string())
+}
+
+/// The previous release's binary, built in release mode from `git archive` of its
+/// commit, under target/upgrade-from-<commit> (a second run's cargo finds it fresh).
+fn previous_binary(commit: &str) -> PathBuf {
+    let target = Path::new(plugin())
+        .parent()
+        .and_then(Path::parent)
+        .expect("the plugin is under target/<profile>/");
+    let dir = target.join(format!("upgrade-from-{commit}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _one_build = lock_file(dir.join(".lock").to_str().unwrap());
+    let src = dir.join("src");
+    if !src.join("Cargo.toml").exists() {
+        // Extracted beside, then renamed: a killed extraction is never taken for a tree.
+        let partial = dir.join("src.partial");
+        let _ = std::fs::remove_dir_all(&partial);
+        std::fs::create_dir_all(&partial).unwrap();
+        let script = format!(
+            "git -C '{REPO}' archive --format=tar {commit} | tar -x -C '{}'",
+            partial.display()
+        );
+        let out = run("sh", &["-c", &script], &[]);
+        assert_eq!(out.code, 0, "extracting {commit}:\n{out}");
+        let _ = std::fs::remove_dir_all(&src);
+        std::fs::rename(&partial, &src).unwrap();
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut build = Command::new(cargo);
+    build
+        .args(["build", "--release", "--locked", "--target-dir"])
+        .arg(dir.join("target"))
+        .current_dir(&src);
+    // The test's own cargo environment (its package, manifest, profile) is not the
+    // old build's.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy().into_owned();
+        if key.starts_with("CARGO_") && key != "CARGO_HOME" {
+            build.env_remove(&key);
+        }
+    }
+    let out = Out::from(build.output().expect("cargo"));
+    assert_eq!(
+        out.code, 0,
+        "building the previous release {commit}:\n{out}"
+    );
+    let binary = dir.join("target/release/academy");
+    assert!(binary.is_file(), "no {}", binary.display());
+    binary
+}
+
+/// Puts `from` at `to` as an installer does: a copy beside it, renamed over it (a
+/// runtime executing the old one keeps its inode).
+fn put_binary(from: &Path, to: &Path) {
+    let tmp = to.with_file_name(".academy.new");
+    std::fs::copy(from, &tmp).unwrap();
+    std::fs::rename(&tmp, to).unwrap();
+}
+
+/// A netns joined to the node by a veth, on a slot of its own: .1 the node's end, .2
+/// the far end. Dies with the lab's netns.
+struct Far {
+    netns: String,
+    node_v4: String,
+    far_v4: String,
+}
+
+impl Far {
+    fn new(lab: &Lab, node: &Node) -> Far {
+        let netns = lab.add_netns("far");
+        let slot = Slot::take();
+        let v4 = slot.v4_prefix();
+        let node_end = slot.link_name("acu");
+        let (near, far) = (format!("{v4}.1"), format!("{v4}.2"));
+        let (near_cidr, far_cidr) = (format!("{near}/24"), format!("{far}/24"));
+        for args in [
+            &[
+                "-n", &node.ns, "link", "add", &node_end, "type", "veth", "peer", "name", "far0",
+                "netns", &netns,
+            ][..],
+            &["-n", &node.ns, "addr", "add", &near_cidr, "dev", &node_end],
+            &["-n", &node.ns, "link", "set", &node_end, "up"],
+            &["-n", &netns, "addr", "add", &far_cidr, "dev", "far0"],
+            &["-n", &netns, "link", "set", "far0", "up"],
+            &["-n", &netns, "link", "set", "lo", "up"],
+        ] {
+            ip(args);
+        }
+        Far {
+            netns,
+            node_v4: near,
+            far_v4: far,
+        }
+    }
+}
+
+/// The plugin at `binary` run inside the node, as the runtime calls it.
+fn exec(node: &Node, binary: &Path, call: &Call) -> Out {
+    call.spawn("ip", &["netns", "exec", &node.ns, binary.to_str().unwrap()])
+}
+
+/// The network's state version records (any node's): `(file name, first line)`.
+fn records(lab: &Lab) -> Vec<(String, String)> {
+    let prefix = format!("{}.", lab.network);
+    let mut found: Vec<(String, String)> = std::fs::read_dir("/run/academy/networks")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&prefix) && n.ends_with(".state"))
+        .map(|n| {
+            let text = std::fs::read_to_string(format!("/run/academy/networks/{n}"));
+            let first = text.unwrap_or_default().lines().next().unwrap_or("").into();
+            (n, first)
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// Whether the node's loopback guard holds the lab's bridge.
+fn guarded(node: &Node) -> bool {
+    let out = nft::nft_in(
+        Some(&node.ns),
+        &["-j", "list", "set", "inet", "academy", "_localnet"],
+    );
+    out.code == 0 && out.stdout.contains(&format!("\"{}\"", node.lab.bridge))
+}
+
+/// The node's whole ruleset (every family: the MAC filter is in `bridge academy`).
+fn ruleset(node: &Node) -> String {
+    node.nft(&["list", "ruleset"]).stdout
+}
+
+/// The store's files (names and contents) that name a container.
+fn store_files_of(lab: &Lab, cid: &str) -> Vec<String> {
+    let dir = store_dir(lab);
+    let mut found = Vec::new();
+    for sub in ["", "holders"] {
+        for e in std::fs::read_dir(dir.join(sub))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+            if name.contains(cid) || text.contains(cid) {
+                found.push(format!("{sub}/{name}"));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn upgrade_from_the_previous_release_under_live_containers() {
+    let (tag, commit) = previous_release();
+    let started = Instant::now();
+    let old = previous_binary(&commit);
+    eprintln!(
+        "upgrade: the previous release {tag} ({commit}) built (or found fresh) in {:.1?}",
+        started.elapsed()
+    );
+    let version = |binary: &Path| run(binary.to_str().unwrap(), &["--version"], &[]).stdout;
+    assert_ne!(
+        version(&old),
+        version(Path::new(plugin())),
+        "the previous release and this build answer --version alike"
+    );
+
+    let lab = Lab::new("upg");
+    let node = Node::new(&lab);
+    let far = Far::new(&lab, &node);
+    let bin_dir = lab.root.join("node-bin");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    let academy = bin_dir.join("academy");
+    put_binary(&old, &academy);
+
+    let mut config = academy_entry(&lab);
+    config["cniVersion"] = json!("1.1.0");
+    config["name"] = json!(lab.network);
+    config["ipMasq"] = json!(true);
+    config["macspoofchk"] = json!(true);
+    let port = host_ports(&lab);
+    let mut publishing = config.clone();
+    publishing["runtimeConfig"] = json!({"portMappings": [mapping(port, None)]});
+    let (a, b) = (lab.attachment("a"), lab.attachment("b"));
+    let call = |verb: &str, who: &Attach, conf: &Value| {
+        exec(&node, &academy, &lab.call_for(verb, who).config(conf))
+    };
+    let ra = call("ADD", &a, &publishing).expect_result("the old release's ADD of a");
+    let rb = call("ADD", &b, &config).expect_result("the old release's ADD of b");
+    let (veth_a, veth_b) = (result_host_veth(&ra), result_host_veth(&rb));
+    assert!(guarded(&node), "the old release made no loopback guard");
+    assert_eq!(records(&lab), [], "the old release wrote a state version");
+    // As a node the release before it left (issue 29): no loopback guard on the bridge,
+    // which a ports-kind restore puts back.
+    node.nft(&[
+        "delete",
+        "element",
+        "inet",
+        "academy",
+        "_localnet",
+        &format!("{{ \"{}\" }}", lab.bridge),
+    ]);
+    assert!(!guarded(&node));
+
+    // The upgrade: the binary replaced, nothing restarted.
+    put_binary(Path::new(plugin()), &academy);
+    let check = |who: &Attach, result: &Value, conf: &Value| {
+        let mut c = conf.clone();
+        c["prevResult"] = result.clone();
+        call("CHECK", who, &c)
+    };
+    let first = check(&a, &ra, &publishing);
+    assert_eq!(first.code, 0, "CHECK at once after the upgrade:\n{first}");
+    assert!(first.stdout.trim().is_empty(), "{first}");
+    let lines: Vec<&str> = first.stderr.lines().collect();
+    let want = format!(
+        "academy: brought network {} up to date from state version 0 to 1: put back published ports: ",
+        lab.network
+    );
+    assert!(
+        lines.len() == 1 && lines[0].starts_with(&want),
+        "the first invocation's one line, {want:?}...:\n{first}"
+    );
+    eprintln!("upgrade: the first invocation said: {}", lines[0]);
+    assert!(
+        guarded(&node),
+        "the loopback guard after the first invocation"
+    );
+    let recorded: Vec<String> = records(&lab).into_iter().map(|(_, v)| v).collect();
+    assert_eq!(recorded, ["1"], "the state version recorded");
+    let status = exec(&node, &academy, &lab.call("STATUS").config(&config));
+    status.expect_silent_success("STATUS after the upgrade");
+    assert_eq!(status.stderr, "", "STATUS after the upgrade");
+    for (who, result, conf) in [(&a, &ra, &publishing), (&b, &rb, &config)] {
+        let again = check(who, result, conf);
+        again.expect_silent_success("CHECK once up to date");
+        assert_eq!(again.stderr, "", "CHECK once up to date");
+    }
+
+    // What the old release made still works: the published port from outside the node,
+    // the masquerade out of it.
+    let (got, peer) = exchange(&a.netns, "0.0.0.0", Some(&far.netns), &far.node_v4, port);
+    assert_eq!(
+        (got.as_str(), peer.as_str()),
+        ("hello", far.far_v4.as_str()),
+        "the published port from outside the node"
+    );
+    let (got, peer) = peer_seen(&far.netns, &far.far_v4, 18443, &b.netns);
+    assert_eq!(
+        (got.as_str(), peer.as_str()),
+        ("hello", far.node_v4.as_str()),
+        "b's masqueraded connection out of the node"
+    );
+
+    // GC listing both keeps both.
+    let state = || (ruleset(&node), node.links(), lab.reservations());
+    let before = state();
+    let gc = |valid: &[(&str, &str)]| {
+        let out = exec(&node, &academy, &gc_call(&lab, config.clone(), valid));
+        out.expect_silent_success("GC");
+        assert_eq!(out.stderr, "", "GC");
+    };
+    gc(&[(&a.cid, &a.ifname), (&b.cid, &b.ifname)]);
+    assert_eq!(
+        state(),
+        before,
+        "GC listing both live attachments changed something"
+    );
+
+    // DEL of an attachment the old release made removes all of it.
+    let del = call("DEL", &a, &publishing);
+    del.expect_silent_success("DEL of an old attachment");
+    assert_eq!(del.stderr, "", "DEL of an old attachment");
+    let rules = ruleset(&node);
+    // Owner comments end in "<container id>:<ifname>" in every form academy has written.
+    let (owner_a, owner_b) = (
+        format!("{}:{}", a.cid, a.ifname),
+        format!("{}:{}", b.cid, b.ifname),
+    );
+    for left in [&owner_a, &veth_a] {
+        assert!(
+            !rules.contains(left.as_str()),
+            "{left} left in nf_tables:\n{rules}"
+        );
+    }
+    assert!(!node.links().contains(&veth_a), "{veth_a} left");
+    assert_eq!(
+        store_files_of(&lab, &a.cid),
+        Vec::<String>::new(),
+        "a's store files"
+    );
+
+    // GC listing b keeps it, and what it has.
+    gc(&[(&b.cid, &b.ifname)]);
+    assert!(node.links().contains(&veth_b), "GC took the live {veth_b}");
+    assert!(
+        !store_files_of(&lab, &b.cid).is_empty(),
+        "GC freed b's address"
+    );
+    assert!(
+        ruleset(&node).contains(&owner_b),
+        "GC took b's nf_tables elements"
+    );
+    check(&b, &rb, &config).expect_silent_success("CHECK of b after GC");
+    call("DEL", &b, &config).expect_silent_success("DEL of b");
+    assert_eq!(store_files_of(&lab, &b.cid), Vec::<String>::new());
+}
