@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use super::lab::Lab;
 
 impl Lab {
-    /// The IPAM store's live entries: address files (IPv4 and IPv6) and holder index
-    /// files. Empty when nothing is reserved (the hint files and empty folders are not
-    /// reservations).
+    /// The IPAM store's live entries: address files (IPv4 and IPv6), holder index
+    /// files and runtime records. Empty when nothing is reserved (the hint files and
+    /// empty folders are not reservations).
     pub fn reservations(&self) -> Vec<String> {
         let dir = self.data_dir.join(&self.network);
         let mut found: Vec<String> = std::fs::read_dir(&dir)
@@ -25,6 +25,13 @@ impl Lab {
                 .flatten()
                 .flatten()
                 .map(|e| format!("holders/{}", e.file_name().to_string_lossy())),
+        );
+        found.extend(
+            std::fs::read_dir(dir.join("runtime"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| format!("runtime/{}", e.file_name().to_string_lossy())),
         );
         found.sort();
         found
