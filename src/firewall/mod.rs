@@ -315,7 +315,7 @@ impl Kind {
             Kind::Ports => ports::restore(l),
             Kind::MacFilter => mac_filter::restore(l).map(Repair::put_back),
             Kind::Forward => forward::restore(l).map(Repair::put_back),
-            Kind::Bandwidth => bandwidth::restore(l).map(Repair::put_back),
+            Kind::Bandwidth => bandwidth::restore(l),
             Kind::Isolation => isolation::restore(l).map(Repair::put_back),
         }
     }
