@@ -151,16 +151,21 @@ impl Store {
     }
 
     fn runtime_dir(&self) -> Result<Dir> {
-        match self.dir.mkdir(RUNTIME, 0o700) {
-            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
-                return Err(self.io_err("create", RUNTIME, &e))
+        // Opened first: it exists on every ADD with ports but the network's first, and a
+        // mkdir that fails with EEXIST still costs a syscall.
+        let dir = match self.dir.subdir(RUNTIME) {
+            Err(e) if not_found(&e) => {
+                match self.dir.mkdir(RUNTIME, 0o700) {
+                    Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+                        return Err(self.io_err("create", RUNTIME, &e))
+                    }
+                    _ => {}
+                }
+                self.dir.subdir(RUNTIME)
             }
-            _ => {}
+            other => other,
         }
-        let dir = self
-            .dir
-            .subdir(RUNTIME)
-            .map_err(|e| self.io_err("open", RUNTIME, &e))?;
+        .map_err(|e| self.io_err("open", RUNTIME, &e))?;
         dir.check_private().map_err(|(problem, details)| {
             super::errors::refuse_dir(&self.dir.path_of(RUNTIME), problem, &details)
         })?;
