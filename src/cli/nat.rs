@@ -5,6 +5,14 @@
 //! iptables reload, `nft -f` of a ruleset or `nft delete table inet academy`, running
 //! containers get it back without a restart (deploy/systemd/academy-restore.service runs
 //! it after such reloads). Idempotent: with nothing missing it changes nothing.
+//!
+//! Published ports and rates come from each attachment's runtime record
+//! (src/ipam/store/runtime.rs). Its report, per network on stderr, tells what it
+//! repaired from what it could not: `put back: KIND: what, ...; KIND: ...`, then one
+//! `could not put back: WHAT, because WHY` line each (a kind the kernel refused, the
+//! only case that fails the command; a port taken since; an attachment an older academy
+//! added), `not recorded: ...` for an older academy's ports still in place, or
+//! `complete, nothing to do`.
 
 use std::collections::HashSet;
 use std::path::Path;

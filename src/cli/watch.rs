@@ -6,6 +6,8 @@
 //! (`nft flush ruleset`, `nft delete table inet academy`, an iptables-nft reload, a
 //! firewalld restart) runs the restore of `academy restore` for every academy network
 //! of DIR, read again each time so that networks added since count. Once at start too.
+//! Its log says `put back after ...` and `could not put back after ...` as the restore
+//! command says `put back:` and `could not put back:`.
 //!
 //! - A flush is a burst of notifications: they are coalesced until QUIET passes without
 //!   one, at most LIMIT after the first (the debounce), then restored once.

@@ -3,6 +3,8 @@
 //! port, named after its attachment. What academy creates in nf_tables is described in
 //! nft.rs (maps, chains, rules), rules.rs (their expressions), elements.rs
 //! (keys and values) and guard.rs (the loopback guard); this module decides what goes in and who holds it.
+//! lost.rs finds the ports a flush took, from the runtime records ADD wrote
+//! (src/ipam/store/runtime.rs), for STATUS and the restore.
 //!
 //! ADD sends the attachment's masquerade elements and its ports in one batch, so one
 //! sendmsg and all or nothing: a port another attachment holds fails the batch, and the
