@@ -7,6 +7,11 @@
 //! What cannot be put back is said, never skipped: a key another container has taken
 //! since, a record that does not read, and an attachment added by an academy older than
 //! records (its mappings are unknown; whether its ports are in place is told apart).
+//!
+//! A DEL that removes its ports between the restore's look at the wired attachments and
+//! its batch gets them published again, as a masquerade element is put back in that
+//! window (masquerade/nat.rs): DEL takes no lock a restore waits on, and GC sweeps an
+//! element whose owner it does not list.
 
 use std::net::IpAddr;
 
