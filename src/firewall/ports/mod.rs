@@ -396,9 +396,35 @@ pub fn restore(l: &mut Looking) -> Result<Repair> {
         return Ok(Repair::default());
     }
     let nft = l.nft.get()?;
-    let _lock = super::network::repair_lock();
     let mut lost = lost::lost(nft, conf, wired)?;
-    let missing = missing_objects(nft, conf, !lost.ports.is_empty())?;
+    let mut missing = missing_objects(nft, conf, !lost.ports.is_empty())?;
+    if !missing.is_empty() || !lost.ports.is_empty() {
+        // Looked at again under the locks: an ADD's repair may have come first. Only then
+        // taken, so a watch that finds everything in place never waits on an ADD; in
+        // ADD's order (the publish lock, then the repair lock), so neither waits out
+        // the other's timeout.
+        let _publish = publish_lock();
+        let _lock = super::network::repair_lock();
+        lost = lost::lost(nft, conf, wired)?;
+        missing = missing_objects(nft, conf, !lost.ports.is_empty())?;
+        return put_back(nft, conf, wired, lost, missing);
+    }
+    Ok(Repair {
+        not_put_back: lost.not,
+        unrecorded: lost.unrecorded,
+        put_back: Vec::new(),
+    })
+}
+
+/// The restore's repair, under the publish and repair locks: what `lost` and `missing`
+/// name.
+fn put_back(
+    nft: &mut Nftables,
+    conf: &Config,
+    wired: &super::Wired,
+    mut lost: lost::Lost,
+    missing: Vec<String>,
+) -> Result<Repair> {
     let mut repair = Repair {
         not_put_back: std::mem::take(&mut lost.not),
         unrecorded: std::mem::take(&mut lost.unrecorded),
@@ -426,8 +452,6 @@ pub fn restore(l: &mut Looking) -> Result<Repair> {
     let ports = lost.elements();
     repair.put_back = missing;
     if !ports.is_empty() {
-        // Under the publish lock, as ADD: no ADD publishes the same key in between.
-        let publish = publish_lock();
         match nft.publish_ports(&ports, &conf.bridge) {
             // An ADD took one of the keys since the look: looked at again, once.
             Err(e) if e.is(libc::EEXIST) => {
@@ -438,7 +462,6 @@ pub fn restore(l: &mut Looking) -> Result<Repair> {
             }
             other => other?,
         }
-        drop(publish);
         flush_stale_udp(&lost.elements());
         let mut words = lost.words(true);
         words.append(&mut repair.put_back);
