@@ -43,12 +43,12 @@ pub fn store_dir(lab: &Lab) -> PathBuf {
     lab.data_dir.join(&lab.network)
 }
 
-/// Leftovers of an interrupted write (`.tmp.*`, in the store or holders/): not
-/// reservations; GC sweeps them once older than 60 s.
+/// Leftovers of an interrupted write (`.tmp.*`, in the store, holders/ or runtime/):
+/// not reservations; GC sweeps them once older than 60 s.
 pub fn tmp_files(lab: &Lab) -> Vec<String> {
     let dir = store_dir(lab);
     let mut found = Vec::new();
-    for sub in ["", "holders"] {
+    for sub in ["", "holders", "runtime"] {
         for e in std::fs::read_dir(dir.join(sub))
             .into_iter()
             .flatten()
