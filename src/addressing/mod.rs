@@ -113,7 +113,11 @@ fn reserve(env: &Env, conf: &Config, b: &Builtin, requested: &[IpAddr]) -> Resul
         .as_deref()
         .map(crate::config::resolv::read)
         .transpose()?;
-    let store = Store::open(&b.data_dir, &conf.name)?.in_netns(&env.netns);
+    // What the kernel cannot give back after a flush (ipam/store/runtime.rs).
+    let record = crate::config::Recorded::of(conf).map(|r| r.to_bytes());
+    let store = Store::open(&b.data_dir, &conf.name)?
+        .in_netns(&env.netns)
+        .recording(record);
     let holder = Attachment::of(env, conf).holder();
     let mut wanted: Vec<Option<(IpAddr, &Pool)>> = vec![None; b.range_sets.len()];
     for ip in requested {
@@ -173,6 +177,13 @@ fn reserve(env: &Env, conf: &Config, b: &Builtin, requested: &[IpAddr]) -> Resul
             eprintln!("academy: while undoing a failed reservation: {undo}");
         }
         return failed;
+    }
+    // Before the nf_tables batch publishes anything: no port without its record.
+    if let Err(e) = store.write_record(&holder) {
+        if let Err(undo) = store.release(&holder) {
+            eprintln!("academy: while undoing a failed reservation: {undo}");
+        }
+        return Err(e);
     }
     assigned.routes = b
         .routes

@@ -237,7 +237,8 @@ pub const COMMANDS: &[Command] = &[
         summary: "put back every kind of academy's nf_tables state of every academy network in DIR from the store and the host's links",
         description: &[
             "Puts back every kind of academy's nf_tables state (outbound NAT, published ports, MAC filter, FORWARD accepts, bandwidth, isolation) of every academy network in DIR (default /etc/cni/net.d), or of the networks of the CONFLIST files given, from the address store and the host's links, in one batch per network: after nft flush ruleset, a firewalld or iptables reload, or a deleted table, running containers get it back without a restart.",
-            "Idempotent: with nothing missing it changes nothing. After the table itself is deleted, published ports come back with each container's next ADD (the store does not keep the runtime's mappings).",
+            "Published ports and bandwidth rates come from the runtime record each ADD writes in the store, so they come back after a deleted table or nft flush ruleset too. Idempotent: with nothing missing it changes nothing.",
+            "Says, per network on stderr, what it put back (\"put back: ...\"), apart from what it could not (\"could not put back: WHAT, because WHY\": a port another container has taken since, an attachment an older academy added, which recorded nothing, a kind the kernel refused), or \"complete, nothing to do\". Exits 1 only when the kernel refused a kind.",
         ],
         hidden: false,
     },

@@ -5,6 +5,14 @@
 //! iptables reload, `nft -f` of a ruleset or `nft delete table inet academy`, running
 //! containers get it back without a restart (deploy/systemd/academy-restore.service runs
 //! it after such reloads). Idempotent: with nothing missing it changes nothing.
+//!
+//! Published ports and rates come from each attachment's runtime record
+//! (src/ipam/store/runtime.rs). Its report, per network on stderr, tells what it
+//! repaired from what it could not: `put back: KIND: what, ...; KIND: ...`, then one
+//! `could not put back: WHAT, because WHY` line each (a kind the kernel refused, the
+//! only case that fails the command; a port taken since; an attachment an older academy
+//! added), `not recorded: ...` for an older academy's ports still in place, or
+//! `complete, nothing to do`.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -13,7 +21,7 @@ use super::{load_network, CliError, Parsed};
 use crate::addressing::open_store;
 use crate::cni::Error;
 use crate::config::Config;
-use crate::firewall::{self, Kind};
+use crate::firewall::{self, Restoration};
 
 pub(super) const DEFAULT_CONF_DIR: &str = "/etc/cni/net.d";
 
@@ -43,12 +51,22 @@ pub fn restore(p: &Parsed) -> Result<(), CliError> {
     let mut failed = Vec::new();
     for network in restore_each(&confs) {
         match network.outcome {
-            Ok(restored) if restored.is_empty() => {
+            Ok(done) if done.is_empty() => {
                 eprintln!("network {}: complete, nothing to do", network.name)
             }
-            Ok(restored) => eprintln!("network {}: restored {}", network.name, words(&restored)),
+            Ok(done) => {
+                for line in lines(&done) {
+                    eprintln!("network {}: {line}", network.name);
+                }
+                if !done.errors.is_empty() {
+                    failed.push(network.name);
+                }
+            }
             Err(e) => {
-                eprintln!("network {}: not restored: {e}", network.name);
+                eprintln!(
+                    "network {}: could not put back: its state, because {e}",
+                    network.name
+                );
                 failed.push(network.name);
             }
         }
@@ -57,17 +75,17 @@ pub fn restore(p: &Parsed) -> Result<(), CliError> {
         Ok(())
     } else {
         Err(CliError::Failed(format!(
-            "the nf_tables state of {} network(s) could not be restored: {}",
+            "the state of {} network(s) could not all be put back: {}",
             failed.len(),
             failed.join(", ")
         )))
     }
 }
 
-/// What one network's restore put back (each kind's words), or why it could not.
+/// What one network's restore did, or why it could not look.
 pub(super) struct Restored {
     pub name: String,
-    pub outcome: Result<Vec<(Kind, Vec<String>)>, Error>,
+    pub outcome: Result<Restoration, Error>,
 }
 
 /// The restore of every network, in order; one network's failure does not stop the
@@ -99,7 +117,7 @@ fn not_academys(conf: &Config) {
         .collect();
     if !foreign.is_empty() {
         eprintln!(
-            "network {}: {} reservation(s) academy did not make, not restored: {}; DEL and ADD those containers through academy to give them academy's state",
+            "network {}: could not put back: the state of {} reservation(s) academy did not make ({}), because academy never had it; DEL and ADD those containers through academy to give them academy's state",
             conf.name,
             foreign.len(),
             foreign.join(", ")
@@ -107,9 +125,39 @@ fn not_academys(conf: &Config) {
     }
 }
 
-/// "outbound NAT: a, b; published ports: c": what a network's restore put back.
-pub(super) fn words(restored: &[(Kind, Vec<String>)]) -> String {
-    firewall::restored_words(restored)
+/// "outbound NAT: a, b; published ports: c": what a network's restore put back (empty
+/// when nothing).
+pub(super) fn words(done: &Restoration) -> String {
+    done.put_back_words()
+}
+
+/// What could not be put back, and what is intact but unrecorded, one line each:
+/// "could not put back: WHAT, because WHY", "not recorded: ...".
+pub(super) fn could_not(done: &Restoration) -> Vec<String> {
+    let mut lines = Vec::new();
+    for (kind, e) in &done.errors {
+        lines.push(format!("could not put back: {kind}, because {e}"));
+    }
+    for (_, r) in &done.kinds {
+        for (what, why) in &r.not_put_back {
+            lines.push(format!("could not put back: {what}, because {why}"));
+        }
+        for what in &r.unrecorded {
+            lines.push(format!("not recorded: {what}"));
+        }
+    }
+    lines
+}
+
+/// The restore command's lines for one network: "put back: ..." first, if anything was.
+fn lines(done: &Restoration) -> Vec<String> {
+    let put_back = words(done);
+    let mut lines = Vec::new();
+    if !put_back.is_empty() {
+        lines.push(format!("put back: {put_back}"));
+    }
+    lines.extend(could_not(done));
+    lines
 }
 
 /// The academy networks of a conf dir, as libcni reads it: *.conf, *.conflist and

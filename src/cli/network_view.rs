@@ -16,7 +16,7 @@ use crate::addressing::open_store;
 use crate::attachment::{Caller, HostLinks};
 use crate::config::Config;
 use crate::firewall::{self, Kind, Wired};
-use crate::ipam::store::Reservation;
+use crate::ipam::store::{Reservation, StoreDir};
 use crate::leaks::{self, State};
 
 use super::node_look::NodeLook;
@@ -126,9 +126,10 @@ fn missing(
     conf: &Config,
     look: &mut NodeLook,
     reservations: &[Reservation],
+    store: Option<&StoreDir>,
 ) -> Result<Vec<Kind>, String> {
     let links = look.links.as_ref().map_err(|e| e.clone())?;
-    Wired::of(conf, links, reservations)
+    Wired::of(conf, links, reservations, store)
         .and_then(|wired| firewall::missing_in(conf, &wired, &mut look.nft))
         .map(|found| found.into_iter().map(|(kind, _)| kind).collect())
         .map_err(|e| e.to_string())
@@ -150,18 +151,18 @@ fn reservations(
                 leaked: Some(0),
                 ..Reserved::default()
             };
-            return (none, missing(conf, look, &[]));
+            return (none, missing(conf, look, &[], None));
         }
         Err(e) => {
             errors.push(e.to_string());
-            return (Reserved::default(), missing(conf, look, &[]));
+            return (Reserved::default(), missing(conf, look, &[], None));
         }
     };
     let read = match look.stores.read(&store) {
         Ok(read) => read,
         Err(e) => {
             errors.push(e.to_string());
-            return (Reserved::default(), missing(conf, look, &[]));
+            return (Reserved::default(), missing(conf, look, &[], None));
         }
     };
     let all = read.reservations.clone();
@@ -174,7 +175,7 @@ fn reservations(
             leaks::judge(&links, all.clone(), |r| read.index_of(&store, r))
                 .map_err(|e| e.to_string())
         });
-    let missing = missing(conf, look, &all);
+    let missing = missing(conf, look, &all, Some(&store));
     let reserved = match judged {
         Ok(entries) => {
             let mut wired: Vec<(&str, &str)> = entries

@@ -6,6 +6,8 @@
 //! (`nft flush ruleset`, `nft delete table inet academy`, an iptables-nft reload, a
 //! firewalld restart) runs the restore of `academy restore` for every academy network
 //! of DIR, read again each time so that networks added since count. Once at start too.
+//! Its log says `put back after ...` and `could not put back after ...` as the restore
+//! command says `put back:` and `could not put back:`.
 //!
 //! - A flush is a burst of notifications: they are coalesced until QUIET passes without
 //!   one, at most LIMIT after the first (the debounce), then restored once.
@@ -38,7 +40,7 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use super::metrics::{self, Counters};
-use super::nat::{networks_in, restore_each, words, DEFAULT_CONF_DIR};
+use super::nat::{could_not, networks_in, restore_each, words, DEFAULT_CONF_DIR};
 use super::network_view::kind_slug;
 use super::repairs::{self, LastRepair, RUN_DIR};
 use super::{CliError, Parsed};
@@ -243,6 +245,9 @@ struct Watch {
     counters: Arc<Counters>,
     /// Whether a failure to record a repair was said.
     said_no_record: bool,
+    /// What the last pass could not put back (no kernel error: a port taken, an
+    /// attachment never recorded), said again only when it changes.
+    said_could_not: Vec<String>,
     /// When the next unused network's record expires (firewall/network.rs): the watch
     /// releases it then, as any invocation would.
     release_at: Option<Instant>,
@@ -268,6 +273,7 @@ impl Watch {
             said_no_dir: false,
             counters,
             said_no_record: false,
+            said_could_not: Vec::new(),
             release_at: None,
         }
     }
@@ -419,7 +425,7 @@ impl Watch {
         if let Some(until) = self.fights.hold(now) {
             if self.held.is_none() {
                 log(&format!(
-                    "academy's state was restored {FIGHT_LIMIT} times in {}s: another program keeps taking it; the next restore waits {}ms",
+                    "academy's state was put back {FIGHT_LIMIT} times in {}s: another program keeps taking it; the next restore waits {}ms",
                     FIGHT_WINDOW.as_secs(),
                     until.saturating_duration_since(now).as_millis()
                 ));
@@ -434,7 +440,9 @@ impl Watch {
     }
 
     /// One pass: the restore of every academy network of the conf dir, one log line
-    /// when it put something back or failed.
+    /// when it put something back ("put back after ...") or failed ("could not put
+    /// back after ..."), and what it could not put back for another reason whenever
+    /// that changes.
     fn restore(&mut self, why: &str) {
         let start = Instant::now();
         if !self.dir.is_dir() {
@@ -460,26 +468,49 @@ impl Watch {
         };
         let mut restored = Vec::new();
         let mut failed = Vec::new();
+        let mut could_not_now = Vec::new();
         for network in restore_each(&confs) {
             match network.outcome {
-                Ok(what) if what.is_empty() => {}
-                Ok(what) => {
-                    self.repaired(&network.name, &what, why);
-                    restored.push(format!("network {}: {}", network.name, words(&what)));
+                Ok(done) => {
+                    let put_back = words(&done);
+                    if !put_back.is_empty() {
+                        self.repaired(&network.name, &done.repaired(), why);
+                        restored.push(format!("network {}: {put_back}", network.name));
+                    }
+                    if !done.errors.is_empty() {
+                        self.counters.failed(&network.name);
+                        let errors: Vec<String> = done
+                            .errors
+                            .iter()
+                            .map(|(kind, e)| format!("{kind}, because {e}"))
+                            .collect();
+                        failed.push(format!("network {}: {}", network.name, errors.join("; ")));
+                    }
+                    let notes = could_not(&done)
+                        .into_iter()
+                        .skip(done.errors.len())
+                        .map(|line| format!("network {}: {line}", network.name));
+                    could_not_now.extend(notes);
                 }
                 Err(e) => {
                     self.counters.failed(&network.name);
-                    failed.push(format!("network {}: {e}", network.name));
+                    failed.push(format!("network {}: its state, because {e}", network.name));
                 }
             }
         }
         if !restored.is_empty() {
             self.fights.restored(Instant::now());
             log(&format!(
-                "restored after {why}, in {} ms: {}",
+                "put back after {why}, in {} ms: {}",
                 start.elapsed().as_millis(),
                 restored.join("; ")
             ));
+        }
+        if could_not_now != self.said_could_not {
+            for line in &could_not_now {
+                log(line);
+            }
+            self.said_could_not = could_not_now;
         }
         if failed.is_empty() {
             self.retry_at = None;
@@ -490,13 +521,8 @@ impl Watch {
     }
 
     /// Counts a network's repair by kind and records it as the network's last.
-    fn repaired(
-        &mut self,
-        network: &str,
-        what: &[(crate::firewall::Kind, Vec<String>)],
-        why: &str,
-    ) {
-        let kinds: Vec<String> = what.iter().map(|(kind, _)| kind_slug(*kind)).collect();
+    fn repaired(&mut self, network: &str, what: &[crate::firewall::Kind], why: &str) {
+        let kinds: Vec<String> = what.iter().map(|kind| kind_slug(*kind)).collect();
         for kind in &kinds {
             self.counters.repaired(network, kind);
         }
@@ -518,7 +544,7 @@ impl Watch {
     fn failed(&mut self, why: &str, error: &str) {
         let wait = self.restore_backoff.next();
         log(&format!(
-            "not restored after {why}: {error}; trying again in {}s",
+            "could not put back after {why}: {error}; trying again in {}s",
             wait.as_secs()
         ));
         self.retry_at = Some(Instant::now() + wait);

@@ -15,6 +15,7 @@ mod non_masquerade;
 mod port;
 mod port_mappings;
 mod ranges;
+mod recorded;
 mod requests;
 pub mod resolv;
 mod routes;
@@ -36,6 +37,7 @@ use fields::Fields;
 pub use mtu::{below_ipv6_minimum, Mtu, IPV6_MINIMUM};
 pub use port::{gateway_name as vlan_gateway_name, PortSpec};
 pub use port_mappings::PortMapping;
+pub use recorded::Recorded;
 pub use requests::Requests;
 pub use routes::RouteSpec;
 

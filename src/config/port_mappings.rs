@@ -103,7 +103,7 @@ fn field<'a>(item: &'a Value, key: &str) -> Option<&'a Value> {
     })
 }
 
-fn parse(item: &Value, at: &str) -> Result<PortMapping> {
+pub(super) fn parse(item: &Value, at: &str) -> Result<PortMapping> {
     let port = |key: &str| -> Result<u16> {
         let value = field(item, key).filter(|v| !v.is_null());
         let Some(value) = value else {

@@ -51,7 +51,7 @@ pub mod tables;
 pub mod upgrade;
 mod wired;
 
-pub use wired::Wired;
+pub use wired::{Asked, Wired};
 
 /// Writes the kinds once: the enum, `KINDS` in the order the walks visit them, and the
 /// guard test's list, so a variant cannot be left out of one of them.
@@ -169,6 +169,66 @@ pub struct Diff {
     pub restorable: bool,
 }
 
+/// What one kind's restore did: what it put back, what it could not and why (a port
+/// another container holds now, an attachment whose runtime academy never recorded),
+/// and what it found intact but could not put back after a later flush.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Repair {
+    pub put_back: Vec<String>,
+    /// (what, because): not errors, so never retried: the state stays as it is until
+    /// the attachment's next ADD, or its holder lets the port go.
+    pub not_put_back: Vec<(String, String)>,
+    /// Intact, but not recorded: a flush would lose it.
+    pub unrecorded: Vec<String>,
+}
+
+impl Repair {
+    pub fn put_back(what: Vec<String>) -> Repair {
+        Repair {
+            put_back: what,
+            ..Repair::default()
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.put_back.is_empty() && self.not_put_back.is_empty() && self.unrecorded.is_empty()
+    }
+}
+
+/// A network's restore: each kind's repair, and the kinds the kernel refused (worth a
+/// retry: the restore command fails, the watch tries again).
+#[derive(Debug, Default)]
+pub struct Restoration {
+    pub kinds: Vec<(Kind, Repair)>,
+    pub errors: Vec<(Kind, Error)>,
+}
+
+impl Restoration {
+    pub fn is_empty(&self) -> bool {
+        self.kinds.is_empty() && self.errors.is_empty()
+    }
+
+    /// "outbound NAT: a, b; published ports: c": what was put back (empty when nothing).
+    pub fn put_back_words(&self) -> String {
+        let what: Vec<String> = self
+            .kinds
+            .iter()
+            .filter(|(_, r)| !r.put_back.is_empty())
+            .map(|(kind, r)| format!("{kind}: {}", r.put_back.join(", ")))
+            .collect();
+        what.join("; ")
+    }
+
+    /// The kinds that put something back.
+    pub fn repaired(&self) -> Vec<Kind> {
+        self.kinds
+            .iter()
+            .filter(|(_, r)| !r.put_back.is_empty())
+            .map(|(k, _)| *k)
+            .collect()
+    }
+}
+
 /// The owner comments of GC's valid attachments, in every form academy has written.
 pub struct Live {
     owners: HashSet<String>,
@@ -260,15 +320,15 @@ impl Kind {
         }
     }
 
-    /// Puts back what `missing` names; returns it.
-    pub fn restore(self, l: &mut Looking) -> Result<Vec<String>> {
+    /// Puts back what `missing` names, and says what it could not.
+    pub fn restore(self, l: &mut Looking) -> Result<Repair> {
         match self {
-            Kind::Masquerade => masquerade::restore(l),
+            Kind::Masquerade => masquerade::restore(l).map(Repair::put_back),
             Kind::Ports => ports::restore(l),
-            Kind::MacFilter => mac_filter::restore(l),
-            Kind::Forward => forward::restore(l),
+            Kind::MacFilter => mac_filter::restore(l).map(Repair::put_back),
+            Kind::Forward => forward::restore(l).map(Repair::put_back),
             Kind::Bandwidth => bandwidth::restore(l),
-            Kind::Isolation => isolation::restore(l),
+            Kind::Isolation => isolation::restore(l).map(Repair::put_back),
         }
     }
 
@@ -331,14 +391,15 @@ pub fn missing_in(
 }
 
 /// The restore command (and `academy watch`) for one network: every kind puts back what
-/// it misses. Each kind is tried even when another failed.
+/// it misses. Each kind is tried even when another failed; the kinds that failed are in
+/// the restoration's errors, beside what the others did.
 ///
 /// The network's lock is held shared, as ADD holds it (network.rs), and the network's
 /// attachments are read under it: a last DEL's release either ran wholly before, so the
 /// restore finds no attachment and puts nothing back, or waits out the restore's share
 /// (it then skips, as behind an ADD in flight: the restore, finding the network unused,
 /// releases it itself once its share is dropped).
-pub fn restore(conf: &Config) -> Result<Vec<(Kind, Vec<String>)>> {
+pub fn restore(conf: &Config) -> Result<Restoration> {
     hold_for_test();
     let share = network::in_use(conf);
     let wired = Wired::read(conf)?;
@@ -346,7 +407,7 @@ pub fn restore(conf: &Config) -> Result<Vec<(Kind, Vec<String>)>> {
         drop(share);
         network::release_if_unused(conf)?;
         upgrade::record_current(conf);
-        return Ok(Vec::new());
+        return Ok(Restoration::default());
     }
     let mut nft = NftablesOnDemand::default();
     let mut look = Looking {
@@ -354,28 +415,36 @@ pub fn restore(conf: &Config) -> Result<Vec<(Kind, Vec<String>)>> {
         nft: &mut nft,
         wired: &wired,
     };
-    let mut restored = Vec::new();
-    let mut errors = Vec::new();
+    let mut restored = Restoration::default();
     for &kind in KINDS {
         match kind.restore(&mut look) {
             Ok(what) if what.is_empty() => {}
-            Ok(what) => restored.push((kind, what)),
-            Err(e) => errors.push(e),
+            Ok(mut what) => {
+                what.put_back = what.put_back.iter().map(|w| as_put_back(w)).collect();
+                restored.kinds.push((kind, what))
+            }
+            Err(e) => restored.errors.push((kind, e)),
         }
     }
-    first_of(errors)?;
-    // Every kind this binary knows is now complete: the network is at its state version.
-    upgrade::record_current(conf);
+    if restored.errors.is_empty() {
+        // Every kind this binary knows is now complete: the network is at its state
+        // version.
+        upgrade::record_current(conf);
+    }
     Ok(restored)
 }
 
-/// "outbound NAT: a, b; published ports: c": what a network's restore put back.
-pub fn restored_words(restored: &[(Kind, Vec<String>)]) -> String {
-    let what: Vec<String> = restored
-        .iter()
-        .map(|(kind, what)| format!("{kind}: {}", what.join(", ")))
-        .collect();
-    what.join("; ")
+/// A kind's words for what it misses ("X is missing from nf_tables set S: what that
+/// opens"), as what was put back ("X in nf_tables set S"): the restore's report says
+/// what it repaired, not the harm it no longer does.
+fn as_put_back(missing: &str) -> String {
+    match missing.split_once(" is missing from ") {
+        Some((what, place)) => {
+            let place = place.split_once(": ").map_or(place, |(p, _)| p);
+            format!("{what} in {place}")
+        }
+        None => missing.to_string(),
+    }
 }
 
 /// Tests only (debug builds): with ACADEMY_TEST_HOLD_RESTORE set to a path, a network's
@@ -439,5 +508,17 @@ mod tests {
             assert_eq!(walked, 1, "{kind} is added in exactly one phase");
         }
         assert_eq!(KINDS.len(), 6);
+    }
+
+    #[test]
+    fn what_was_missing_reads_as_what_was_put_back() {
+        assert_eq!(
+            as_put_back("bridge br0 is missing from nf_tables set inet academy _localnet: its containers can reach the host's services bound to 127.0.0.1"),
+            "bridge br0 in nf_tables set inet academy _localnet"
+        );
+        assert_eq!(
+            as_put_back("port mapping's rules (11 of them)"),
+            "port mapping's rules (11 of them)"
+        );
     }
 }

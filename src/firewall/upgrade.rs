@@ -20,7 +20,7 @@
 //! state after it. A network with no attachment has nothing to bring up to date: its
 //! first ADD makes what it needs, and records the version.
 
-use super::{network, restore, Kind};
+use super::{network, restore, Restoration};
 use crate::addressing::open_store;
 use crate::cni::Result;
 use crate::config::Config;
@@ -34,7 +34,7 @@ use crate::config::Config;
 pub const STATE_VERSION: u32 = 1;
 
 /// What bringing one network up to date did.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Step {
     /// The record names this version: nothing was looked at.
     Current,
@@ -42,10 +42,7 @@ pub enum Step {
     NoAttachments,
     /// The restore ran from version `from` (0: no record); `restored` is what it put
     /// back, empty when nothing was missing.
-    Brought {
-        from: u32,
-        restored: Vec<(Kind, Vec<String>)>,
-    },
+    Brought { from: u32, restored: Restoration },
 }
 
 /// Who asks: a verb, cheaply and only when the record is not current; or the
@@ -122,12 +119,19 @@ pub fn record_current(conf: &Config) {
     }
 }
 
-/// "brought network X up to date from state version A to B: put back ...".
-pub fn brought(name: &str, from: u32, restored: &[(Kind, Vec<String>)]) -> String {
-    format!(
-        "brought network {name} up to date from state version {from} to {STATE_VERSION}: put back {}",
-        super::restored_words(restored)
-    )
+/// "brought network X up to date from state version A to B: put back ...", with what
+/// could not be put back after it.
+pub fn brought(name: &str, from: u32, restored: &Restoration) -> String {
+    let mut line =
+        format!("brought network {name} up to date from state version {from} to {STATE_VERSION}");
+    let put_back = restored.put_back_words();
+    if !put_back.is_empty() {
+        line += &format!(": put back {put_back}");
+    }
+    for (kind, e) in &restored.errors {
+        line += &format!("; could not put back: {kind}, because {e}");
+    }
+    line
 }
 
 /// Live state to bring up to date: a reservation in academy's store, or (without one)
@@ -182,6 +186,7 @@ fn write(path: &str) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::firewall::{Kind, Repair};
 
     #[test]
     fn a_record_names_this_version_on_its_first_line() {
@@ -251,7 +256,13 @@ mod tests {
         let line = brought(
             "podman",
             0,
-            &[(Kind::Ports, vec!["the loopback guard of br0".into()])],
+            &Restoration {
+                kinds: vec![(
+                    Kind::Ports,
+                    Repair::put_back(vec!["the loopback guard of br0".into()]),
+                )],
+                errors: Vec::new(),
+            },
         );
         assert_eq!(
             line,

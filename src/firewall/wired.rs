@@ -1,22 +1,39 @@
 //! A network's wired attachments, as its store and the host's links say: what an admin's
 //! flush or an iptables reload cannot take, so what academy rebuilds its nf_tables state
-//! from. Only links are read; no netns is entered.
+//! from. Only links are read; no netns is entered. What the runtime asked for that
+//! the kernel loses with a flush (published ports, rates) is read from each
+//! attachment's runtime record (src/ipam/store/runtime.rs) when the network may have
+//! any: it publishes ports or shapes.
 
 use std::net::IpAddr;
 
 use crate::addressing::open_store;
 use crate::attachment::{Attachment, Caller, HostLinks};
 use crate::cni::Result;
-use crate::config::Config;
-use crate::ipam::store::Reservation;
+use crate::config::{Config, Recorded};
+use crate::ipam::store::{Reservation, Runtime, StoreDir};
 use crate::netlink::{Link, LinkKind, Netlink};
 
-/// One wired attachment: its identity and the addresses the store gives it.
+/// One wired attachment: its identity, the addresses the store gives it and what its
+/// runtime asked for.
 #[derive(Debug, Clone)]
 pub struct WiredAttachment {
     pub container_id: String,
     pub ifname: String,
     pub addresses: Vec<IpAddr>,
+    pub asked: Asked,
+}
+
+/// What an attachment's runtime asked for, as far as the store knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Asked {
+    /// From its record (nothing, on a network that neither publishes nor shapes, or
+    /// with a delegated IPAM, which keeps no store: see docs/ports-and-nat.md).
+    Known(Recorded),
+    /// Added by an academy older than records: unknown.
+    Unrecorded,
+    /// Its record cannot be read; why.
+    Unreadable(String),
 }
 
 impl WiredAttachment {
@@ -43,16 +60,22 @@ impl Wired {
             Some(_) => open_store(conf)?,
             None => None,
         };
-        let reservations = match store {
+        let reservations = match &store {
             Some(store) => store.reservations()?,
             None => Vec::new(),
         };
-        Wired::of(conf, &all, &reservations)
+        Wired::of(conf, &all, &reservations, store.as_ref())
     }
 
     /// As `read`, from the host's links and the store's reservations read once for
-    /// several looks (a scrape reads each only when it changed).
-    pub fn of(conf: &Config, all: &[Link], reservations: &[Reservation]) -> Result<Wired> {
+    /// several looks (a scrape reads each only when it changed); the runtime records
+    /// are read from `store`, for the wired attachments only.
+    pub fn of(
+        conf: &Config,
+        all: &[Link],
+        reservations: &[Reservation],
+        store: Option<&StoreDir>,
+    ) -> Result<Wired> {
         let bridge = all
             .iter()
             .find(|l| l.name == conf.bridge && l.kind == LinkKind::Bridge)
@@ -72,10 +95,25 @@ impl Wired {
                 {
                     Some(a) => a.addresses.push(r.address),
                     None => attachments.push(WiredAttachment {
+                        asked: Asked::Known(Recorded::default()),
                         container_id: holder.container_id,
                         ifname: holder.ifname,
                         addresses: vec![r.address],
                     }),
+                }
+            }
+            if let Some(store) = store.filter(|_| conf.publishes_ports || conf.shapes) {
+                for a in &mut attachments {
+                    let holder = crate::ipam::Holder::new(&*a.container_id, &*a.ifname);
+                    a.asked = match store.runtime_of(&holder) {
+                        Ok(Runtime::Unrecorded) => Asked::Unrecorded,
+                        Ok(Runtime::Nothing) => Asked::Known(Recorded::default()),
+                        Ok(Runtime::Record(bytes)) => match Recorded::parse(&bytes) {
+                            Ok(r) => Asked::Known(r),
+                            Err(why) => Asked::Unreadable(format!("its runtime record {why}")),
+                        },
+                        Err(e) => Asked::Unreadable(e.to_string()),
+                    };
                 }
             }
         } else {
@@ -84,6 +122,7 @@ impl Wired {
                     container_id: cid.clone(),
                     ifname: ifname.clone(),
                     addresses: Vec::new(),
+                    asked: Asked::Known(Recorded::default()),
                 });
             }
         }

@@ -15,11 +15,13 @@
 //!     held_by(&holder) -> Result<Vec<IpAddr>>
 //!     gc(&valid (containerID, ifname) set) -> GcReport { released, errors }
 //!     status(&[pool]) -> Result<()>                                    (50 when unusable or full)
+//!     recording(record bytes) -> Store    write_record(&holder)        (ADD's runtime record)
 //! status(data_dir, network, &[pool]) -> Result<()>                     (open + status, open errors as 50)
 //! store::StoreDir::open(store dir) -> Result<Option<StoreDir>>         (None: no store yet; never creates)
 //!     reservations() -> Vec<Reservation { address, container_id, ifname, made }>
 //!     remove_if(addr, |content, made| decide) -> Result<bool>          (decided under the removers' lock)
-//!     drop_index_if_unused(&holder)
+//!     drop_index_if_unused(&holder)                                    (its runtime record too)
+//!     runtime_of(&holder) -> Result<Runtime>                           (Unrecorded, Nothing, Record(bytes))
 //! store::StoreDir confirm_held(store dir, &holder, &[addr]) -> Result<Option<IpAddr>>   (ADD's last check, locked)
 //! ```
 //!
@@ -36,8 +38,11 @@
 //!   one per line. It is written (temp + rename) *before* the reservation is linked, so DEL
 //!   can always clean up by reading this one file, whatever instant a previous ADD died at.
 //!   It may name addresses someone else won; release checks the reservation's content.
+//!   Its last line is `runtime recorded` or `runtime none` (absent from an older academy's).
+//! - `runtime/<containerID>:<ifname>`: the attachment's runtime record (JSON: its port
+//!   mappings and rates), only when it has one; see store/runtime.rs.
 //! - `last_reserved_ip.<rangeSet>`: round-robin hint, the last address handed out (host-local).
-//! - `.tmp.<containerID>:<ifname>` (in either directory): a holder's temp file. A killed
+//! - `.tmp.<containerID>:<ifname>` (in any of the three directories): a holder's temp file. A killed
 //!   write's leftover is replaced by the holder's next write and removed by its release;
 //!   GC also sweeps any `.tmp.*` older than 60 s.
 //!

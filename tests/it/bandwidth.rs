@@ -269,19 +269,34 @@ fn the_bandwidth_kind_walks_every_operation() {
     check(&a, &ra, &config).expect_silent_success("CHECK after restore");
     status().expect_silent_success("STATUS after restore");
 
-    // A TBF taken: CHECK names it and DEL + ADD as the remedy; STATUS cannot know the
-    // rates and says nothing.
-    let out = in_node(&node, &["tc", "qdisc", "del", "dev", &veth_a, "root"]);
-    assert_eq!(out.code, 0, "{out}");
-    let error = assert_cni_error(&check(&a, &ra, &config), 120, &[&veth_a, "no tbf qdisc"]);
-    assert!(
-        error["details"]
-            .as_str()
-            .unwrap_or("")
-            .contains("DEL and ADD"),
-        "{error}"
-    );
-    status().expect_silent_success("STATUS without a's TBF");
+    // A TBF taken (the host veth's and the ifb's): CHECK names it and DEL + ADD as the
+    // remedy; STATUS names it from the rates ADD recorded, and restore puts it back.
+    for (dev, words) in [
+        (&veth_a, format!("the tbf of host veth {veth_a} (ingress, ")),
+        (&ifb_a, format!("the tbf of ifb {ifb_a} (egress, ")),
+    ] {
+        let out = in_node(&node, &["tc", "qdisc", "del", "dev", dev, "root"]);
+        assert_eq!(out.code, 0, "{out}");
+        let error = assert_cni_error(&check(&a, &ra, &config), 120, &[dev, "no tbf qdisc"]);
+        assert!(
+            error["details"]
+                .as_str()
+                .unwrap_or("")
+                .contains("DEL and ADD"),
+            "{error}"
+        );
+        assert_cni_error(&status(), 50, &["bandwidth shaping", &words]);
+        let out = node.academy(&["restore", "--conf-dir", conf_dir]);
+        assert_eq!(out.code, 0, "{out}");
+        let line = format!(
+            "network {}: put back: bandwidth shaping: {words}",
+            lab.network
+        );
+        assert!(out.stderr.contains(&line), "{out}");
+        assert_eq!(shaping(&node), before, "after the restore of {dev}'s tbf");
+        check(&a, &ra, &config).expect_silent_success("CHECK after the tbf's restore");
+        status().expect_silent_success("STATUS after the tbf's restore");
+    }
 
     // GC: an unlisted attachment's ifb goes with it; an unlabelled ifb of academy's
     // names whose veth is gone goes; someone else's ifb stays.

@@ -435,7 +435,7 @@ fn a_flush_is_reported_and_restore_puts_the_isolation_back() {
         &[plugin(), "restore", "--conf-dir", &conf_dir],
         &[],
     );
-    assert!(!out.stderr.contains("restored"), "a second restore: {out}");
+    assert!(!out.stderr.contains("put back"), "a second restore: {out}");
     site.del(a, &a1);
     site.del(b, &b1);
 }

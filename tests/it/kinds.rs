@@ -198,7 +198,7 @@ fn walk_named(case: &Case, long: bool) {
     let (a, b) = (a, b);
     let first = node.call("ADD", &a, &with_port(&config, case, 18180));
     // A network's first ADD makes its objects: nothing to read like a repair.
-    for alarming in ["repaired", "re-created", "restored"] {
+    for alarming in ["repaired", "re-created", "restored", "put back"] {
         assert!(!first.stderr.contains(alarming), "{}: {first}", case.tag);
     }
     let ra = first.expect_result("ADD a");

@@ -68,6 +68,10 @@
 //! | `upgrade`     | the previous release (built from git history) replaced under live |
 //! |               | containers: CHECK, STATUS, the published port, DEL and GC after it |
 //! | `vlan`        | the bridge port: VLANs (in a VM on Debian's kernel), isolation |
+//! | `flush_ports` | published ports (v4, v6, hostIP) back after `nft flush ruleset`, |
+//! |               | a deleted table, a Debian nftables.conf: by the watch, by       |
+//! |               | `academy restore`; an older academy's attachment named; the     |
+//! |               | runtime record gone with DEL and GC                             |
 //! | `watch`       | `academy watch` in a node: flushes, deleted tables, iptables   |
 //! |               | reloads put back within a second; lost notifications           |
 //! | `alert_rules` | deploy/prometheus/'s alerts through promtool check and test    |
@@ -115,6 +119,7 @@ mod cri;
 mod cri_cluster;
 mod dropin;
 mod failure;
+mod flush_ports;
 mod foreign_sys;
 mod forward;
 mod gate;

@@ -136,7 +136,7 @@ fn restore_rebuilds_a_flushed_or_deleted_table_in_one_command() {
         node.nft(&args);
         let out = node.academy(&["restore", "--conf-dir", conf_dir]);
         assert_eq!(out.code, 0, "restore after {what}:\n{out}");
-        assert!(out.stderr.contains("restored"), "after {what}:\n{out}");
+        assert!(out.stderr.contains(": put back: "), "after {what}:\n{out}");
         assert_eq!(node.elements(), want, "elements after {what} and restore");
         assert_eq!(node.rules("v4").len(), 1, "rule after {what}");
         let again = node.academy(&["restore", "--conf-dir", conf_dir]);

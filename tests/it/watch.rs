@@ -80,7 +80,7 @@ impl Watcher {
     }
 
     /// The lines that contain `what`.
-    fn count(&self, what: &str) -> usize {
+    pub(crate) fn count(&self, what: &str) -> usize {
         self.log
             .lock()
             .unwrap()
@@ -89,7 +89,7 @@ impl Watcher {
             .count()
     }
 
-    fn wait_for(&self, what: &str, limit: Duration) -> bool {
+    pub(crate) fn wait_for(&self, what: &str, limit: Duration) -> bool {
         wait_until(limit, || self.count(what) > 0)
     }
 
@@ -217,36 +217,6 @@ fn normalise(v: &mut Value) {
     }
 }
 
-/// `state` without port mapping's objects in `inet academy` (its maps, its hairpin set,
-/// its chains and rules); the masquerade's chain, sets and rules stay.
-fn without_ports(state: &State) -> State {
-    let ports = |item: &Value| {
-        let Some((kind, o)) = item.as_object().and_then(|o| o.iter().next()) else {
-            return false;
-        };
-        let name = o["name"].as_str().unwrap_or("");
-        o["family"] == "inet"
-            && match kind.as_str() {
-                // The loopback guard stays: it is the bridge's, not a port's.
-                "map" | "set" => name.starts_with('_') && name != "_localnet",
-                "chain" => matches!(name, "prerouting" | "output" | "forward"),
-                "rule" => o["comment"]
-                    .as_str()
-                    .is_some_and(|c| c.starts_with("academy portmap")),
-                _ => false,
-            }
-    };
-    State {
-        academy: state
-            .academy
-            .iter()
-            .filter(|i| !ports(i))
-            .cloned()
-            .collect(),
-        forward: state.forward.clone(),
-    }
-}
-
 /// How long after now the node's state took to equal `want` (None: not within 3 s).
 fn back_within(node: &Node, want: impl Fn(&State) -> bool) -> Option<Duration> {
     let start = Instant::now();
@@ -317,21 +287,18 @@ fn the_watch_puts_back_a_flush_a_deleted_table_or_an_iptables_reload_within_a_se
 
     let conf_dir = lab.conf_dir.to_str().unwrap();
     let watch = Watcher::start(&node, conf_dir);
-    assert_eq!(watch.count("restored"), 0, "nothing was missing at start");
+    assert_eq!(watch.count("put back"), 0, "nothing was missing at start");
 
     let set = format!("{}-v4", lab.network);
     let flush_set = ["flush", "set", "inet", "academy", &set];
     // After a flush of the whole ruleset or of academy's table the published ports are
-    // gone with their maps, and academy has no other record of them: they come back
-    // with each container's next ADD (firewall/ports/), not from a restore. Those
-    // steps come last and expect the rest.
-    let portless = without_ports(&before);
+    // gone with their maps: they come back from the runtime records ADD wrote
+    // (src/ipam/store/runtime.rs), with everything else.
     let full = |s: &State| *s == before;
-    let portless_all = |s: &State| *s == portless;
     // A flush of the ruleset takes iptables' table too: with no FORWARD chain nothing
     // drops, and academy has no accepts to put back. The admin's reload after it makes
     // FORWARD drop again.
-    let portless_no_forward = |s: &State| s.academy == portless.academy && s.forward.is_empty();
+    let full_no_forward = |s: &State| s.academy == before.academy && s.forward.is_empty();
     type Step<'a> = (&'a str, &'a dyn Fn(), &'a dyn Fn(&State) -> bool);
     let reload = || drop(iptables(&node, "iptables-nft-restore", &[], &admin_rules));
     let steps: [Step; 8] = [
@@ -359,14 +326,14 @@ fn the_watch_puts_back_a_flush_a_deleted_table_or_an_iptables_reload_within_a_se
         (
             "nft delete table inet academy",
             &|| drop(node.nft(&["delete", "table", "inet", "academy"])),
-            &portless_all,
+            &full,
         ),
         (
             "nft flush ruleset",
             &|| drop(node.nft(&["flush", "ruleset"])),
-            &portless_no_forward,
+            &full_no_forward,
         ),
-        ("iptables-restore after the flush", &reload, &portless_all),
+        ("iptables-restore after the flush", &reload, &full),
     ];
     let mut delays = Vec::new();
     for (i, (what, step, back)) in steps.iter().enumerate() {
@@ -376,7 +343,7 @@ fn the_watch_puts_back_a_flush_a_deleted_table_or_an_iptables_reload_within_a_se
         // missing).
         let taken = state(&node);
         assert!(
-            !back(&taken) || watch.count("restored after") == i + 1,
+            !back(&taken) || watch.count("put back after") == i + 1,
             "{what} took nothing of academy's"
         );
         let Some(delay) = back_within(&node, back) else {
@@ -386,14 +353,14 @@ fn the_watch_puts_back_a_flush_a_deleted_table_or_an_iptables_reload_within_a_se
                 watch.text()
             );
         };
-        println!("watch: {what}: restored in {} ms", delay.as_millis());
+        println!("watch: {what}: put back in {} ms", delay.as_millis());
         assert!(
             delay < BOUND,
-            "{what}: restored in {delay:?}, not within {BOUND:?}"
+            "{what}: put back in {delay:?}, not within {BOUND:?}"
         );
         delays.push(delay);
         assert!(
-            wait_until(Duration::from_secs(1), || watch.count("restored after")
+            wait_until(Duration::from_secs(1), || watch.count("put back after")
                 == i + 1),
             "one restore line per change:\n{}",
             watch.text()
@@ -402,12 +369,12 @@ fn the_watch_puts_back_a_flush_a_deleted_table_or_an_iptables_reload_within_a_se
     // The restores' own batches set off nothing: no further restore, no change.
     std::thread::sleep(Duration::from_millis(600));
     assert_eq!(
-        watch.count("restored after"),
+        watch.count("put back after"),
         steps.len(),
         "{}",
         watch.text()
     );
-    assert_eq!(state(&node), portless);
+    assert_eq!(state(&node), before);
     assert!(!watch.text().contains("by academy"), "{}", watch.text());
 
     // An iptables round trip of what is there: academy writes its accepts as iptables-nft
@@ -423,15 +390,15 @@ fn the_watch_puts_back_a_flush_a_deleted_table_or_an_iptables_reload_within_a_se
         v
     };
     assert!(
-        now.academy == portless.academy && sorted(&now.forward) == sorted(&portless.forward),
+        now.academy == before.academy && sorted(&now.forward) == sorted(&before.forward),
         "after iptables-save | iptables-restore:\n{}watch log:\n{}",
-        difference(&portless, &now),
+        difference(&before, &now),
         watch.text()
     );
     println!(
         "watch: iptables-save | iptables-restore: FORWARD holds {} rule(s) for the bridge, {} before",
         now.forward.len() - 1,
-        portless.forward.len() - 1
+        before.forward.len() - 1
     );
 
     let (code, log) = watch.stop();
@@ -459,7 +426,7 @@ fn a_network_added_while_the_watch_runs_is_restored_too() {
     let before = state(&node);
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(
-        watch.count("restored"),
+        watch.count("put back"),
         0,
         "the ADD is academy's own change"
     );

@@ -15,16 +15,18 @@
 //! table (firewall/mod.rs); its operations open their own rtnetlink socket.
 //!
 //! What goes with what: the qdiscs and the filter of the host veth go with the veth; the
-//! removal deletes the ifb (its TBF with it). No nf_tables reload or flush touches tc,
-//! and academy does not record runtimeConfig, so `missing` and `restore` cannot know the
-//! rates an attachment was given: they report and put back only what needs none, the
-//! redirect from a host veth to its attachment's existing ifb (an ifb exists only for a
-//! shaped egress). A TBF deleted by hand is CHECK's to report (CHECK has the config's
-//! rates), and DEL and ADD's to repair. Nothing is network-wide.
+//! removal deletes the ifb (its TBF with it). No nf_tables reload or flush touches tc.
+//! `missing` and `restore` put back the redirect from a host veth to its attachment's
+//! existing ifb (an ifb exists only for a shaped egress), and a TBF deleted by hand
+//! with the rates ADD recorded (rates.rs; an attachment an older academy added has no
+//! record, and its TBF is CHECK's to report and DEL and ADD's to repair). Nothing is
+//! network-wide.
 
 use std::collections::{HashMap, HashSet};
 
-use super::{Adding, Checking, Diff, Looking, Releasing, Removing, Sweeping, Wired};
+use super::{Adding, Checking, Diff, Looking, Releasing, Removing, Repair, Sweeping, Wired};
+
+mod rates;
 use crate::attachment::{self, Attachment};
 use crate::cni::result::{format_mac, Interface};
 use crate::cni::{code, Error, Result};
@@ -295,10 +297,10 @@ pub fn sweep(s: &mut Sweeping) {
     }
 }
 
-/// The redirects missing from the network's wired attachments that have an ifb: what
-/// can be known without the rates (see the module's comment).
+/// The redirects missing from the network's wired attachments that have an ifb, and
+/// the TBFs their runtime records ask for that tc lacks (rates.rs).
 pub fn missing(l: &mut Looking) -> Result<Vec<String>> {
-    Ok(unredirected(l.conf, l.wired)?
+    let mut missing: Vec<String> = unredirected(l.conf, l.wired)?
         .into_iter()
         .map(|(veth, ifb)| {
             format!(
@@ -306,29 +308,40 @@ pub fn missing(l: &mut Looking) -> Result<Vec<String>> {
                 veth.name, ifb.name
             )
         })
-        .collect())
+        .collect();
+    if l.conf.shapes && !l.wired.attachments.is_empty() {
+        let (lost, _) = rates::lost(&mut Netlink::open()?, l.conf, l.wired)?;
+        missing.extend(lost.into_iter().map(|l| l.words));
+    }
+    Ok(missing)
 }
 
-/// Puts back what `missing` names: the ingress qdisc (unless there) and the redirect.
-pub fn restore(l: &mut Looking) -> Result<Vec<String>> {
-    let gaps = unredirected(l.conf, l.wired)?;
-    if gaps.is_empty() {
-        return Ok(Vec::new());
+/// Puts back what `missing` names: the ingress qdisc (unless there) and the redirect,
+/// and the recorded TBFs; says what it could not.
+pub fn restore(l: &mut Looking) -> Result<Repair> {
+    let mut repair = Repair::default();
+    if !l.conf.shapes || l.wired.attachments.is_empty() {
+        return Ok(repair);
     }
+    let gaps = unredirected(l.conf, l.wired)?;
     let mut nl = Netlink::open()?;
-    let mut restored = Vec::new();
     for (veth, ifb) in gaps {
         match nl.add_ingress_qdisc(veth.index) {
             Err(e) if !e.is(libc::EEXIST) => return Err(e.into()),
             _ => {}
         }
         nl.add_redirect(veth.index, ifb.index)?;
-        restored.push(format!(
+        repair.put_back.push(format!(
             "the redirect of host veth {} to ifb {}",
             veth.name, ifb.name
         ));
     }
-    Ok(restored)
+    let (lost, not) = rates::lost(&mut nl, l.conf, l.wired)?;
+    repair.not_put_back = not;
+    let (done, refused) = rates::put_back(&mut nl, lost)?;
+    repair.put_back.extend(done);
+    repair.not_put_back.extend(refused);
+    Ok(repair)
 }
 
 /// (host veth, ifb) of each wired attachment whose ifb is there but not redirected to.

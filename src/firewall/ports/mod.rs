@@ -3,6 +3,8 @@
 //! port, named after its attachment. What academy creates in nf_tables is described in
 //! nft.rs (maps, chains, rules), rules.rs (their expressions), elements.rs
 //! (keys and values) and guard.rs (the loopback guard); this module decides what goes in and who holds it.
+//! lost.rs finds the ports a flush took, from the runtime records ADD wrote
+//! (src/ipam/store/runtime.rs), for STATUS and the restore.
 //!
 //! ADD sends the attachment's masquerade elements and its ports in one batch, so one
 //! sendmsg and all or nothing: a port another attachment holds fails the batch, and the
@@ -15,7 +17,7 @@ use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 
-use super::{Adding, Checking, Diff, Looking, Releasing, Removing, Sweeping};
+use super::{Adding, Checking, Diff, Looking, Releasing, Removing, Repair, Sweeping};
 use crate::attachment::{of_network, Attachment};
 use crate::cni::{Error, Result};
 use crate::config::{Config, PortMapping};
@@ -23,6 +25,7 @@ use crate::netlink::{flush_udp_conntrack, Family, Flushed, Nftables, Object, Udp
 
 mod holders;
 mod localnet;
+mod lost;
 
 use holders::*;
 pub(super) use holders::{cross_conflict, holders, publish_lock};
@@ -340,17 +343,25 @@ pub fn check(c: &mut Checking) -> Result<Vec<Diff>> {
     Ok(diffs)
 }
 
-/// STATUS: port mapping's rules, when this network publishes ports that are still in
-/// the maps (after a deletion of the table the maps are gone too, and each container's
-/// ports come back with its next ADD: academy keeps no other record of them).
+/// STATUS: the ports the wired attachments' records ask for and the maps lack (after a
+/// flush or a deletion of the table, which take the maps with their elements), and port
+/// mapping's rules and the bridge's hairpin mark when the network publishes ports.
 pub fn missing(l: &mut Looking) -> Result<Vec<String>> {
     let (conf, wired) = (l.conf, l.wired);
-    let mut missing = Vec::new();
     if wired.attachments.is_empty() {
-        return Ok(missing);
+        return Ok(Vec::new());
     }
     let nft = l.nft.get()?;
-    if published_here(nft, conf)? || super::services::need_hairpin(conf) {
+    let lost = lost::lost(nft, conf, wired)?;
+    let mut missing = lost.words(false);
+    missing.extend(missing_objects(nft, conf, !lost.ports.is_empty())?);
+    Ok(missing)
+}
+
+/// Port mapping's rules, the hairpin mark and the loopback guard that are missing.
+fn missing_objects(nft: &mut Nftables, conf: &Config, lost: bool) -> Result<Vec<String>> {
+    let mut missing = Vec::new();
+    if lost || published_here(nft, conf)? || super::services::need_hairpin(conf) {
         let rules = nft.missing_portmap_rules()?;
         if !rules.is_empty() {
             missing.push(format!("port mapping's rules ({} of them)", rules.len()));
@@ -376,24 +387,87 @@ fn published_here(nft: &mut Nftables, conf: &Config) -> Result<bool> {
         .any(|e| of_network(&conf.name, &e.comment)))
 }
 
-/// Puts port mapping's rules back (and the bridge's hairpin mark and loopback guard)
-/// when `missing` names them.
-pub fn restore(l: &mut Looking) -> Result<Vec<String>> {
-    let missing = missing(l)?;
-    if missing.is_empty() {
-        return Ok(missing);
+/// Puts back the ports the records ask for and the maps lack, port mapping's rules, the
+/// bridge's hairpin mark and loopback guard, under the repair lock; says which ports it
+/// could not put back, and why.
+pub fn restore(l: &mut Looking) -> Result<Repair> {
+    let (conf, wired) = (l.conf, l.wired);
+    if wired.attachments.is_empty() {
+        return Ok(Repair::default());
     }
-    let (conf, nft) = (l.conf, l.nft.get()?);
-    let _lock = super::network::repair_lock();
-    if published_here(nft, conf)? || super::services::need_hairpin(conf) {
-        nft.ensure_portmap()?;
+    let nft = l.nft.get()?;
+    let mut lost = lost::lost(nft, conf, wired)?;
+    let mut missing = missing_objects(nft, conf, !lost.ports.is_empty())?;
+    if !missing.is_empty() || !lost.ports.is_empty() {
+        // Looked at again under the locks: an ADD's repair may have come first. Only then
+        // taken, so a watch that finds everything in place never waits on an ADD; in
+        // ADD's order (the publish lock, then the repair lock), so neither waits out
+        // the other's timeout.
+        let _publish = publish_lock();
+        let _lock = super::network::repair_lock();
+        lost = lost::lost(nft, conf, wired)?;
+        missing = missing_objects(nft, conf, !lost.ports.is_empty())?;
+        return put_back(nft, conf, wired, lost, missing);
+    }
+    Ok(Repair {
+        not_put_back: lost.not,
+        unrecorded: lost.unrecorded,
+        put_back: Vec::new(),
+    })
+}
+
+/// The restore's repair, under the publish and repair locks: what `lost` and `missing`
+/// name.
+fn put_back(
+    nft: &mut Nftables,
+    conf: &Config,
+    wired: &super::Wired,
+    mut lost: lost::Lost,
+    missing: Vec<String>,
+) -> Result<Repair> {
+    let mut repair = Repair {
+        not_put_back: std::mem::take(&mut lost.not),
+        unrecorded: std::mem::take(&mut lost.unrecorded),
+        put_back: Vec::new(),
+    };
+    if missing.is_empty() && lost.ports.is_empty() {
+        return Ok(repair);
+    }
+    if !lost.ports.is_empty() || published_here(nft, conf)? || super::services::need_hairpin(conf) {
+        // A concurrent repair's deletions make one attempt fail with ENOENT.
+        if let Err(e) = nft.ensure_portmap() {
+            if !e.is(libc::ENOENT) {
+                return Err(e.into());
+            }
+            nft.ensure_portmap()?;
+        }
         nft.mark_hairpin(&conf.bridge)?;
     }
+    // Before the ports answer, as in ADD. route_localnet is a sysctl, which no flush
+    // turns off: on wherever an IPv4 port was ever published.
     let routed = conf.routed_interface();
     if localnet_on(&routed) {
         nft.ensure_localnet(&routed, || ())?; // the repair lock is held
     }
-    Ok(missing)
+    let ports = lost.elements();
+    repair.put_back = missing;
+    if !ports.is_empty() {
+        match nft.publish_ports(&ports, &conf.bridge) {
+            // An ADD took one of the keys since the look: looked at again, once.
+            Err(e) if e.is(libc::EEXIST) => {
+                let mut again = lost::lost(nft, conf, wired)?;
+                repair.not_put_back = std::mem::take(&mut again.not);
+                lost = again;
+                nft.publish_ports(&lost.elements(), &conf.bridge)?;
+            }
+            other => other?,
+        }
+        flush_stale_udp(&lost.elements());
+        let mut words = lost.words(true);
+        words.append(&mut repair.put_back);
+        repair.put_back = words;
+    }
+    Ok(repair)
 }
 
 /// The network's own objects in the shared sets, its bridge's hairpin mark and loopback

@@ -150,6 +150,12 @@ impl Nftables {
             .collect())
     }
 
+    /// Publishes `ports` and marks `bridge` for hairpin in one batch, as ADD's batch
+    /// does (the restore of ports a flush took; the maps must exist: ensure_portmap).
+    pub fn publish_ports(&mut self, ports: &[PortElement], bridge: &str) -> NlResult<()> {
+        self.commit(NFPROTO_INET, port_changes(ports, bridge, true))
+    }
+
     /// Marks `bridge`'s hairpin traffic (its element in `_hairpin`), as ADD's batch does.
     pub fn mark_hairpin(&mut self, bridge: &str) -> NlResult<()> {
         self.commit(NFPROTO_INET, port_changes(&[], bridge, true))

@@ -7,6 +7,7 @@ use std::io::{self, Write};
 use std::net::IpAddr;
 
 use super::files::Dir;
+use super::runtime::Marker;
 use super::{holder_tmp_name, Store, MAX_INDEX};
 use crate::cni::Result;
 use crate::ipam::Holder;
@@ -19,9 +20,10 @@ pub(super) fn parse_index(content: &[u8]) -> Vec<IpAddr> {
         .collect()
 }
 
-/// The index's content: its addresses, then the container's netns when ADD knew it (a
-/// line that is no address, so readers that know only addresses skip it).
-pub(super) fn index_bytes(addrs: &[IpAddr], netns: Option<&str>) -> Vec<u8> {
+/// The index's content: its addresses, then the container's netns when ADD knew it and
+/// whether its runtime record exists (runtime.rs): lines that are no address, so
+/// readers that know only addresses skip them.
+pub(super) fn index_bytes(addrs: &[IpAddr], netns: Option<&str>, marker: Marker) -> Vec<u8> {
     let mut out = String::new();
     for a in addrs {
         out.push_str(&a.to_string());
@@ -32,6 +34,7 @@ pub(super) fn index_bytes(addrs: &[IpAddr], netns: Option<&str>) -> Vec<u8> {
         out.push_str(netns);
         out.push('\n');
     }
+    out.push_str(&marker.line());
     out.into_bytes()
 }
 
@@ -73,7 +76,7 @@ impl Store {
         let written = self
             .create_holder_tmp(&self.holders, &tmp)
             .and_then(|mut f| {
-                f.write_all(&index_bytes(addrs, self.netns.as_deref()))?;
+                f.write_all(&index_bytes(addrs, self.netns.as_deref(), self.marker()))?;
                 self.holders.rename(&tmp, &key)
             });
         if written.is_err() {

@@ -51,6 +51,8 @@ pub struct Store {
     /// The container's netns, recorded in the holder index ADD writes: a survey that finds
     /// no host veth can still see the attachment alive there (its host veth moved away).
     netns: Option<String>,
+    /// ADD's runtime record (runtime.rs), None when it has nothing to record.
+    record: Option<Vec<u8>>,
 }
 
 fn is_errno(e: &io::Error, errno: i32) -> bool {
@@ -142,6 +144,7 @@ impl Store {
             linked: Mutex::new(Vec::new()),
             lock_wait: LOCK_WAIT,
             netns: None,
+            record: None,
         })
     }
 
@@ -202,6 +205,7 @@ impl Store {
             if !pool.contains(addr) {
                 kept.push(addr);
             } else if self.holds(holder, addr)? {
+                self.keep_marked(holder, original.as_deref())?;
                 return Ok(Ok(addr));
             }
             // Otherwise a candidate lost to someone else (or never linked): dropped below.
@@ -307,6 +311,8 @@ impl Store {
                 // host-local): record it so DEL finds it.
                 lines.push(addr);
                 self.write_index(holder, &lines)?;
+            } else {
+                self.keep_marked(holder, original.as_deref())?;
             }
             return Ok(addr);
         }
@@ -413,6 +419,9 @@ impl Store {
                     first_err.get_or_insert(self.io_err_in(dir, "remove temp file", &tmp, &e));
                 }
             }
+        }
+        if let Err(e) = self.release_record(holder, index.as_deref()) {
+            first_err.get_or_insert(e);
         }
         // Keep the index when something could not be freed, so a retried DEL finds it.
         if let Some(e) = first_err {
@@ -560,12 +569,14 @@ mod errors;
 pub(crate) mod files;
 mod index;
 mod pending;
+mod runtime;
 mod survey;
 mod sweep;
 use errors::refuse_dir;
 use index::parse_index;
 pub(crate) use index::recorded_netns;
 use pending::Pending;
+pub use runtime::Runtime;
 pub use survey::{Locked, Reservation, StoreDir, StoreStamp};
 pub use sweep::status;
 

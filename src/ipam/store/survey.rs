@@ -20,6 +20,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use nix::sys::stat::FileStat;
 
 use super::files::{self, Dir, DirStamp, Opened};
+use super::runtime::Runtime;
 use crate::cni::{code, Error, Result};
 use crate::ipam::{FileHolder, Holder};
 
@@ -282,11 +283,36 @@ impl StoreDir {
                 Err(e) => return Err(self.io_err("read reservation", &name, &e)),
             }
         }
+        // The record first: an index left behind still leads a retry to it.
+        super::runtime::remove_record(&self.dir, &key)
+            .map_err(|e| self.io_err("remove the runtime record of", &key, &e))?;
         match holders.unlink(&key) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(self.io_err("remove holder index", &key, &e)),
         }
+    }
+
+    /// What `holder`'s runtime record says (the restore: published ports and rates the
+    /// kernel lost). An index that is not a regular file reads as none.
+    pub fn runtime_of(&self, holder: &Holder) -> Result<Runtime> {
+        let key = holder.key();
+        let index = match self.dir.subdir(HOLDERS) {
+            Ok(holders) => match holders.read(&key, MAX_INDEX) {
+                Ok(index) => index,
+                Err(e) if files::is_not_regular(&e) => None,
+                Err(e) => return Err(self.io_err("read holder index", &key, &e)),
+            },
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(self.io_err("open", HOLDERS, &e)),
+        };
+        super::runtime::read_record(&self.dir, &key, index.as_deref()).map_err(|e| {
+            self.io_err(
+                "read the runtime record",
+                &format!("{}/{key}", super::runtime::RUNTIME),
+                &e,
+            )
+        })
     }
 }
 

@@ -100,6 +100,8 @@ impl Store {
                 )),
             }
         }
+        let listed = |id: &str, ifname: &str| valid.contains(&(id.to_string(), ifname.to_string()));
+        self.sweep_records(listed, now, &mut report);
         report
     }
 
@@ -151,7 +153,7 @@ impl Store {
         })
     }
 
-    fn sweep_tmp(&self, dir: &Dir, name: &str, now: SystemTime, report: &mut GcReport) {
+    pub(super) fn sweep_tmp(&self, dir: &Dir, name: &str, now: SystemTime, report: &mut GcReport) {
         let modified = dir.stat(name).map(|st| {
             st.map(|st| UNIX_EPOCH + Duration::new(st.st_mtime as u64, st.st_mtime_nsec as u32))
         });

@@ -142,14 +142,19 @@ pub fn rule_comments_in(netns: Option<&str>, network: &str, family: &str) -> Vec
 /// The published ports the network's attachments hold, from the four shared maps, as
 /// "<map> <key> -> <data> <holder>", e.g. "_ports-v4 tcp . 8080 -> 10.0.0.2 . 80 net:c:eth0".
 pub fn published(network: &str) -> BTreeSet<String> {
-    published_entries(network)
+    published_in(None, network)
+}
+
+/// `published` in a named netns (None: the host's).
+pub fn published_in(netns: Option<&str>, network: &str) -> BTreeSet<String> {
+    published_entries(netns, network)
         .into_iter()
         .map(|(map, key, data, holder)| format!("{map} {key} -> {data} {holder}"))
         .collect()
 }
 
 /// (map, key, data, holder) of each element held by one of the network's attachments.
-fn published_entries(network: &str) -> Vec<(String, String, String, String)> {
+fn published_entries(netns: Option<&str>, network: &str) -> Vec<(String, String, String, String)> {
     let mut found = Vec::new();
     let prefix = format!("{}:", crate::common::network_key(network));
     let text = |v: &Value| match v {
@@ -163,7 +168,7 @@ fn published_entries(network: &str) -> Vec<(String, String, String, String)> {
         other => other.to_string().trim_matches('"').to_string(),
     };
     for map in PORT_MAPS {
-        let out = run("nft", &["-j", "list", "map", "inet", "academy", map], &[]);
+        let out = nft_in(netns, &["-j", "list", "map", "inet", "academy", map]);
         if out.code != 0 {
             continue;
         }
@@ -206,7 +211,7 @@ pub fn remove_network(network: &str, bridge: &str) {
             &[],
         );
     }
-    for (map, key, _, _) in published_entries(network) {
+    for (map, key, _, _) in published_entries(None, network) {
         let element = format!("{{ {key} }}");
         let _ = run(
             "nft",

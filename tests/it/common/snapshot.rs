@@ -109,9 +109,10 @@ impl Snapshot {
     }
 
     /// As [`Snapshot::diff`], but the store's housekeeping (the network folder, the
-    /// holders/ folder, the last_reserved_ip.* hint) may appear: an ADD that fails after
+    /// holders/ and runtime/ folders, the last_reserved_ip.* hint) may appear: an ADD that fails after
     /// reserving (name in use, kernel refusal) releases its reservation but not those.
-    /// Reservations themselves (address files, holder indexes) are still compared.
+    /// Reservations themselves (address files, holder indexes, runtime records) are still
+    /// compared.
     pub fn diff_allowing_store_housekeeping(&self, before: &Snapshot) -> String {
         self.diff_with(before, true)
     }
@@ -119,7 +120,10 @@ impl Snapshot {
     fn diff_with(&self, before: &Snapshot, allow_housekeeping: bool) -> String {
         let housekeeping = |f: &&String| {
             let last = f.rsplit('/').next().unwrap_or(f);
-            !f.contains('/') || last == "holders" || last.starts_with("last_reserved_ip.")
+            !f.contains('/')
+                || last == "holders"
+                || last == "runtime"
+                || last.starts_with("last_reserved_ip.")
         };
         let files = |s: &Snapshot| -> BTreeSet<String> {
             s.files

@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use super::lab::Lab;
 
 impl Lab {
-    /// The IPAM store's live entries: address files (IPv4 and IPv6) and holder index
-    /// files. Empty when nothing is reserved (the hint files and empty folders are not
-    /// reservations).
+    /// The IPAM store's live entries: address files (IPv4 and IPv6), holder index
+    /// files and runtime records. Empty when nothing is reserved (the hint files and
+    /// empty folders are not reservations).
     pub fn reservations(&self) -> Vec<String> {
         let dir = self.data_dir.join(&self.network);
         let mut found: Vec<String> = std::fs::read_dir(&dir)
@@ -26,6 +26,13 @@ impl Lab {
                 .flatten()
                 .map(|e| format!("holders/{}", e.file_name().to_string_lossy())),
         );
+        found.extend(
+            std::fs::read_dir(dir.join("runtime"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| format!("runtime/{}", e.file_name().to_string_lossy())),
+        );
         found.sort();
         found
     }
@@ -36,12 +43,12 @@ pub fn store_dir(lab: &Lab) -> PathBuf {
     lab.data_dir.join(&lab.network)
 }
 
-/// Leftovers of an interrupted write (`.tmp.*`, in the store or holders/): not
-/// reservations; GC sweeps them once older than 60 s.
+/// Leftovers of an interrupted write (`.tmp.*`, in the store, holders/ or runtime/):
+/// not reservations; GC sweeps them once older than 60 s.
 pub fn tmp_files(lab: &Lab) -> Vec<String> {
     let dir = store_dir(lab);
     let mut found = Vec::new();
-    for sub in ["", "holders"] {
+    for sub in ["", "holders", "runtime"] {
         for e in std::fs::read_dir(dir.join(sub))
             .into_iter()
             .flatten()

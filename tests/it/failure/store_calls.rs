@@ -1,5 +1,6 @@
 //! The store's file system calls: each one of a clean ADD failed (undone) or killed
-//! (recovered), one at a time.
+//! (recovered), one at a time. The ADD publishes a port, so its runtime record's writes
+//! (src/ipam/store/runtime.rs) are among the calls.
 
 use super::*;
 use crate::common::*;
@@ -20,6 +21,12 @@ fn store_points(lab: &Lab) -> (Vec<Syscall>, Vec<usize>) {
     let points: Vec<usize> = (0..calls.len())
         .filter(|&i| calls[i].line.contains(&data))
         .collect();
+    assert!(
+        points
+            .iter()
+            .any(|&i| calls[i].name.starts_with("renameat") && calls[i].line.contains("runtime")),
+        "no write of the runtime record in a clean ADD publishing a port:\n{text}"
+    );
     for want in ["renameat", "linkat", "write", "openat"] {
         assert!(
             points.iter().any(|&i| calls[i].name.starts_with(want)),
@@ -34,6 +41,17 @@ fn store_points(lab: &Lab) -> (Vec<Syscall>, Vec<usize>) {
         );
     }
     (calls, points)
+}
+
+/// Every ADD of the lab publishes a port of its own: the store then writes a runtime
+/// record beside the reservation.
+fn publishing(lab: &Lab) {
+    lab.always_config("capabilities", serde_json::json!({"portMappings": true}));
+    let port = crate::portmap::host_ports(lab);
+    lab.always_config(
+        "runtimeConfig",
+        serde_json::json!({"portMappings": [crate::portmap::mapping(port, None)]}),
+    );
 }
 
 fn store_inject(calls: &[Syscall], i: usize, action: Action) -> Inject {
@@ -76,6 +94,7 @@ fn check_store_hit(text: &str, want: &Syscall, inject: &Inject, p: &mut Vec<Stri
 #[test]
 fn failed_store_call_at_every_point_of_add_is_undone() {
     let lab = Lab::new("fserr");
+    publishing(&lab);
     warm_up(&lab);
     let (calls, points) = store_points(&lab);
     let base = settled_snapshot(&lab);
@@ -121,6 +140,7 @@ fn failed_store_call_at_every_point_of_add_is_undone() {
 #[test]
 fn kill_at_every_store_call_is_recovered() {
     let lab = Lab::new("fskill");
+    publishing(&lab);
     warm_up(&lab);
     let (calls, points) = store_points(&lab);
     let base = settled_snapshot(&lab);

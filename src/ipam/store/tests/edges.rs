@@ -12,13 +12,13 @@ fn reserve_requested_rules() {
         s.reserve_requested(&h("a"), &p, ip("10.98.0.9")).unwrap(),
         ip("10.98.0.9")
     );
-    assert_eq!(read(&s, "holders/a:eth0"), "10.98.0.9\n");
+    assert_eq!(read(&s, "holders/a:eth0"), "10.98.0.9\nruntime none\n");
     // Idempotent for the same holder, without duplicating the index line.
     assert_eq!(
         s.reserve_requested(&h("a"), &p, ip("10.98.0.9")).unwrap(),
         ip("10.98.0.9")
     );
-    assert_eq!(read(&s, "holders/a:eth0"), "10.98.0.9\n");
+    assert_eq!(read(&s, "holders/a:eth0"), "10.98.0.9\nruntime none\n");
 
     let e = s
         .reserve_requested(&h("b"), &p, ip("10.98.0.9"))

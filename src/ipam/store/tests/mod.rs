@@ -126,13 +126,16 @@ fn reservation_file_format_and_hint() {
         .mode();
     assert_eq!(mode & 0o777, 0o600);
     assert_eq!(read(&s, "last_reserved_ip.0"), "10.98.0.2");
-    assert_eq!(read(&s, "holders/abc123:eth0"), "10.98.0.2\n");
+    assert_eq!(read(&s, "holders/abc123:eth0"), "10.98.0.2\nruntime none\n");
     // A second range set keeps its own hint.
     let p6 = pool("fd00::/64", "fd00::1").with_range_set(1);
     s.reserve(&Holder::new("abc123", "eth0"), &p6).unwrap();
     assert_eq!(read(&s, "last_reserved_ip.1"), "fd00::2");
     assert_eq!(read(&s, "last_reserved_ip.0"), "10.98.0.2");
-    assert_eq!(read(&s, "holders/abc123:eth0"), "10.98.0.2\nfd00::2\n");
+    assert_eq!(
+        read(&s, "holders/abc123:eth0"),
+        "10.98.0.2\nfd00::2\nruntime none\n"
+    );
     assert!(everything(&s).iter().all(|n| !n.contains(".tmp.")));
 }
 
@@ -265,7 +268,10 @@ fn second_reserve_same_holder_returns_same_address() {
     let b = s.reserve(&h("same"), &p).unwrap();
     assert_eq!(a, b);
     assert_eq!(reservations(&s), [a.to_string()]);
-    assert_eq!(read(&s, "holders/same:eth0"), format!("{a}\n"));
+    assert_eq!(
+        read(&s, "holders/same:eth0"),
+        format!("{a}\nruntime none\n")
+    );
     // Same container, another interface, is another holder.
     let c = s.reserve(&Holder::new("same", "eth1"), &p).unwrap();
     assert_ne!(a, c);
@@ -283,7 +289,7 @@ fn retry_after_kill_between_index_and_link() {
     // Same, but ADD is retried: the stale candidate is dropped, not duplicated.
     write(&s, "holders/k:eth0", "10.98.0.7\n");
     let a = s.reserve(&h("k"), &p).unwrap();
-    assert_eq!(read(&s, "holders/k:eth0"), format!("{a}\n"));
+    assert_eq!(read(&s, "holders/k:eth0"), format!("{a}\nruntime none\n"));
     // Killed after linking: the retry gets the address it already holds.
     assert_eq!(s.reserve(&h("k"), &p).unwrap(), a);
     assert_eq!(reservations(&s).len(), 1);
@@ -445,3 +451,4 @@ fn gc_sweeps_only_stale_temp_files() {
 }
 
 mod edges;
+mod records;

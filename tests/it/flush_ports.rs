@@ -1,0 +1,468 @@
+//! Nothing lost to a flush (issue 29 item 4): a published port answers again after `nft
+//! flush ruleset`, `nft delete table inet academy` and `nft -f` of a Debian-style
+//! /etc/nftables.conf (it starts with `flush ruleset`), put back from the runtime record
+//! ADD wrote (src/ipam/store/runtime.rs) by `academy watch` (its delay measured and
+//! printed) or by `academy restore`; IPv4, IPv6, and a hostIP mapping of each. The
+//! restore names an attachment an older academy added, whose ports it cannot know, and
+//! DEL and GC take the record with the attachment.
+//!
+//! Each test runs academy in a private node netns (common/node.rs) joined by a veth to
+//! a "far" netns of its own, the outside the ports are reached from: every packet goes
+//! to addresses of the test's own namespaces.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::*;
+use crate::portmap::{exchange, mapping};
+use crate::watch::Watcher;
+
+/// The watch's correctness bound (its target is 1 s: see tests/it/watch.rs).
+const BOUND: Duration = Duration::from_millis(2500);
+
+/// A netns joined to the node by a veth: .1 / ::1 the node's end, .2 / ::2 the far one.
+struct Far {
+    netns: String,
+    node_v4: String,
+    node_v6: String,
+}
+
+impl Far {
+    fn new(lab: &Lab, node: &Node) -> Far {
+        let netns = lab.add_netns("far");
+        let slot = Slot::take();
+        let (v4, v6) = (slot.v4_prefix(), slot.v6_prefix());
+        let node_end = slot.link_name("acf");
+        ip(&[
+            "-n", &node.ns, "link", "add", &node_end, "type", "veth", "peer", "name", "far0",
+            "netns", &netns,
+        ]);
+        for (ns, dev, host) in [(&node.ns, node_end.as_str(), 1), (&netns, "far0", 2)] {
+            ip(&[
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("{v4}.{host}/24"),
+                "dev",
+                dev,
+            ]);
+            ip(&[
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("{v6}::{host}/64"),
+                "dev",
+                dev,
+                "nodad",
+            ]);
+            ip(&["-n", ns, "link", "set", dev, "up"]);
+        }
+        ip(&["-n", &netns, "link", "set", "lo", "up"]);
+        Far {
+            netns,
+            node_v4: format!("{v4}.1"),
+            node_v6: format!("{v6}::1"),
+        }
+    }
+}
+
+/// The lab's network, both families, publishing ports: its conflist in the lab's conf
+/// dir (for the watch and the restore), and the config a runtime gives ADD with
+/// `mappings`.
+fn network(lab: &Lab, mappings: &[Value]) -> Value {
+    let entry = json!({
+        "type": "academy",
+        "bridge": lab.bridge,
+        "isGateway": true,
+        "capabilities": {"portMappings": true},
+        "releaseUnusedAfter": 0,
+        "ipam": {
+            "type": "host-local",
+            "dataDir": lab.data_dir.to_str().unwrap(),
+            "ranges": [[{"subnet": lab.subnet()}], [{"subnet": format!("{}::/64", lab.slot.v6_prefix())}]],
+            "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}]
+        }
+    });
+    let list = json!({"cniVersion": "1.1.0", "name": lab.network, "plugins": [entry.clone()]});
+    std::fs::write(lab.conf_dir.join("10-lab.conflist"), list.to_string()).unwrap();
+    let mut config = entry;
+    config["cniVersion"] = json!("1.1.0");
+    config["name"] = json!(lab.network);
+    config["runtimeConfig"] = json!({ "portMappings": mappings });
+    config
+}
+
+/// Ports of the node's own (its netns is the test's): any block will do.
+const PORT: u16 = 18400;
+
+/// A port on every address, one on the node's IPv4 address only, one on its IPv6 one.
+fn mappings(far: &Far) -> Vec<Value> {
+    vec![
+        mapping(PORT, None),
+        mapping(PORT + 1, Some(&far.node_v4)),
+        mapping(PORT + 2, Some(&far.node_v6)),
+    ]
+}
+
+/// Each published port, as the far netns reaches it: (what, any address to listen
+/// on in the container, the node's address, the port).
+fn reachable(container: &str, far: &Far) -> Vec<String> {
+    let mut failed = Vec::new();
+    for (what, any, addr, port) in [
+        ("v4", "0.0.0.0", far.node_v4.as_str(), PORT),
+        ("v6", "::", far.node_v6.as_str(), PORT),
+        ("v4 hostIP", "0.0.0.0", far.node_v4.as_str(), PORT + 1),
+        ("v6 hostIP", "::", far.node_v6.as_str(), PORT + 2),
+    ] {
+        let (got, _) = exchange(container, any, Some(&far.netns), addr, port);
+        if got != "hello" {
+            failed.push(format!("{what} ({addr} port {port}): {got:?}"));
+        }
+    }
+    failed
+}
+
+/// A flush: what it is, and doing it.
+type Flush<'a> = (&'static str, Box<dyn Fn() + 'a>);
+
+/// The three flushes, each taking the published ports with academy's maps.
+fn flushes<'a>(node: &'a Node<'a>) -> Vec<Flush<'a>> {
+    let conf = node.lab.root.join("nftables.conf");
+    // Debian's /etc/nftables.conf, as nftables.service loads it on every (re)start.
+    std::fs::write(
+        &conf,
+        "#!/usr/sbin/nft -f\n\nflush ruleset\n\ntable inet filter {\n\tchain input {\n\t\ttype filter hook input priority filter;\n\t}\n\tchain forward {\n\t\ttype filter hook forward priority filter;\n\t}\n\tchain output {\n\t\ttype filter hook output priority filter;\n\t}\n}\n",
+    )
+    .unwrap();
+    let conf = conf.to_str().unwrap().to_string();
+    vec![
+        (
+            "nft flush ruleset",
+            Box::new(|| drop(node.nft(&["flush", "ruleset"]))),
+        ),
+        (
+            "nft delete table inet academy",
+            Box::new(|| drop(node.nft(&["delete", "table", "inet", "academy"]))),
+        ),
+        (
+            "nft -f of a Debian-style nftables.conf",
+            Box::new(move || drop(node.nft(&["-f", &conf]))),
+        ),
+    ]
+}
+
+struct Published<'a> {
+    node: &'a Node<'a>,
+    a: Attach,
+    config: Value,
+    far: Far,
+    /// What the maps held after ADD.
+    want: BTreeSet<String>,
+}
+
+/// A node, its far side, and one container publishing `mappings` (asserted published and
+/// recorded).
+fn published<'a>(node: &'a Node<'a>) -> Published<'a> {
+    let lab = node.lab;
+    let far = Far::new(lab, node);
+    let config = network(lab, &mappings(&far));
+    let a = lab.attachment("c0");
+    node.call("ADD", &a, &config)
+        .expect_result("ADD publishing three ports");
+    let want = nft::published_in(Some(&node.ns), &lab.network);
+    assert_eq!(
+        want.len(),
+        4,
+        "v4 and v6 of the wildcard port, one hostIP each: {want:?}"
+    );
+    // The record: the runtime's mappings, as it gave them.
+    let record = std::fs::read_to_string(
+        store_dir(lab)
+            .join("runtime")
+            .join(format!("{}:eth0", a.cid)),
+    )
+    .expect("no runtime record after ADD");
+    let record: Value = serde_json::from_str(&record).expect("the record is JSON");
+    assert_eq!(record["version"], 1, "{record}");
+    let recorded: BTreeSet<String> = record["portMappings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| m.to_string())
+        .collect();
+    let asked: BTreeSet<String> = mappings(&far).iter().map(|m| m.to_string()).collect();
+    assert_eq!(recorded, asked, "the record of the runtime's mappings");
+    let index =
+        std::fs::read_to_string(store_dir(lab).join(format!("holders/{}:eth0", a.cid))).unwrap();
+    assert!(index.contains("runtime recorded\n"), "{index}");
+    let failed = reachable(&a.netns, &far);
+    assert!(failed.is_empty(), "after ADD: {failed:?}");
+    Published {
+        node,
+        a,
+        config,
+        far,
+        want,
+    }
+}
+
+impl Published<'_> {
+    fn now(&self) -> BTreeSet<String> {
+        nft::published_in(Some(&self.node.ns), &self.node.lab.network)
+    }
+
+    fn assert_back(&self, after: &str) {
+        assert_eq!(self.now(), self.want, "the maps after {after}");
+        let failed = reachable(&self.a.netns, &self.far);
+        assert!(failed.is_empty(), "unreachable after {after}: {failed:?}");
+    }
+
+    fn del(self) {
+        let lab = self.node.lab;
+        self.node
+            .call("DEL", &self.a, &self.config)
+            .expect_silent_success("DEL");
+        assert_eq!(
+            lab.reservations(),
+            Vec::<String>::new(),
+            "the store after DEL"
+        );
+        assert_eq!(self.now(), BTreeSet::new(), "the maps after DEL");
+    }
+}
+
+#[test]
+fn flush_published_ports_are_put_back_by_the_watch_within_a_second() {
+    let lab = Lab::new("flwatch");
+    let node = Node::new(&lab);
+    let p = published(&node);
+    let watch = Watcher::start(&node, lab.conf_dir.to_str().unwrap());
+    assert_eq!(
+        watch.count("put back after"),
+        0,
+        "nothing was missing at start"
+    );
+    let mut delays = Vec::new();
+    for (i, (what, flush)) in flushes(&node).iter().enumerate() {
+        let start = Instant::now();
+        flush();
+        let back = wait_until(Duration::from_secs(5), || p.now() == p.want);
+        let delay = start.elapsed();
+        assert!(
+            back,
+            "{what}: the ports not back:\n{:?}\nwatch log:\n{}",
+            p.now(),
+            watch.text()
+        );
+        println!(
+            "flush_ports watch: {what}: published ports back in {} ms",
+            delay.as_millis()
+        );
+        assert!(
+            delay < BOUND,
+            "{what}: back in {delay:?}, not within {BOUND:?}"
+        );
+        delays.push(delay);
+        p.assert_back(what);
+        assert!(
+            wait_until(Duration::from_secs(2), || watch.count("put back after")
+                == i + 1),
+            "one line per repair:\n{}",
+            watch.text()
+        );
+        let text = watch.text();
+        let line = text
+            .lines()
+            .filter(|l| l.contains("put back after"))
+            .nth(i)
+            .unwrap();
+        assert!(
+            line.contains(&format!(
+                "published ports: the host ports of {}/eth0: ",
+                p.a.cid
+            )),
+            "{what}: {line}"
+        );
+    }
+    assert!(
+        !watch.text().contains("could not put back"),
+        "{}",
+        watch.text()
+    );
+    println!(
+        "flush_ports watch delays: {delays:?}\nwatch log:\n{}",
+        watch.text()
+    );
+    drop(watch);
+    p.del();
+}
+
+#[test]
+fn flush_published_ports_are_put_back_by_academy_restore() {
+    let lab = Lab::new("flrest");
+    let node = Node::new(&lab);
+    let p = published(&node);
+    let conf_dir = lab.conf_dir.to_str().unwrap();
+    for (what, flush) in flushes(&node) {
+        flush();
+        assert_eq!(p.now(), BTreeSet::new(), "{what} took the ports");
+        // STATUS names them, and the remedy.
+        let status = node.run(&lab.call("STATUS").config(&p.config));
+        let error = assert_cni_error(&status, 50, &["the host ports of"]);
+        assert!(
+            error["details"]
+                .as_str()
+                .is_some_and(|d| d.contains("academy restore")),
+            "{error}"
+        );
+        let out = node.academy(&["restore", "--conf-dir", conf_dir]);
+        assert_eq!(out.code, 0, "restore after {what}:\n{out}");
+        println!("flush_ports restore after {what}:\n{}", out.stderr);
+        let line = format!(
+            "network {}: put back: published ports: the host ports of {}/eth0: ",
+            lab.network, p.a.cid
+        );
+        assert!(out.stderr.contains(&line), "after {what}:\n{out}");
+        assert!(!out.stderr.contains("could not"), "after {what}:\n{out}");
+        assert!(out.stdout.is_empty(), "restore wrote to stdout: {out}");
+        p.assert_back(what);
+        let again = node.academy(&["restore", "--conf-dir", conf_dir]);
+        assert_eq!(again.code, 0, "{again}");
+        assert!(
+            again
+                .stderr
+                .contains(&format!("network {}: complete, nothing to do", lab.network)),
+            "a second restore after {what}:\n{again}"
+        );
+        node.run(&lab.call("STATUS").config(&p.config))
+            .expect_silent_success("STATUS after restore");
+    }
+    p.del();
+}
+
+#[test]
+fn flush_an_attachment_of_an_older_academy_is_named_by_the_restore() {
+    let lab = Lab::new("flold");
+    let node = Node::new(&lab);
+    let far = Far::new(&lab, &node);
+    let config = network(&lab, &[mapping(PORT, None)]);
+    let old = lab.attachment("old");
+    node.call("ADD", &old, &config)
+        .expect_result("ADD publishing a port");
+    // One without ports: recorded as having none, so never named.
+    let bare = lab.attachment("bare");
+    node.call("ADD", &bare, &network(&lab, &[]))
+        .expect_result("ADD publishing nothing");
+    let store = store_dir(&lab);
+    assert!(
+        !store.join(format!("runtime/{}:eth0", bare.cid)).exists(),
+        "a record for an attachment with nothing to record"
+    );
+    // As an academy older than records left it: its index without the line, no record.
+    let index = store.join(format!("holders/{}:eth0", old.cid));
+    let text = std::fs::read_to_string(&index).unwrap();
+    let older: String = text
+        .lines()
+        .filter(|l| !l.starts_with("runtime "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&index, older).unwrap();
+    std::fs::remove_file(store.join(format!("runtime/{}:eth0", old.cid))).unwrap();
+    let conf_dir = lab.conf_dir.to_str().unwrap();
+    let ours = format!("the published ports of {}/eth0", old.cid);
+
+    // Its port in place: said so, with what a flush would do.
+    let out = node.academy(&["restore", "--conf-dir", conf_dir]);
+    assert_eq!(out.code, 0, "{out}");
+    let line = format!(
+        "network {}: not recorded: {ours} are in place, but it was added by an academy older than this one",
+        lab.network
+    );
+    assert!(out.stderr.contains(&line), "{out}");
+    assert!(!out.stderr.contains(&bare.cid), "{out}");
+
+    // Flushed: named as what could not be put back, and why.
+    node.nft(&["flush", "ruleset"]);
+    let out = node.academy(&["restore", "--conf-dir", conf_dir]);
+    println!(
+        "flush_ports restore of an older attachment:\n{}",
+        out.stderr
+    );
+    assert_eq!(out.code, 0, "not an error to retry: {out}");
+    let line = format!(
+        "network {}: could not put back: {ours} (if it had any), because it was added by an academy older than this one, which did not record them; its next ADD records them",
+        lab.network
+    );
+    assert!(out.stderr.contains(&line), "{out}");
+    assert!(!out.stderr.contains(&bare.cid), "{out}");
+    assert_eq!(
+        nft::published_in(Some(&node.ns), &lab.network),
+        BTreeSet::new()
+    );
+
+    // Its next ADD records them; the next flush loses nothing.
+    node.call("ADD", &old, &config)
+        .expect_result("the older attachment's next ADD");
+    let text = std::fs::read_to_string(&index).unwrap();
+    assert!(text.contains("runtime recorded\n"), "{text}");
+    let want = nft::published_in(Some(&node.ns), &lab.network);
+    assert_eq!(want.len(), 2, "{want:?}");
+    node.nft(&["delete", "table", "inet", "academy"]);
+    let out = node.academy(&["restore", "--conf-dir", conf_dir]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(!out.stderr.contains("could not"), "{out}");
+    assert!(!out.stderr.contains("not recorded"), "{out}");
+    assert_eq!(nft::published_in(Some(&node.ns), &lab.network), want);
+    let (got, _) = exchange(&old.netns, "0.0.0.0", Some(&far.netns), &far.node_v4, PORT);
+    assert_eq!(got, "hello", "the port after the restore");
+
+    for a in [&old, &bare] {
+        node.call("DEL", a, &config).expect_silent_success("DEL");
+    }
+    assert_eq!(lab.reservations(), Vec::<String>::new());
+}
+
+#[test]
+fn flush_records_go_with_del_and_gc() {
+    let lab = Lab::new("flgone");
+    let node = Node::new(&lab);
+    let config = network(&lab, &[mapping(PORT, None)]);
+    let record_of = |a: &Attach| store_dir(&lab).join(format!("runtime/{}:eth0", a.cid));
+    let (a, b) = (lab.attachment("a"), lab.attachment("b"));
+    node.call("ADD", &a, &config).expect_result("ADD of a");
+    assert!(record_of(&a).exists());
+    node.call("DEL", &a, &config)
+        .expect_silent_success("DEL of a");
+    assert!(!record_of(&a).exists(), "DEL left the record");
+    assert_eq!(lab.reservations(), Vec::<String>::new());
+
+    // GC, for an attachment the runtime no longer lists (the record's DEL never came).
+    let mut other = config.clone();
+    other["runtimeConfig"] = json!({"portMappings": [mapping(PORT + 1, None)]});
+    node.call("ADD", &b, &other).expect_result("ADD of b");
+    node.call("ADD", &a, &config)
+        .expect_result("ADD of a again");
+    let kept = [(b.cid.as_str(), "eth0")];
+    node.run(&gc_call(&lab, config.clone(), &kept))
+        .expect_silent_success("GC keeping b");
+    assert!(!record_of(&a).exists(), "GC left the record of a");
+    assert!(
+        record_of(&b).exists(),
+        "GC took the record of a listed attachment"
+    );
+    node.run(&gc_call(&lab, config.clone(), &[]))
+        .expect_silent_success("GC of everything");
+    assert_eq!(
+        lab.reservations(),
+        Vec::<String>::new(),
+        "the store after GC"
+    );
+    assert_eq!(
+        nft::published_in(Some(&node.ns), &lab.network),
+        BTreeSet::new()
+    );
+}
