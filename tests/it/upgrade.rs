@@ -367,3 +367,77 @@ fn upgrade_from_the_previous_release_under_live_containers() {
     call("DEL", &b, &config).expect_silent_success("DEL of b");
     assert_eq!(store_files_of(&lab, &b.cid), Vec::<String>::new());
 }
+
+/// `academy install` of this build over the previous release's brings the conf dir's
+/// network up to date before any CNI call (a quiet node may see none for hours): its
+/// report names the network and what it put back, the state version is recorded, and
+/// the first CHECK then has nothing to repair.
+#[test]
+fn academy_install_brings_an_older_release_s_network_up_to_date() {
+    let (_tag, commit) = previous_release();
+    let old = previous_binary(&commit);
+    let lab = Lab::new("upgi");
+    let node = Node::new(&lab);
+    let bin_dir = lab.root.join("node-bin");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    let academy = bin_dir.join("academy");
+    put_binary(&old, &academy);
+
+    let mut config = academy_entry(&lab);
+    config["cniVersion"] = json!("1.1.0");
+    config["name"] = json!(lab.network);
+    config["ipMasq"] = json!(true);
+    crate::portmap::write_list(&lab, vec![config.clone()]);
+    let port = host_ports(&lab);
+    let mut publishing = config.clone();
+    publishing["runtimeConfig"] = json!({"portMappings": [mapping(port, None)]});
+    let a = lab.attachment("a");
+    let call =
+        |verb: &str, conf: &Value| exec(&node, &academy, &lab.call_for(verb, &a).config(conf));
+    let ra = call("ADD", &publishing).expect_result("the old release's ADD");
+    node.nft(&[
+        "delete",
+        "element",
+        "inet",
+        "academy",
+        "_localnet",
+        &format!("{{ \"{}\" }}", lab.bridge),
+    ]);
+    assert!(!guarded(&node));
+
+    let out = node.academy(&[
+        "install",
+        "--bin-dir",
+        bin_dir.to_str().unwrap(),
+        "--conf-dir",
+        lab.conf_dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, 0, "{out}");
+    let want = format!(
+        "brought network {} up to date from state version 0 to 1: put back published ports: ",
+        lab.network
+    );
+    assert!(
+        out.stdout.lines().any(|l| l.starts_with(&want)),
+        "install's report names the network, {want:?}...:\n{out}"
+    );
+    assert!(guarded(&node), "the loopback guard after the install");
+    let recorded: Vec<String> = records(&lab).into_iter().map(|(_, v)| v).collect();
+    assert_eq!(recorded, ["1"], "the state version recorded by the install");
+    assert_eq!(
+        run(academy.to_str().unwrap(), &["--version"], &[]).stdout,
+        run(plugin(), &["--version"], &[]).stdout,
+        "the installed binary is this build"
+    );
+
+    let mut check = publishing.clone();
+    check["prevResult"] = ra;
+    let first = call("CHECK", &check);
+    first.expect_silent_success("the first CHECK after the install");
+    assert_eq!(first.stderr, "", "nothing left to bring up to date");
+    call("DEL", &publishing).expect_silent_success("DEL");
+    assert!(
+        !ruleset(&node).contains(&format!("{}:{}", a.cid, a.ifname)),
+        "DEL left a's elements"
+    );
+}
