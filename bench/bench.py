@@ -709,7 +709,7 @@ def parse_args() -> argparse.Namespace:
 
 def main():
     args = parse_args()
-    lab = Lab()
+    lab = Lab(args.academy)
     lab.lock()
 
     def on_signal(signum, _frame):

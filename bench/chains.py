@@ -397,7 +397,7 @@ def main():
     args = p.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("chains: needs root")
-    lab = Lab()
+    lab = Lab(args.academy)
     lab.lock()
     try:
         lab.preclean()

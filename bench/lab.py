@@ -38,10 +38,12 @@ def sh(*argv, check=True, input=None) -> subprocess.CompletedProcess:
 
 
 class Lab:
-    def __init__(self):
+    def __init__(self, academy: str | None = None):
         self.netns: list[str] = []
         self.bridges: list[str] = []
         self._lock_fd = None
+        # The binary under test: the clean-up has it release the bench's networks.
+        self.academy = academy
 
     # -- lifetime ------------------------------------------------------------------
 
@@ -55,6 +57,8 @@ class Lab:
 
     def preclean(self):
         """Removes what a killed earlier run left behind (found by prefix only)."""
+        if self.academy:
+            release_unused(self.academy)
         for ns in _our_netns():
             sh("ip", "netns", "del", ns, check=False)
         for link in _our_links():
@@ -83,6 +87,8 @@ class Lab:
                 sh("ip", "link", "del", port, check=False)
         for link in _our_links():
             sh("ip", "link", "del", link, check=False)
+        if self.academy:
+            release_unused(self.academy)
         _clean_nftables()
         # academy's per-network locks of the bench's networks (nothing holds them now).
         for name in os.listdir(NETWORK_LOCKS) if os.path.isdir(NETWORK_LOCKS) else []:
@@ -190,6 +196,37 @@ def _links(*filters) -> list:
         return [l["ifname"] for l in json.loads(r.stdout or "[]")]
     except ValueError:
         return []
+
+
+def release_unused(academy: str):
+    """academy's own release of the bench's networks that wait for theirs: a network's
+    objects outlive its last DEL by releaseUnusedAfter (60 s by default), recorded in
+    NETWORK_LOCKS/<name>.unused, and only an academy invocation on the node releases
+    them. The bench's records are made due (release after 0 s) and one invocation run
+    (VERSION: every CNI invocation releases what is due), so every kind's objects go
+    as they would on a node; deleting the records instead left them for good (the
+    loopback guard's element of a bench bridge, which _clean_nftables does not know)."""
+    if not os.path.isdir(NETWORK_LOCKS):
+        return
+    due = 0
+    for name in os.listdir(NETWORK_LOCKS):
+        if not (name.startswith(PREFIX) and name.endswith(".unused")):
+            continue
+        path = os.path.join(NETWORK_LOCKS, name)
+        try:
+            with open(path) as f:
+                record = json.load(f)
+            record["release_after"] = 0
+            tmp = f"{path}.bench.tmp"
+            with open(tmp, "w") as f:
+                json.dump(record, f)
+            os.replace(tmp, path)
+            due += 1
+        except (OSError, ValueError):
+            continue
+    if due:
+        subprocess.run([academy], input='{"cniVersion": "1.1.0"}', text=True,
+                       capture_output=True, env={"CNI_COMMAND": "VERSION", "PATH": "/usr/bin:/bin"})
 
 
 def _clean_nftables():

@@ -195,7 +195,7 @@ def main():
     if os.geteuid() != 0:
         raise SystemExit("scrape: needs root (namespaces, bridges)")
     preset = QUICK if args.quick else FULL
-    lab = Lab()
+    lab = Lab(args.academy)
     lab.lock()
     try:
         lab.preclean()

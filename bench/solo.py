@@ -296,7 +296,7 @@ def main():
     if os.geteuid() != 0:
         raise SystemExit("solo: needs root")
     import report  # noqa: PLC0415 (the markdown lives with the other tables)
-    lab = Lab()
+    lab = Lab(args.academy)
     lab.lock()
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _exit_on_signal)
