@@ -28,34 +28,26 @@
 //! status`); with `--metrics ADDR` a listener thread serves those counts and every
 //! network's state at each scrape (metrics/), sharing only the counters with this loop.
 
-use std::collections::VecDeque;
 use std::io::Write as _;
 use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use super::metrics::{self, Counters};
-use super::nat::{could_not, networks_in, restore_each, words, DEFAULT_CONF_DIR};
-use super::network_view::kind_slug;
-use super::repairs::{self, LastRepair, RUN_DIR};
+use super::nat::DEFAULT_CONF_DIR;
 use super::{CliError, Parsed};
-use crate::netlink::{NftCommit, NftMonitor, NftNotice};
+use crate::netlink::{NftMonitor, NftNotice};
+use pacing::{Backoff, Debounce, Fights, FIGHT_LIMIT, FIGHT_WINDOW, FIRST_RETRY, LIMIT, QUIET};
+use trigger::{ours, Trigger};
 
-/// A burst is over once this passes without a notification ...
-const QUIET: Duration = Duration::from_millis(100);
-/// ... or this after its first, whichever comes first.
-const LIMIT: Duration = Duration::from_millis(500);
-/// Retries of a failed restore or socket: from FIRST_RETRY, doubling, at most LAST_RETRY.
-const FIRST_RETRY: Duration = Duration::from_millis(250);
-const LAST_RETRY: Duration = Duration::from_secs(30);
-/// Restores that put something back, at most this many per window.
-const FIGHT_LIMIT: usize = 10;
-const FIGHT_WINDOW: Duration = Duration::from_secs(10);
+mod pacing;
+mod repair;
+mod trigger;
 
 pub fn run(p: &Parsed) -> Result<(), CliError> {
     let dir = PathBuf::from(p.value("--conf-dir").unwrap_or(DEFAULT_CONF_DIR));
@@ -91,140 +83,6 @@ fn stop_signals() -> nix::Result<SignalFd> {
 fn log(line: &str) {
     let _ = writeln!(std::io::stderr(), "academy watch: {line}");
 }
-
-/// The notifications of one burst, coalesced: due once QUIET has passed since the last
-/// or LIMIT since the first.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Debounce {
-    quiet: Duration,
-    limit: Duration,
-    /// (first, last) notification of the burst in progress.
-    burst: Option<(Instant, Instant)>,
-}
-
-impl Debounce {
-    pub(super) fn new(quiet: Duration, limit: Duration) -> Debounce {
-        Debounce {
-            quiet,
-            limit,
-            burst: None,
-        }
-    }
-
-    /// A notification came at `now`.
-    pub(super) fn note(&mut self, now: Instant) {
-        let first = self.burst.map_or(now, |(first, _)| first);
-        self.burst = Some((first, now));
-    }
-
-    /// When the burst in progress is over (None: no burst).
-    pub(super) fn deadline(&self) -> Option<Instant> {
-        self.burst
-            .map(|(first, last)| (last + self.quiet).min(first + self.limit))
-    }
-
-    /// Whether a burst is over at `now`; it is then taken (the next note starts another).
-    pub(super) fn take_due(&mut self, now: Instant) -> bool {
-        let due = self.deadline().is_some_and(|d| d <= now);
-        if due {
-            self.burst = None;
-        }
-        due
-    }
-}
-
-/// A growing delay between attempts of something that keeps failing.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Backoff {
-    next: Duration,
-}
-
-impl Backoff {
-    pub(super) fn new() -> Backoff {
-        Backoff { next: FIRST_RETRY }
-    }
-
-    pub(super) fn next(&mut self) -> Duration {
-        let now = self.next;
-        self.next = (self.next * 2).min(LAST_RETRY);
-        now
-    }
-
-    pub(super) fn reset(&mut self) {
-        self.next = FIRST_RETRY;
-    }
-}
-
-/// The restores that put something back lately: a program taking academy's state as
-/// often as it comes back is answered FIGHT_LIMIT times per FIGHT_WINDOW, not in a loop.
-#[derive(Debug, Default)]
-pub(super) struct Fights {
-    restored: VecDeque<Instant>,
-}
-
-impl Fights {
-    pub(super) fn restored(&mut self, now: Instant) {
-        self.restored.push_back(now);
-        while self.restored.len() > FIGHT_LIMIT {
-            self.restored.pop_front();
-        }
-    }
-
-    /// When the next restore may run (None: now).
-    pub(super) fn hold(&self, now: Instant) -> Option<Instant> {
-        if self.restored.len() < FIGHT_LIMIT {
-            return None;
-        }
-        let free = *self.restored.front()? + FIGHT_WINDOW;
-        (free > now).then_some(free)
-    }
-}
-
-/// Whether a transaction is academy's own (its restores, the plugin's verbs): the
-/// kernel names the process that committed it.
-pub(super) fn ours(commit: &NftCommit, own_name: &str) -> bool {
-    commit.process == own_name
-}
-
-/// What set off the restore to come, for its log line.
-#[derive(Debug, Default)]
-struct Trigger {
-    commits: usize,
-    changes: usize,
-    by: Vec<String>,
-    lost: bool,
-}
-
-impl Trigger {
-    fn commit(&mut self, c: &NftCommit) {
-        self.commits += 1;
-        self.changes += c.changes;
-        let by = format!("{} (pid {})", c.process, c.pid);
-        if !self.by.contains(&by) && self.by.len() < 3 {
-            self.by.push(by);
-        }
-    }
-
-    fn describe(&self) -> String {
-        let mut parts = Vec::new();
-        if self.commits > 0 {
-            parts.push(format!(
-                "{} change(s) in {} transaction(s) by {}",
-                self.changes,
-                self.commits,
-                self.by.join(", ")
-            ));
-        }
-        if self.lost {
-            parts.push("lost notifications (ENOBUFS)".into());
-        }
-        match parts.is_empty() {
-            true => "a retry".into(),
-            false => parts.join(" and "),
-        }
-    }
-}
-
 struct Watch {
     dir: PathBuf,
     own_name: String,
@@ -375,7 +233,7 @@ impl Watch {
             }
             Err(e) => {
                 let wait = self.socket_backoff.next();
-                log(&format!("{e}; trying again in {}s", wait.as_secs()));
+                log(&format!("{e}; trying again in {} ms", wait.as_millis()));
                 self.reopen_at = Some(now + wait);
             }
         }
@@ -438,117 +296,6 @@ impl Watch {
         let trigger = std::mem::take(&mut self.trigger);
         self.restore(&trigger.describe());
     }
-
-    /// One pass: the restore of every academy network of the conf dir, one log line
-    /// when it put something back ("put back after ...") or failed ("could not put
-    /// back after ..."), and what it could not put back for another reason whenever
-    /// that changes.
-    fn restore(&mut self, why: &str) {
-        let start = Instant::now();
-        if !self.dir.is_dir() {
-            // Not made yet (the installer makes it): no network, so nothing to put
-            // back, and nothing to retry: the next change reads it again.
-            if !self.said_no_dir {
-                log(&format!(
-                    "{} is not a directory (yet): no academy network to restore",
-                    self.dir.display()
-                ));
-                self.said_no_dir = true;
-            }
-            self.retry_at = None;
-            return;
-        }
-        self.said_no_dir = false;
-        let confs = match networks_in(Path::new(&self.dir)) {
-            Ok(confs) => confs,
-            Err(CliError::Failed(e) | CliError::Usage(e)) => {
-                self.failed(why, &e);
-                return;
-            }
-        };
-        let mut restored = Vec::new();
-        let mut failed = Vec::new();
-        let mut could_not_now = Vec::new();
-        for network in restore_each(&confs) {
-            match network.outcome {
-                Ok(done) => {
-                    let put_back = words(&done);
-                    if !put_back.is_empty() {
-                        self.repaired(&network.name, &done.repaired(), why);
-                        restored.push(format!("network {}: {put_back}", network.name));
-                    }
-                    if !done.errors.is_empty() {
-                        self.counters.failed(&network.name);
-                        let errors: Vec<String> = done
-                            .errors
-                            .iter()
-                            .map(|(kind, e)| format!("{kind}, because {e}"))
-                            .collect();
-                        failed.push(format!("network {}: {}", network.name, errors.join("; ")));
-                    }
-                    let notes = could_not(&done)
-                        .into_iter()
-                        .skip(done.errors.len())
-                        .map(|line| format!("network {}: {line}", network.name));
-                    could_not_now.extend(notes);
-                }
-                Err(e) => {
-                    self.counters.failed(&network.name);
-                    failed.push(format!("network {}: its state, because {e}", network.name));
-                }
-            }
-        }
-        if !restored.is_empty() {
-            self.fights.restored(Instant::now());
-            log(&format!(
-                "put back after {why}, in {} ms: {}",
-                start.elapsed().as_millis(),
-                restored.join("; ")
-            ));
-        }
-        if could_not_now != self.said_could_not {
-            for line in &could_not_now {
-                log(line);
-            }
-            self.said_could_not = could_not_now;
-        }
-        if failed.is_empty() {
-            self.retry_at = None;
-            self.restore_backoff.reset();
-        } else {
-            self.failed(why, &failed.join("; "));
-        }
-    }
-
-    /// Counts a network's repair by kind and records it as the network's last.
-    fn repaired(&mut self, network: &str, what: &[crate::firewall::Kind], why: &str) {
-        let kinds: Vec<String> = what.iter().map(|kind| kind_slug(*kind)).collect();
-        for kind in &kinds {
-            self.counters.repaired(network, kind);
-        }
-        let repair = LastRepair {
-            at: SystemTime::now(),
-            kinds,
-            trigger: why.to_string(),
-        };
-        match repairs::record(Path::new(RUN_DIR), network, &repair) {
-            Ok(()) => self.said_no_record = false,
-            Err(e) if !self.said_no_record => {
-                log(&format!("{e} (academy status will not show it)"));
-                self.said_no_record = true;
-            }
-            Err(_) => {}
-        }
-    }
-
-    fn failed(&mut self, why: &str, error: &str) {
-        let wait = self.restore_backoff.next();
-        log(&format!(
-            "could not put back after {why}: {error}; trying again in {}s",
-            wait.as_secs()
-        ));
-        self.retry_at = Some(Instant::now() + wait);
-    }
 }
 
 #[cfg(test)]
@@ -558,7 +305,7 @@ mod tests {
     /// The shipped unit runs this subcommand with flags it accepts, and is restarted.
     #[test]
     fn the_systemd_unit_runs_the_watch_with_valid_flags() {
-        let unit = include_str!("../../deploy/systemd/academy-watch.service");
+        let unit = include_str!("../../../deploy/systemd/academy-watch.service");
         let line = unit
             .lines()
             .find_map(|l| l.strip_prefix("ExecStart="))
@@ -586,104 +333,5 @@ mod tests {
         ] {
             assert!(unit.lines().any(|l| l.starts_with(line)), "{line}");
         }
-    }
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
-
-    /// A burst is restored once, QUIET after its last notification, or LIMIT after its
-    /// first when it never pauses; nothing is due without one.
-    #[test]
-    fn a_burst_is_coalesced_until_it_pauses_or_lasts_too_long() {
-        let t0 = Instant::now();
-        let mut d = Debounce::new(ms(100), ms(500));
-        assert_eq!(d.deadline(), None);
-        assert!(!d.take_due(t0 + ms(10_000)));
-
-        // Notifications 30 ms apart: due 100 ms after the last one.
-        for i in 0..5 {
-            d.note(t0 + ms(30 * i));
-        }
-        assert_eq!(d.deadline(), Some(t0 + ms(220)));
-        assert!(!d.take_due(t0 + ms(219)));
-        assert!(d.take_due(t0 + ms(220)));
-        assert!(!d.take_due(t0 + ms(221)), "taken once");
-        assert_eq!(d.deadline(), None);
-
-        // A burst that never pauses 100 ms: due 500 ms after its first notification.
-        let t1 = t0 + ms(1000);
-        let mut at = t1;
-        while at < t1 + ms(900) {
-            d.note(at);
-            if d.take_due(at) {
-                break;
-            }
-            at += ms(50);
-        }
-        assert_eq!(at, t1 + ms(500), "bounded by the limit");
-        // The next notification starts a new burst.
-        d.note(at + ms(50));
-        assert_eq!(d.deadline(), Some(at + ms(150)));
-    }
-
-    #[test]
-    fn retries_back_off_to_a_ceiling_and_reset() {
-        let mut b = Backoff::new();
-        let waits: Vec<u128> = (0..9).map(|_| b.next().as_millis()).collect();
-        assert_eq!(
-            waits,
-            [250, 500, 1000, 2000, 4000, 8000, 16000, 30000, 30000]
-        );
-        b.reset();
-        assert_eq!(b.next().as_millis(), 250);
-    }
-
-    #[test]
-    fn a_fight_is_answered_a_few_times_per_window() {
-        let t0 = Instant::now();
-        let mut f = Fights::default();
-        for i in 0..FIGHT_LIMIT as u64 {
-            assert_eq!(f.hold(t0 + ms(100 * i)), None);
-            f.restored(t0 + ms(100 * i));
-        }
-        let now = t0 + ms(1000);
-        assert_eq!(f.hold(now), Some(t0 + FIGHT_WINDOW));
-        assert_eq!(f.hold(t0 + FIGHT_WINDOW), None);
-    }
-
-    /// academy's own transactions (its restore's batch, the plugin's ADD) are passed
-    /// over; another program's are not.
-    #[test]
-    fn academy_s_own_transactions_are_passed_over() {
-        let commit = |process: &str| NftCommit {
-            generation: 7,
-            pid: 42,
-            process: process.into(),
-            changes: 3,
-        };
-        assert!(ours(&commit("academy"), "academy"));
-        for other in ["nft", "iptables-restor", "firewalld", ""] {
-            assert!(!ours(&commit(other), "academy"), "{other}");
-        }
-    }
-
-    #[test]
-    fn the_trigger_says_who_changed_what() {
-        let mut t = Trigger::default();
-        assert_eq!(t.describe(), "a retry");
-        for process in ["nft", "nft", "iptables-restor"] {
-            t.commit(&NftCommit {
-                generation: 1,
-                pid: 5,
-                process: process.into(),
-                changes: 2,
-            });
-        }
-        t.lost = true;
-        assert_eq!(
-            t.describe(),
-            "6 change(s) in 3 transaction(s) by nft (pid 5), iptables-restor (pid 5) and lost notifications (ENOBUFS)"
-        );
     }
 }
