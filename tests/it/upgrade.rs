@@ -17,7 +17,7 @@ use std::time::Instant;
 use serde_json::{json, Value};
 
 use crate::common::*;
-use crate::portmap::{academy_entry, exchange, host_ports, mapping};
+use crate::portmap::{academy_entry, delete_guard_element, exchange, host_ports, mapping};
 
 /// `<tag> <full commit>` of the release before this one.
 const PREVIOUS_RELEASE: &str = include_str!("../upgrade/previous-release");
@@ -211,6 +211,20 @@ fn store_files_of(lab: &Lab, cid: &str) -> Vec<String> {
     found
 }
 
+/// The node's CNI bin folder holding `old` as its academy, and the ipMasq network's
+/// config with the portMappings capability: (the plugin's path, the config).
+fn old_release_node(lab: &Lab, old: &Path) -> (PathBuf, Value) {
+    let bin_dir = lab.root.join("node-bin");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    let academy = bin_dir.join("academy");
+    put_binary(old, &academy);
+    let mut config = academy_entry(lab);
+    config["cniVersion"] = json!("1.1.0");
+    config["name"] = json!(lab.network);
+    config["ipMasq"] = json!(true);
+    (academy, config)
+}
+
 #[test]
 fn upgrade_from_the_previous_release_under_live_containers() {
     let (tag, commit) = previous_release();
@@ -230,15 +244,7 @@ fn upgrade_from_the_previous_release_under_live_containers() {
     let lab = Lab::new("upg");
     let node = Node::new(&lab);
     let far = Far::new(&lab, &node);
-    let bin_dir = lab.root.join("node-bin");
-    std::fs::create_dir_all(&bin_dir).unwrap();
-    let academy = bin_dir.join("academy");
-    put_binary(&old, &academy);
-
-    let mut config = academy_entry(&lab);
-    config["cniVersion"] = json!("1.1.0");
-    config["name"] = json!(lab.network);
-    config["ipMasq"] = json!(true);
+    let (academy, mut config) = old_release_node(&lab, &old);
     config["macspoofchk"] = json!(true);
     let port = host_ports(&lab);
     let mut publishing = config.clone();
@@ -254,14 +260,7 @@ fn upgrade_from_the_previous_release_under_live_containers() {
     assert_eq!(records(&lab), [], "the old release wrote a state version");
     // As a node the release before it left (issue 29): no loopback guard on the bridge,
     // which a ports-kind restore puts back.
-    node.nft(&[
-        "delete",
-        "element",
-        "inet",
-        "academy",
-        "_localnet",
-        &format!("{{ \"{}\" }}", lab.bridge),
-    ]);
+    delete_guard_element(&node);
     assert!(!guarded(&node));
 
     // The upgrade: the binary replaced, nothing restarted.
@@ -378,15 +377,8 @@ fn academy_install_brings_an_older_release_s_network_up_to_date() {
     let old = previous_binary(&commit);
     let lab = Lab::new("upgi");
     let node = Node::new(&lab);
-    let bin_dir = lab.root.join("node-bin");
-    std::fs::create_dir_all(&bin_dir).unwrap();
-    let academy = bin_dir.join("academy");
-    put_binary(&old, &academy);
-
-    let mut config = academy_entry(&lab);
-    config["cniVersion"] = json!("1.1.0");
-    config["name"] = json!(lab.network);
-    config["ipMasq"] = json!(true);
+    let (academy, config) = old_release_node(&lab, &old);
+    let bin_dir = academy.parent().unwrap();
     crate::portmap::write_list(&lab, vec![config.clone()]);
     let port = host_ports(&lab);
     let mut publishing = config.clone();
@@ -395,14 +387,7 @@ fn academy_install_brings_an_older_release_s_network_up_to_date() {
     let call =
         |verb: &str, conf: &Value| exec(&node, &academy, &lab.call_for(verb, &a).config(conf));
     let ra = call("ADD", &publishing).expect_result("the old release's ADD");
-    node.nft(&[
-        "delete",
-        "element",
-        "inet",
-        "academy",
-        "_localnet",
-        &format!("{{ \"{}\" }}", lab.bridge),
-    ]);
+    delete_guard_element(&node);
     assert!(!guarded(&node));
 
     let out = node.academy(&[

@@ -440,15 +440,7 @@ fn portmap_localnet_guard_missing_is_reported_restored_and_released_with_route_l
     check().expect_silent_success("CHECK after restore");
 
     // The bridge's element deleted: reported, and put back by the next ADD publishing.
-    let element = format!("{{ \"{}\" }}", lab.bridge);
-    node.nft(&[
-        "delete",
-        "element",
-        "inet",
-        "academy",
-        "_localnet",
-        &element,
-    ]);
+    super::delete_guard_element(&node);
     assert_cni_error(&check(), 120, &["_localnet", &lab.bridge]);
     assert_cni_error(&status(), 50, &["_localnet"]);
     let b = lab.attachment("b");

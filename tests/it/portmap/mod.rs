@@ -56,6 +56,20 @@ pub fn academy_entry(lab: &Lab) -> Value {
     })
 }
 
+/// Deletes the node's loopback guard element of the lab's bridge (what a node made by a
+/// release before the guard, or an admin's `nft delete element`, leaves).
+pub fn delete_guard_element(node: &Node) {
+    let element = format!("{{ \"{}\" }}", node.lab.bridge);
+    node.nft(&[
+        "delete",
+        "element",
+        "inet",
+        "academy",
+        "_localnet",
+        &element,
+    ]);
+}
+
 pub fn write_list(lab: &Lab, plugins: Vec<Value>) {
     let list = json!({"cniVersion": "1.0.0", "name": lab.network, "plugins": plugins});
     std::fs::write(lab.conf_dir.join("10-lab.conflist"), list.to_string()).unwrap();
