@@ -90,6 +90,7 @@ class Lab:
         if self.academy:
             release_unused(self.academy)
         _clean_nftables()
+        _clean_reference_firewall()
         # academy's per-network locks of the bench's networks (nothing holds them now).
         for name in os.listdir(NETWORK_LOCKS) if os.path.isdir(NETWORK_LOCKS) else []:
             if name.startswith(PREFIX):
@@ -227,6 +228,30 @@ def release_unused(academy: str):
     if due:
         subprocess.run([academy], input='{"cniVersion": "1.1.0"}', text=True,
                        capture_output=True, env={"CNI_COMMAND": "VERSION", "PATH": "/usr/bin:/bin"})
+
+
+def _clean_reference_firewall():
+    """The chains the reference firewall plugin (the chains phase's podman list, and
+    academy's converted one with it kept) leaves in the host's filter table on its first
+    ADD and never removes: gone once they hold nothing but its own jumps (another
+    network's containers or an admin's CNI-ADMIN rules keep them)."""
+    for tool in ("iptables", "ip6tables"):
+        rules = sh(tool, "-S", "CNI-FORWARD", check=False)
+        admin = sh(tool, "-S", "CNI-ADMIN", check=False)
+        if rules.returncode != 0 or admin.returncode != 0:
+            continue
+        own = [l for l in rules.stdout.splitlines() if not l.startswith("-N ")]
+        if own not in ([], ['-A CNI-FORWARD -m comment --comment "CNI firewall plugin admin '
+                            'overrides" -j CNI-ADMIN']):
+            continue
+        if [l for l in admin.stdout.splitlines() if not l.startswith("-N ")]:
+            continue
+        sh(tool, "-D", "FORWARD", "-m", "comment", "--comment", "CNI firewall plugin rules",
+           "-j", "CNI-FORWARD", check=False)
+        for chain in ("CNI-FORWARD", "CNI-ADMIN"):
+            sh(tool, "-F", chain, check=False)
+        for chain in ("CNI-FORWARD", "CNI-ADMIN"):
+            sh(tool, "-X", chain, check=False)
 
 
 def _clean_nftables():
