@@ -31,41 +31,11 @@ struct Far {
 
 impl Far {
     fn new(lab: &Lab, node: &Node) -> Far {
-        let netns = lab.add_netns("far");
-        let slot = Slot::take();
-        let (v4, v6) = (slot.v4_prefix(), slot.v6_prefix());
-        let node_end = slot.link_name("acf");
-        ip(&[
-            "-n", &node.ns, "link", "add", &node_end, "type", "veth", "peer", "name", "far0",
-            "netns", &netns,
-        ]);
-        for (ns, dev, host) in [(&node.ns, node_end.as_str(), 1), (&netns, "far0", 2)] {
-            ip(&[
-                "-n",
-                ns,
-                "addr",
-                "add",
-                &format!("{v4}.{host}/24"),
-                "dev",
-                dev,
-            ]);
-            ip(&[
-                "-n",
-                ns,
-                "addr",
-                "add",
-                &format!("{v6}::{host}/64"),
-                "dev",
-                dev,
-                "nodad",
-            ]);
-            ip(&["-n", ns, "link", "set", dev, "up"]);
-        }
-        ip(&["-n", &netns, "link", "set", "lo", "up"]);
+        let out = Outside::joined_to(lab, Some(&node.ns));
         Far {
-            netns,
-            node_v4: format!("{v4}.1"),
-            node_v6: format!("{v6}::1"),
+            netns: out.netns,
+            node_v4: out.host_v4,
+            node_v6: out.host_v6,
         }
     }
 }

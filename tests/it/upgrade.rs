@@ -116,8 +116,8 @@ fn put_binary(from: &Path, to: &Path) {
     std::fs::rename(&tmp, to).unwrap();
 }
 
-/// A netns joined to the node by a veth, on a slot of its own: .1 the node's end, .2
-/// the far end. Dies with the lab's netns.
+/// A netns joined to the node by a veth: .1 the node's end, .2 the far end. Dies with
+/// the lab's netns.
 struct Far {
     netns: String,
     node_v4: String,
@@ -126,29 +126,11 @@ struct Far {
 
 impl Far {
     fn new(lab: &Lab, node: &Node) -> Far {
-        let netns = lab.add_netns("far");
-        let slot = Slot::take();
-        let v4 = slot.v4_prefix();
-        let node_end = slot.link_name("acu");
-        let (near, far) = (format!("{v4}.1"), format!("{v4}.2"));
-        let (near_cidr, far_cidr) = (format!("{near}/24"), format!("{far}/24"));
-        for args in [
-            &[
-                "-n", &node.ns, "link", "add", &node_end, "type", "veth", "peer", "name", "far0",
-                "netns", &netns,
-            ][..],
-            &["-n", &node.ns, "addr", "add", &near_cidr, "dev", &node_end],
-            &["-n", &node.ns, "link", "set", &node_end, "up"],
-            &["-n", &netns, "addr", "add", &far_cidr, "dev", "far0"],
-            &["-n", &netns, "link", "set", "far0", "up"],
-            &["-n", &netns, "link", "set", "lo", "up"],
-        ] {
-            ip(args);
-        }
+        let out = Outside::joined_to(lab, Some(&node.ns));
         Far {
-            netns,
-            node_v4: near,
-            far_v4: far,
+            netns: out.netns,
+            node_v4: out.host_v4,
+            far_v4: out.far_v4,
         }
     }
 }

@@ -23,40 +23,47 @@ pub struct Outside {
 
 impl Outside {
     pub fn new(lab: &Lab) -> Outside {
+        Outside::joined_to(lab, None)
+    }
+
+    /// The same joined to `node` (a node netns, the host when None): its .1 and ::1
+    /// are on the node's end.
+    pub fn joined_to(lab: &Lab, node: Option<&str>) -> Outside {
         let netns = lab.add_netns("out");
         let slot = Slot::take();
         let (v4, v6) = (slot.v4_prefix(), slot.v6_prefix());
         let host_end = slot.link_name("aco");
-        // The pair dies with the netns (the lab deletes it), host end included.
-        ip(&[
-            "link", "add", &host_end, "type", "veth", "peer", "name", "out0", "netns", &netns,
-        ]);
-        ip(&["addr", "add", &format!("{v4}.1/24"), "dev", &host_end]);
-        ip(&[
-            "addr",
-            "add",
-            &format!("{v6}::1/64"),
-            "dev",
-            &host_end,
-            "nodad",
-        ]);
-        ip(&["link", "set", &host_end, "up"]);
-        let inside = |args: &[&str]| {
-            let mut all = vec!["-n", netns.as_str()];
+        let run_in = |ns: Option<&str>, args: &[&str]| {
+            let mut all: Vec<&str> = ns.map_or(Vec::new(), |ns| vec!["-n", ns]);
             all.extend_from_slice(args);
             ip(&all);
         };
-        inside(&["addr", "add", &format!("{v4}.2/24"), "dev", "out0"]);
-        inside(&[
-            "addr",
-            "add",
-            &format!("{v6}::2/64"),
-            "dev",
-            "out0",
-            "nodad",
-        ]);
-        inside(&["link", "set", "out0", "up"]);
-        inside(&["link", "set", "lo", "up"]);
+        // The pair dies with the netns (the lab deletes it), host end included.
+        run_in(
+            node,
+            &[
+                "link", "add", &host_end, "type", "veth", "peer", "name", "out0", "netns", &netns,
+            ],
+        );
+        for (ns, dev, host) in [
+            (node, host_end.as_str(), 1),
+            (Some(netns.as_str()), "out0", 2),
+        ] {
+            run_in(ns, &["addr", "add", &format!("{v4}.{host}/24"), "dev", dev]);
+            run_in(
+                ns,
+                &[
+                    "addr",
+                    "add",
+                    &format!("{v6}::{host}/64"),
+                    "dev",
+                    dev,
+                    "nodad",
+                ],
+            );
+            run_in(ns, &["link", "set", dev, "up"]);
+        }
+        run_in(Some(&netns), &["link", "set", "lo", "up"]);
         Outside {
             netns,
             host_v4: format!("{v4}.1"),

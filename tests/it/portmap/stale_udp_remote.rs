@@ -26,39 +26,11 @@ struct Remote {
 
 impl Remote {
     fn new(lab: &Lab, node: &Node) -> Remote {
-        let netns = lab.add_netns("far");
-        let slot = Slot::take();
-        let v4 = slot.v4_prefix();
-        let node_end = slot.link_name("acr");
-        ip(&[
-            "-n", &node.ns, "link", "add", &node_end, "type", "veth", "peer", "name", "far0",
-            "netns", &netns,
-        ]);
-        ip(&[
-            "-n",
-            &node.ns,
-            "addr",
-            "add",
-            &format!("{v4}.1/24"),
-            "dev",
-            &node_end,
-        ]);
-        ip(&["-n", &node.ns, "link", "set", &node_end, "up"]);
-        ip(&[
-            "-n",
-            &netns,
-            "addr",
-            "add",
-            &format!("{v4}.2/24"),
-            "dev",
-            "far0",
-        ]);
-        ip(&["-n", &netns, "link", "set", "far0", "up"]);
-        ip(&["-n", &netns, "link", "set", "lo", "up"]);
+        let out = Outside::joined_to(lab, Some(&node.ns));
         Remote {
-            netns,
-            node_v4: format!("{v4}.1"),
-            far_v4: format!("{v4}.2"),
+            netns: out.netns,
+            node_v4: out.host_v4,
+            far_v4: out.far_v4,
         }
     }
 }
