@@ -18,11 +18,13 @@ fn pod_v6(lab: &Lab) -> String {
     format!("{}::/64", lab.slot.v6_prefix())
 }
 
-/// Puts the chained reference plugins beside academy in the lab's CNI_PATH.
-fn link_chained_plugins(lab: &Lab) {
+/// Puts the chained reference plugins beside academy in the lab's CNI_PATH; the
+/// firewall plugin among them runs in the host's netns, hence the guard of its chains.
+fn link_chained_plugins(lab: &Lab) -> FirewallChains {
     for p in CHAINED {
         let _ = std::os::unix::fs::symlink(format!("{DEBIAN_PLUGINS}/{p}"), lab.bin_dir.join(p));
     }
+    FirewallChains::hold()
 }
 
 /// `list` with the bridge plugin's type changed to academy and the bridge renamed to the
@@ -124,7 +126,7 @@ fn host_port(lab: &Lab) -> u16 {
 fn ipmasq_podman_network_create_conflist_reaches_the_outside() {
     let lab = Lab::new("mqpod");
     let out = Outside::new(&lab);
-    link_chained_plugins(&lab);
+    let _chains = link_chained_plugins(&lab);
     let dir = lab.root.join("podman-net");
     let v6 = pod_v6(&lab);
     let created = retried_while_links_vanish(|| {
@@ -232,7 +234,7 @@ fn containerd_default() -> Value {
 fn ipmasq_containerd_default_conflist_reaches_the_outside_and_gc_clears_it() {
     let lab = Lab::new("mqctrd");
     let out = Outside::new(&lab);
-    link_chained_plugins(&lab);
+    let _chains = link_chained_plugins(&lab);
     let mut list = containerd_default();
     // The test's own name and subnets (2001:4860:4860::/64 is a real, routed prefix).
     list["name"] = json!(lab.network);

@@ -24,6 +24,8 @@ struct Guard {
     podman: PrivatePodman,
     netns_before: BTreeSet<String>,
     _lock: Flock<fs::File>,
+    /// Last: podman's chained firewall plugin runs in the host's netns.
+    _chains: FirewallChains,
 }
 
 impl Drop for Guard {
@@ -71,6 +73,7 @@ fn private_podman(lab: &Lab) -> (Guard, std::path::PathBuf) {
         podman: PrivatePodman { dir },
         netns_before: podman_netns(),
         _lock: lock,
+        _chains: FirewallChains::hold(),
     };
     let p = &guard.podman;
     let confs = p.dir.join("net.d");

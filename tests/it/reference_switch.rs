@@ -143,6 +143,7 @@ fn words(line: &str) -> Vec<String> {
 struct IptablesGuard {
     network: String,
     prefix: String,
+    _chains: FirewallChains,
 }
 
 impl IptablesGuard {
@@ -150,6 +151,7 @@ impl IptablesGuard {
         let g = IptablesGuard {
             network: lab.network.clone(),
             prefix: lab.prefix.clone(),
+            _chains: FirewallChains::hold(),
         };
         g.clean();
         g

@@ -36,3 +36,75 @@ pub fn unmount_below(dir: &Path) {
         let _ = run_quiet("umount", &["-l", m]);
     }
 }
+
+/// The reference firewall plugin's chains in the host's filter tables: its first ADD
+/// on a host makes CNI-FORWARD (jumped to from FORWARD) and CNI-ADMIN, and no DEL ever
+/// removes them. A test that runs the plugin in the host's netns holds this guard: such
+/// tests are serialised by its lock (taken after any other test lock), and the chains
+/// go when the guard drops, also on failure, if they were not there before it and hold
+/// nothing but the plugin's own jumps (an admin's rules, or another network's, keep
+/// them).
+pub struct FirewallChains {
+    existed: [bool; 2],
+    _lock: Flock<fs::File>,
+}
+
+const FIREWALL_LOCK: &str = "/run/academy-firewall-chains-test.lock";
+const TOOLS: [&str; 2] = ["iptables", "ip6tables"];
+
+impl FirewallChains {
+    pub fn hold() -> FirewallChains {
+        let lock = lock_file(FIREWALL_LOCK);
+        FirewallChains {
+            existed: TOOLS
+                .map(|tool| run_quiet(tool, &["-S", "CNI-FORWARD"]).is_some_and(|o| o.code == 0)),
+            _lock: lock,
+        }
+    }
+}
+
+impl Drop for FirewallChains {
+    fn drop(&mut self) {
+        for (tool, existed) in TOOLS.into_iter().zip(self.existed) {
+            if existed {
+                continue;
+            }
+            let lines = |chain: &str| -> Option<Vec<String>> {
+                let out = run_quiet(tool, &["-S", chain]).filter(|o| o.code == 0)?;
+                Some(
+                    out.stdout
+                        .lines()
+                        .filter(|l| !l.starts_with("-N "))
+                        .map(str::to_string)
+                        .collect(),
+                )
+            };
+            let (Some(forward), Some(admin)) = (lines("CNI-FORWARD"), lines("CNI-ADMIN")) else {
+                continue;
+            };
+            let own = "-A CNI-FORWARD -m comment --comment \"CNI firewall plugin admin overrides\" -j CNI-ADMIN";
+            if !admin.is_empty() || forward.iter().any(|l| l != own) {
+                continue;
+            }
+            let jump = [
+                "-D",
+                "FORWARD",
+                "-m",
+                "comment",
+                "--comment",
+                "CNI firewall plugin rules",
+                "-j",
+                "CNI-FORWARD",
+            ];
+            let _ = run_quiet(tool, &jump);
+            for args in [
+                ["-F", "CNI-FORWARD"],
+                ["-F", "CNI-ADMIN"],
+                ["-X", "CNI-FORWARD"],
+                ["-X", "CNI-ADMIN"],
+            ] {
+                let _ = run_quiet(tool, &args);
+            }
+        }
+    }
+}

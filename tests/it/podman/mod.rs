@@ -219,6 +219,7 @@ fn academy_under_podman() {
         _lock: lock,
         net,
         full,
+        _chains: FirewallChains::hold(),
     };
     let (p, net, full) = (&guard.podman, &guard.net, &guard.full);
     let bridges = [net.bridge.clone(), full.bridge.clone()];

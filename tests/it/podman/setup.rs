@@ -80,6 +80,8 @@ pub(super) struct Guard {
     pub(super) _lock: Flock<fs::File>,
     pub(super) net: Lab,
     pub(super) full: Lab,
+    /// Last: podman's chained firewall plugin runs in the host's netns.
+    pub(super) _chains: FirewallChains,
 }
 
 impl Drop for Guard {
