@@ -67,7 +67,7 @@ const LOCK: &str = "/run/academy-cluster-test.lock";
 /// after the two folders. Not `ip netns exec`: it mounts a fresh /sys without
 /// /sys/fs/cgroup, where runc finds no cgroup ("no cgroup mount found in mountinfo").
 /// /sys stays the host's, as for a plugin a runtime runs after `nsenter --net`.
-const IN_NODE: &str = r#"mkdir -p /run/academy && mount --bind "$1" /var/lib/cni && mount --bind "$2" /run/academy && shift 2 && exec "$@""#;
+const IN_NODE: &str = r#"mkdir -p /run/academy /var/lib/cni && mount --bind "$1" /var/lib/cni && mount --bind "$2" /run/academy && shift 2 && exec "$@""#;
 
 /// One node: netns `ns`, underlay address 192.168.77.1N, pod CIDR 10.244.N.0/24, and its
 /// folders under `root`.
