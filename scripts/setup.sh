@@ -22,6 +22,8 @@
 #                                 service starts refused) against academy watch --metrics, parse
 #                                 the exposition with prometheus_client, and run promtool on
 #                                 deploy/prometheus/ (tests/it/metrics.rs, tests/it/alert_rules.rs)
+#   radvd                         the IPv6 uplink test's router (tests/it/ipv6_uplink.rs): a test
+#                                 tool run by PID in a netns of the test's, never a service
 #   groff-base git                the CLI test formats academy(8) with groff and checks
 #                                 --version's commit against git (tests/it/cli_conventions.rs)
 #   qemu-system-x86 cpio kmod     the VLAN tests boot Debian 12's stock kernel in a throwaway
@@ -57,10 +59,12 @@ PKGS=(
   groff-base git
   qemu-system-x86 cpio kmod
   prometheus python3-prometheus-client
+  radvd
 )
 # Packages whose maintainer scripts would start (and enable) a service we only want as a
-# program: prometheus.service listening on :9090 of the host.
-NO_SERVICE=(prometheus)
+# program: prometheus.service listening on :9090 of the host, radvd.service advertising on
+# the host's interfaces.
+NO_SERVICE=(prometheus radvd)
 CNITOOL_SRC_PKG=golang-github-appc-cni
 CNITOOL_SHA256=996324788ccae4f7a2208ebd9e3b78ee8a48860c4f6568628bc514129588f79c # v1.1.2
 GOPATH_DEBIAN=/usr/share/gocode

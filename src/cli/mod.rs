@@ -8,6 +8,7 @@
 //! text, so stdout holds only what was asked for; exit status 0 on success, 1 when the
 //! work failed, 2 when the command line is wrong.
 
+mod advertisements;
 mod args;
 mod completion;
 mod convert;

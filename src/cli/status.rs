@@ -9,6 +9,7 @@ use std::time::SystemTime;
 
 use serde_json::{json, Value};
 
+use super::advertisements::NodeAdvertisements;
 use super::nat::{networks_in, DEFAULT_CONF_DIR};
 use super::network_view::{kind_slug, NetworkView};
 use super::node_look::{NodeLook, StoreCache};
@@ -24,14 +25,18 @@ pub fn run(p: &Parsed) -> Result<(), CliError> {
         .iter()
         .map(|conf| NetworkView::read(conf, Path::new(RUN_DIR), &mut look))
         .collect();
+    let node = NodeAdvertisements::look();
     let text = if p.has("--json") {
-        let mut text =
-            json!({"confDir": dir, "networks": views.iter().map(to_json).collect::<Vec<_>>()})
-                .to_string();
+        let mut text = json!({
+            "confDir": dir,
+            "networks": views.iter().map(to_json).collect::<Vec<_>>(),
+            "ipv6RouterAdvertisements": node.to_json(),
+        })
+        .to_string();
         text.push('\n');
         text
     } else {
-        table(&views, SystemTime::now())
+        table(&views, SystemTime::now()) + &node.lines(SystemTime::now())
     };
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())

@@ -43,20 +43,24 @@ pub(super) fn to_address(a: &AddressMessage) -> Option<AddressState> {
         })
     };
     let ip = find(true).or_else(|| find(false))?;
-    // IFA_FLAGS has all 32 bits; the header's byte is the older, shorter copy.
-    let flags = a
-        .attributes
-        .iter()
-        .find_map(|attr| match attr {
-            AddressAttribute::Flags(f) => Some(*f),
-            _ => None,
-        })
-        .unwrap_or_else(|| AddressFlags::from_bits_retain(u32::from(a.header.flags.bits())));
+    let flags = address_flags(a);
     Some(AddressState {
         address: IpNetwork::new(ip, a.header.prefix_len).ok()?,
         tentative: flags.contains(AddressFlags::Tentative),
         dad_failed: flags.contains(AddressFlags::Dadfailed),
     })
+}
+
+/// An address's flags. IFA_FLAGS has all 32 bits; the header's byte is the older,
+/// shorter copy.
+pub(super) fn address_flags(a: &AddressMessage) -> AddressFlags {
+    a.attributes
+        .iter()
+        .find_map(|attr| match attr {
+            AddressAttribute::Flags(f) => Some(*f),
+            _ => None,
+        })
+        .unwrap_or_else(|| AddressFlags::from_bits_retain(u32::from(a.header.flags.bits())))
 }
 
 pub(super) fn to_routes(msg: &RouteMessage, ipv6: bool) -> Vec<Route> {

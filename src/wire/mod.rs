@@ -3,6 +3,7 @@
 //! (add, check) call these in order; undoing them is removal.rs's.
 
 pub mod dad;
+pub mod forwarding;
 pub mod mtu;
 pub mod port;
 
@@ -99,28 +100,7 @@ pub fn ensure_gateways(
             Ok(()) => resolve_address_clash(nl, link, *gw, force_address)?,
         }
     }
-    if !gateways.is_empty() {
-        enable_forwarding(gateways);
-    }
-    Ok(())
-}
-
-/// As the reference plugin does on a gateway bridge: the host forwards for the families
-/// it is a gateway of. Written only when off, since a write to IPv6's `all/forwarding`
-/// walks every interface.
-fn enable_forwarding(gateways: &[IpNetwork]) {
-    for (v4, path) in [
-        (true, "/proc/sys/net/ipv4/ip_forward"),
-        (false, "/proc/sys/net/ipv6/conf/all/forwarding"),
-    ] {
-        if gateways.iter().any(|g| g.is_ipv4() == v4)
-            && std::fs::read_to_string(path).is_ok_and(|v| v.trim() == "0")
-        {
-            if let Err(e) = std::fs::write(path, "1") {
-                eprintln!("academy: cannot turn on forwarding in {path}: {e}");
-            }
-        }
-    }
+    forwarding::enable(nl, gateways, link.index)
 }
 
 /// The reference plugin's rule: one IPv4 address on the bridge, and IPv6 addresses only

@@ -74,6 +74,9 @@
 //! |               | runtime record gone with DEL and GC                             |
 //! | `watch`       | `academy watch` in a node: flushes, deleted tables, iptables   |
 //! |               | reloads put back within a second; lost notifications           |
+//! | `ipv6_uplink` | a node's uplink learning its IPv6 routes from radvd keeps them |
+//! |               | through the first IPv6 gateway ADD (forwarding on); `academy status` |
+//! |               | names an uplink that lost its advertisements                     |
 //! | `alert_rules` | deploy/prometheus/'s alerts through promtool check and test    |
 //! | `metrics`     | `academy watch --metrics` scraped by a real Prometheus in a node; |
 //! |               | a silent client, a huge request; `academy status` against `list` |
@@ -127,6 +130,7 @@ mod hardening;
 mod iface_keys;
 mod installer;
 mod ipam_lab;
+mod ipv6_uplink;
 mod isolation;
 mod keys_off;
 mod kinds;

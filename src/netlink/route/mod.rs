@@ -26,6 +26,7 @@ use netlink_packet_route::route::{
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
 mod address;
+mod learned;
 mod link;
 mod table;
 

@@ -88,7 +88,7 @@ impl Netlink {
 
     /// One family's RTM_GETROUTE dump; a kernel that answers another family's routes
     /// (one without IPv6 dumps every family) has them dropped.
-    fn route_messages(&mut self, ipv6: bool, what: &str) -> NlResult<Vec<RouteMessage>> {
+    pub(super) fn route_messages(&mut self, ipv6: bool, what: &str) -> NlResult<Vec<RouteMessage>> {
         let family = if ipv6 {
             AddressFamily::Inet6
         } else {
