@@ -65,7 +65,7 @@ pub fn to_json(v: &NetworkView) -> Value {
         "ranges": v.ranges.iter().map(|r| json!({
             "subnet": r.subnet, "first": r.first.to_string(), "last": r.last.to_string(),
         })).collect::<Vec<_>>(),
-        "addresses": {"size": v.size, "used": v.used, "free": v.free, "leaked": v.leaked},
+        "addresses": {"size": count(v.size), "used": v.used, "free": count(v.free), "leaked": v.leaked},
         "attachments": v.attachments,
         "missing": missing,
         "missingError": missing_error,
@@ -79,6 +79,16 @@ pub fn to_json(v: &NetworkView) -> Value {
 }
 
 /// The text form: a header and one aligned row per network, then any errors.
+/// An address count as a JSON number. An IPv6 range can hold more than a u64 (a /48
+/// has 2^80), which serde_json cannot write as an integer: those become a float,
+/// as most JSON readers (jq, JavaScript) would read any large integer anyway.
+fn count(n: u128) -> Value {
+    match u64::try_from(n) {
+        Ok(n) => json!(n),
+        Err(_) => json!(n as f64),
+    }
+}
+
 fn table(views: &[NetworkView], now: SystemTime) -> String {
     if views.is_empty() {
         return "no academy network found\n".into();
@@ -223,6 +233,19 @@ mod tests {
                 "unusedSince"
             ]
         );
+    }
+
+    /// A /48 of IPv6 holds 2^80 addresses: more than serde_json writes as an integer.
+    #[test]
+    fn an_ipv6_range_larger_than_a_u64_is_a_number_not_a_panic() {
+        let big = NetworkView {
+            size: 1 << 80,
+            free: (1 << 80) - 3,
+            ..view()
+        };
+        let j = to_json(&big);
+        assert_eq!(j["addresses"]["size"].as_f64(), Some((1u128 << 80) as f64));
+        assert_eq!(j["addresses"]["used"], 3);
     }
 
     #[test]
