@@ -12,7 +12,8 @@
 //!
 //! A destination that already has the same bytes and mode is left alone, so running
 //! the installer again (every pod restart) changes nothing. Then the conf dir's academy
-//! networks are brought to this release's state (firewall/upgrade.rs). Not a CNI verb:
+//! networks are swept of what a rollback's DEL left (orphans.rs) and brought to this
+//! release's state (firewall/upgrade.rs). Not a CNI verb:
 //! a runtime always sets CNI_COMMAND and passes no arguments, and main.rs only comes
 //! here (through cli/) when CNI_COMMAND is unset.
 
@@ -25,7 +26,9 @@ use std::path::{Path, PathBuf};
 use ipnetwork::IpNetwork;
 
 use super::nat::networks_in;
+use super::orphans::{self, Swept};
 use super::{CliError, Parsed};
+use crate::config::Config;
 use crate::firewall::upgrade::{self, Mode, Step, STATE_VERSION};
 
 /// academy's containerd conf_template (dual stack through .PodCIDRRanges).
@@ -169,6 +172,8 @@ fn bring_networks_up_to_date(conf_dir: &Path) {
         return;
     };
     for conf in &confs {
+        // First: what a rollback's DEL left goes before anything is put back around it.
+        report_sweep(conf, orphans::sweep(conf));
         match upgrade::bring_up_to_date(conf, Mode::Install) {
             Ok(Step::Brought { from, restored }) if !restored.is_empty() => {
                 say(&upgrade::brought(&conf.name, from, &restored))
@@ -183,6 +188,33 @@ fn bring_networks_up_to_date(conf_dir: &Path) {
                 conf.name
             ),
         }
+    }
+}
+
+/// One line per network the sweep removed something from (stdout: done), or could not
+/// judge or finish (stderr: the operator's CNI GC or the next install does it).
+fn report_sweep(conf: &Config, swept: Swept) {
+    match swept {
+        Swept::Removed { removed, errors } => {
+            if !removed.is_empty() {
+                say(&format!(
+                    "network {}: removed what no reservation or host veth owns (an older release's DEL leaves it after a rollback): {}",
+                    conf.name,
+                    removed.join(", ")
+                ));
+            }
+            for e in errors {
+                eprintln!(
+                    "academy install: network {}: the sweep of what no reservation owns failed: {e}; the next install, or CNI GC with the valid attachments, removes it",
+                    conf.name
+                );
+            }
+        }
+        Swept::LeftAlone(None) => {}
+        Swept::LeftAlone(Some(why)) => eprintln!(
+            "academy install: network {}: not swept of what no reservation owns, because {why}",
+            conf.name
+        ),
     }
 }
 

@@ -21,6 +21,7 @@ mod metrics;
 mod nat;
 mod network_view;
 mod node_look;
+mod orphans;
 mod repairs;
 mod status;
 mod watch;

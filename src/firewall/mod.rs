@@ -140,12 +140,14 @@ pub struct Checking<'a> {
     pub mac: &'a str,
 }
 
-/// GC of one network: the valid attachments' owners, and the errors collected.
+/// GC of one network (or `academy install`'s sweep): the valid attachments' owners, the
+/// errors collected, and what was removed, in words (the installer reports it).
 pub struct Sweeping<'a> {
     pub conf: &'a Config,
     pub nft: &'a mut NftablesOnDemand,
     pub live: &'a Live,
     pub errors: &'a mut Vec<Error>,
+    pub removed: &'a mut Vec<String>,
 }
 
 /// STATUS and the restore command for one network: its wired attachments.

@@ -65,6 +65,24 @@ pub fn in_use(conf: &Config) -> InUse {
     InUse(lock)
 }
 
+/// The network's lock held whole, for a sweep that judges ownership by the store
+/// (`academy install` after a rollback): ADD holds a share from before its reservation
+/// until its last nf_tables step, so while this is held an element whose owner has no
+/// reservation is no ADD's in the making. Waits up to 5 s for the ADDs in flight; None
+/// when they outlast that, or without /run.
+pub fn without_adds_in_flight(conf: &Config) -> Option<Flock<File>> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match lock(conf, Wait::No) {
+            Ok(held) => return Some(held),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(1))
+            }
+            Err(_) => return None,
+        }
+    }
+}
+
 /// Once the network has no attachment left: records it as unused, for a release after
 /// `releaseUnusedAfter`, or (0, or the record cannot be written) deletes its own objects
 /// at once. Returns what it deleted, in words (nothing when the network is in use or

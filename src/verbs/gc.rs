@@ -147,19 +147,27 @@ fn sweep_unlabelled(
 }
 
 /// The by-kind sweeps of nf_tables, on one socket: every kind's elements whose owner is
-/// no valid attachment.
-fn sweep_nftables(conf: &Config, valid: &HashSet<(String, String)>, errors: &mut Vec<Error>) {
+/// no valid attachment. Returns what they removed, in words. Also `academy install`'s
+/// sweep after a rollback (cli/install.rs), with the store's holders as the valid list.
+pub fn sweep_nftables(
+    conf: &Config,
+    valid: &HashSet<(String, String)>,
+    errors: &mut Vec<Error>,
+) -> Vec<String> {
     let mut nft = NftablesOnDemand::default();
     let live = Live::of(conf, valid);
+    let mut removed = Vec::new();
     let mut sweeping = Sweeping {
         conf,
         nft: &mut nft,
         live: &live,
         errors,
+        removed: &mut removed,
     };
     for kind in KINDS {
         kind.sweep(&mut sweeping);
     }
+    removed
 }
 
 /// What GC makes of a host link.

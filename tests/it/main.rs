@@ -65,8 +65,10 @@
 //! | `reference_switch` | a live reference network switched by `academy convert`: DEL |
 //! |               | removes the reference's leftovers; convert's report and --in-place |
 //! | `restore_lock` | a network released by its last DEL during a restore stays released |
-//! | `upgrade`     | the previous release (built from git history) replaced under live |
-//! |               | containers: CHECK, STATUS, the published port, DEL and GC after it |
+//! | `upgrade`     | the previous release and v0.4.0 (built from git history) replaced |
+//! |               | under live containers: CHECK, STATUS, the published port, DEL, GC |
+//! | `rollback`    | this build replaced by the previous release and v0.4.0 under live |
+//! |               | containers, then back: CHECK, DEL, GC; install sweeps what v0.4.0 left |
 //! | `vlan`        | the bridge port: VLANs (in a VM on Debian's kernel), isolation |
 //! | `flush_ports` | published ports (v4, v6, hostIP) back after `nft flush ruleset`, |
 //! |               | a deleted table, a Debian nftables.conf: by the watch, by       |
@@ -153,6 +155,7 @@ mod portmap;
 mod protocol;
 mod reference_switch;
 mod restore_lock;
+mod rollback;
 mod route_attrs;
 mod services;
 mod switching;

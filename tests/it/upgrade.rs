@@ -1,14 +1,21 @@
-//! An upgrade under running containers: the previous release
-//! (tests/upgrade/previous-release, its tag if the repository has it) is built from this
-//! repository's history, installed as a private node's plugin, and given live attachments (ipMasq, a
-//! published port, the MAC filter); then its binary is replaced by this build's, nothing
-//! restarted, as a package upgrade or `academy install` does. The first invocation of the
-//! new binary brings the network to its state version (src/firewall/upgrade.rs), so CHECK
-//! and STATUS pass at once, and DEL and GC handle what the old binary made.
+//! An upgrade under running containers: an older release is built from this
+//! repository's history, installed as a private node's plugin, and given live attachments
+//! (ipMasq, a published port, the MAC filter); then its binary is replaced by this build's,
+//! nothing restarted, as a package upgrade or `academy install` does. Two releases:
 //!
-//! The old build is cached under target/upgrade-from-<commit> (its own source and target
-//! folders), so only the first run pays its minute or two. Packets go only to the test's
-//! own namespaces.
+//! - the previous one (tests/upgrade/previous-release, moved at each release), whose
+//!   state version may be this build's: then nothing is brought up to date;
+//! - the last one without a state version (tests/upgrade/last-unversioned-release,
+//!   v0.4.0, never moved): the first invocation of the new binary brings the network to
+//!   its state version (src/firewall/upgrade.rs), so CHECK and STATUS pass at once.
+//!
+//! In both, DEL and GC handle what the old binary made. rollback.rs replaces this build
+//! by the same two releases.
+//!
+//! An old build is cached under target/upgrade-from-<commit> (its own source and target
+//! folders), so only the first run pays its minute or two, and tests sharing a release
+//! share its build (one at a time, under a lock). Packets go only to the test's own
+//! namespaces.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,7 +27,28 @@ use crate::common::*;
 use crate::portmap::{academy_entry, delete_guard_element, exchange, host_ports, mapping};
 
 /// `<tag> <full commit>` of the release before this one.
-const PREVIOUS_RELEASE: &str = include_str!("../upgrade/previous-release");
+const PREVIOUS_RELEASE: (&str, &str) = (
+    "tests/upgrade/previous-release",
+    include_str!("../upgrade/previous-release"),
+);
+
+/// `<tag> <full commit>` of the last release that wrote no state version and no network
+/// key in its owner comments (v0.4.0).
+const LAST_UNVERSIONED_RELEASE: (&str, &str) = (
+    "tests/upgrade/last-unversioned-release",
+    include_str!("../upgrade/last-unversioned-release"),
+);
+
+/// The state version this build records (src/firewall/upgrade.rs's STATE_VERSION, read
+/// from the source: the test binary does not link the plugin's crate).
+pub fn state_version() -> u32 {
+    let source = include_str!("../../src/firewall/upgrade.rs");
+    source
+        .lines()
+        .find_map(|l| l.strip_prefix("pub const STATE_VERSION: u32 = "))
+        .and_then(|rest| rest.trim_end_matches(';').trim().parse().ok())
+        .expect("src/firewall/upgrade.rs declares `pub const STATE_VERSION: u32 = N;`")
+}
 
 /// The repository the test was built from: a full clone, so the previous release's
 /// commit is in its history.
@@ -32,31 +60,63 @@ fn git(args: &[&str]) -> Out {
     run("git", &all, &[])
 }
 
-/// The previous release's tag (as named in the file) and the commit to build: the tag's
-/// when the repository has it (it must be the file's), else the file's.
-fn previous_release() -> (String, String) {
-    let mut words = PREVIOUS_RELEASE.split_whitespace();
-    let (Some(tag), Some(commit), None) = (words.next(), words.next(), words.next()) else {
-        panic!(
-            "tests/upgrade/previous-release should read `<tag> <commit>`, not {PREVIOUS_RELEASE:?}"
-        );
-    };
-    let present = |rev: &str| git(&["rev-parse", "--verify", "--quiet", rev]);
-    let tagged = present(&format!("refs/tags/{tag}^{{commit}}"));
-    if tagged.code == 0 {
-        let at = tagged.stdout.trim();
-        assert_eq!(
-            at, commit,
-            "tag {tag} names {at}, but tests/upgrade/previous-release says {commit}: one of them is wrong"
-        );
+/// An older release: its tag, as its file names it, and the commit to build.
+pub struct Release {
+    pub tag: String,
+    pub commit: String,
+}
+
+impl Release {
+    /// The release before this one.
+    pub fn previous() -> Release {
+        Release::named_by(PREVIOUS_RELEASE)
     }
-    let found = present(&format!("{commit}^{{commit}}"));
-    assert_eq!(
-        found.code, 0,
-        "the previous release {tag} ({commit}, tests/upgrade/previous-release) is not in this repository's history: \
-         the upgrade test builds it from there. Use a full clone (`git fetch --unshallow --tags`), or fix the file.\n{found}"
-    );
-    (tag.to_string(), found.stdout.trim().to_string())
+
+    /// The last release without a state version or keyed owner comments.
+    pub fn last_unversioned() -> Release {
+        Release::named_by(LAST_UNVERSIONED_RELEASE)
+    }
+
+    /// The release a file names: the tag's commit when the repository has the tag (it
+    /// must be the file's), else the file's.
+    fn named_by((file, text): (&str, &str)) -> Release {
+        let mut words = text.split_whitespace();
+        let (Some(tag), Some(commit), None) = (words.next(), words.next(), words.next()) else {
+            panic!("{file} should read `<tag> <commit>`, not {text:?}");
+        };
+        let present = |rev: &str| git(&["rev-parse", "--verify", "--quiet", rev]);
+        let tagged = present(&format!("refs/tags/{tag}^{{commit}}"));
+        if tagged.code == 0 {
+            let at = tagged.stdout.trim();
+            assert_eq!(
+                at, commit,
+                "tag {tag} names {at}, but {file} says {commit}: one of them is wrong"
+            );
+        }
+        let found = present(&format!("{commit}^{{commit}}"));
+        assert_eq!(
+            found.code, 0,
+            "the release {tag} ({commit}, {file}) is not in this repository's history: \
+             the upgrade and rollback tests build it from there. Use a full clone (`git fetch --unshallow --tags`), or fix the file.\n{found}"
+        );
+        Release {
+            tag: tag.to_string(),
+            commit: found.stdout.trim().to_string(),
+        }
+    }
+
+    /// Its binary, built (or found fresh) under target/upgrade-from-<commit>.
+    pub fn binary(&self) -> PathBuf {
+        let started = Instant::now();
+        let binary = previous_binary(&self.commit);
+        eprintln!(
+            "release {} ({}) built (or found fresh) in {:.1?}",
+            self.tag,
+            self.commit,
+            started.elapsed()
+        );
+        binary
+    }
 }
 
 /// The previous release's binary, built in release mode from `git archive` of its
@@ -110,7 +170,7 @@ fn previous_binary(commit: &str) -> PathBuf {
 
 /// Puts `from` at `to` as an installer does: a copy beside it, renamed over it (a
 /// runtime executing the old one keeps its inode).
-fn put_binary(from: &Path, to: &Path) {
+pub fn put_binary(from: &Path, to: &Path) {
     let tmp = to.with_file_name(".academy.new");
     std::fs::copy(from, &tmp).unwrap();
     std::fs::rename(&tmp, to).unwrap();
@@ -118,14 +178,14 @@ fn put_binary(from: &Path, to: &Path) {
 
 /// A netns joined to the node by a veth: .1 the node's end, .2 the far end. Dies with
 /// the lab's netns.
-struct Far {
-    netns: String,
-    node_v4: String,
-    far_v4: String,
+pub struct Far {
+    pub netns: String,
+    pub node_v4: String,
+    pub far_v4: String,
 }
 
 impl Far {
-    fn new(lab: &Lab, node: &Node) -> Far {
+    pub fn new(lab: &Lab, node: &Node) -> Far {
         let out = Outside::joined_to(lab, Some(&node.ns));
         Far {
             netns: out.netns,
@@ -136,12 +196,12 @@ impl Far {
 }
 
 /// The plugin at `binary` run inside the node, as the runtime calls it.
-fn exec(node: &Node, binary: &Path, call: &Call) -> Out {
+pub fn exec(node: &Node, binary: &Path, call: &Call) -> Out {
     call.spawn("ip", &["netns", "exec", &node.ns, binary.to_str().unwrap()])
 }
 
 /// The network's state version records (any node's): `(file name, first line)`.
-fn records(lab: &Lab) -> Vec<(String, String)> {
+pub fn records(lab: &Lab) -> Vec<(String, String)> {
     let prefix = format!("{}.", lab.network);
     let mut found: Vec<(String, String)> = std::fs::read_dir("/run/academy/networks")
         .into_iter()
@@ -160,7 +220,7 @@ fn records(lab: &Lab) -> Vec<(String, String)> {
 }
 
 /// Whether the node's loopback guard holds the lab's bridge.
-fn guarded(node: &Node) -> bool {
+pub fn guarded(node: &Node) -> bool {
     let out = nft::nft_in(
         Some(&node.ns),
         &["-j", "list", "set", "inet", "academy", "_localnet"],
@@ -169,15 +229,15 @@ fn guarded(node: &Node) -> bool {
 }
 
 /// The node's whole ruleset (every family: the MAC filter is in `bridge academy`).
-fn ruleset(node: &Node) -> String {
+pub fn ruleset(node: &Node) -> String {
     node.nft(&["list", "ruleset"]).stdout
 }
 
 /// The store's files (names and contents) that name a container.
-fn store_files_of(lab: &Lab, cid: &str) -> Vec<String> {
+pub fn store_files_of(lab: &Lab, cid: &str) -> Vec<String> {
     let dir = store_dir(lab);
     let mut found = Vec::new();
-    for sub in ["", "holders"] {
+    for sub in ["", "holders", "runtime"] {
         for e in std::fs::read_dir(dir.join(sub))
             .into_iter()
             .flatten()
@@ -193,13 +253,13 @@ fn store_files_of(lab: &Lab, cid: &str) -> Vec<String> {
     found
 }
 
-/// The node's CNI bin folder holding `old` as its academy, and the ipMasq network's
+/// The node's CNI bin folder holding `binary` as its academy, and the ipMasq network's
 /// config with the portMappings capability: (the plugin's path, the config).
-fn old_release_node(lab: &Lab, old: &Path) -> (PathBuf, Value) {
+pub fn release_node(lab: &Lab, binary: &Path) -> (PathBuf, Value) {
     let bin_dir = lab.root.join("node-bin");
     std::fs::create_dir_all(&bin_dir).unwrap();
     let academy = bin_dir.join("academy");
-    put_binary(old, &academy);
+    put_binary(binary, &academy);
     let mut config = academy_entry(lab);
     config["cniVersion"] = json!("1.1.0");
     config["name"] = json!(lab.network);
@@ -207,15 +267,27 @@ fn old_release_node(lab: &Lab, old: &Path) -> (PathBuf, Value) {
     (academy, config)
 }
 
+/// The state version records of the lab's network, their first lines.
+pub fn recorded(lab: &Lab) -> Vec<String> {
+    records(lab).into_iter().map(|(_, v)| v).collect()
+}
+
 #[test]
 fn upgrade_from_the_previous_release_under_live_containers() {
-    let (tag, commit) = previous_release();
-    let started = Instant::now();
-    let old = previous_binary(&commit);
-    eprintln!(
-        "upgrade: the previous release {tag} ({commit}) built (or found fresh) in {:.1?}",
-        started.elapsed()
-    );
+    upgrade_under_live_containers(&Release::previous(), "upg");
+}
+
+#[test]
+fn upgrade_from_the_last_release_without_a_state_version_under_live_containers() {
+    upgrade_under_live_containers(&Release::last_unversioned(), "upg0");
+}
+
+/// `release` makes live attachments (a: a published port; both: ipMasq, the MAC
+/// filter), then this build replaces it: the first CHECK brings the network up to this
+/// state version when the release recorded another (or none), and passes; STATUS, the
+/// published port, the masquerade, GC and DEL then work on what the old binary made.
+fn upgrade_under_live_containers(release: &Release, tag: &str) {
+    let old = release.binary();
     let version = |binary: &Path| run(binary.to_str().unwrap(), &["--version"], &[]).stdout;
     assert_ne!(
         version(&old),
@@ -223,10 +295,10 @@ fn upgrade_from_the_previous_release_under_live_containers() {
         "the previous release and this build answer --version alike"
     );
 
-    let lab = Lab::new("upg");
+    let lab = Lab::new(tag);
     let node = Node::new(&lab);
     let far = Far::new(&lab, &node);
-    let (academy, mut config) = old_release_node(&lab, &old);
+    let (academy, mut config) = release_node(&lab, &old);
     config["macspoofchk"] = json!(true);
     let port = host_ports(&lab);
     let mut publishing = config.clone();
@@ -239,11 +311,19 @@ fn upgrade_from_the_previous_release_under_live_containers() {
     let rb = call("ADD", &b, &config).expect_result("the old release's ADD of b");
     let (veth_a, veth_b) = (result_host_veth(&ra), result_host_veth(&rb));
     assert!(guarded(&node), "the old release made no loopback guard");
-    assert_eq!(records(&lab), [], "the old release wrote a state version");
-    // As a node the release before it left (issue 29): no loopback guard on the bridge,
-    // which a ports-kind restore puts back.
-    delete_guard_element(&node);
-    assert!(!guarded(&node));
+    let current = state_version().to_string();
+    let old_record = recorded(&lab);
+    let from = match old_record.as_slice() {
+        [] => "0".to_string(),
+        [v] => v.clone(),
+        more => panic!("more than one state version record: {more:?}"),
+    };
+    if old_record.is_empty() {
+        // As a node the release before 0.4.0 left (issue 29): no loopback guard on the
+        // bridge, which a ports-kind restore puts back.
+        delete_guard_element(&node);
+        assert!(!guarded(&node));
+    }
 
     // The upgrade: the binary replaced, nothing restarted.
     put_binary(Path::new(plugin()), &academy);
@@ -257,20 +337,30 @@ fn upgrade_from_the_previous_release_under_live_containers() {
     assert!(first.stdout.trim().is_empty(), "{first}");
     let lines: Vec<&str> = first.stderr.lines().collect();
     let want = format!(
-        "academy: brought network {} up to date from state version 0 to 1: put back published ports: ",
+        "academy: brought network {} up to date from state version {from} to {current}: put back ",
         lab.network
     );
-    assert!(
-        lines.len() == 1 && lines[0].starts_with(&want),
-        "the first invocation's one line, {want:?}...:\n{first}"
-    );
-    eprintln!("upgrade: the first invocation said: {}", lines[0]);
+    if old_record.is_empty() {
+        let want = format!("{want}published ports: ");
+        assert!(
+            lines.len() == 1 && lines[0].starts_with(&want),
+            "the first invocation's one line, {want:?}...:\n{first}"
+        );
+        eprintln!("upgrade: the first invocation said: {}", lines[0]);
+    } else if from == current {
+        assert_eq!(first.stderr, "", "nothing to bring up to date from {from}");
+    } else {
+        // Another state version: the restore runs, and says what it put back if anything.
+        assert!(
+            lines.is_empty() || (lines.len() == 1 && lines[0].starts_with(&want)),
+            "the first invocation says nothing or {want:?}...:\n{first}"
+        );
+    }
     assert!(
         guarded(&node),
         "the loopback guard after the first invocation"
     );
-    let recorded: Vec<String> = records(&lab).into_iter().map(|(_, v)| v).collect();
-    assert_eq!(recorded, ["1"], "the state version recorded");
+    assert_eq!(recorded(&lab), [current], "the state version recorded");
     let status = exec(&node, &academy, &lab.call("STATUS").config(&config));
     status.expect_silent_success("STATUS after the upgrade");
     assert_eq!(status.stderr, "", "STATUS after the upgrade");
@@ -349,17 +439,16 @@ fn upgrade_from_the_previous_release_under_live_containers() {
     assert_eq!(store_files_of(&lab, &b.cid), Vec::<String>::new());
 }
 
-/// `academy install` of this build over the previous release's brings the conf dir's
+/// `academy install` of this build over the last unversioned release's brings the conf dir's
 /// network up to date before any CNI call (a quiet node may see none for hours): its
 /// report names the network and what it put back, the state version is recorded, and
 /// the first CHECK then has nothing to repair.
 #[test]
 fn academy_install_brings_an_older_release_s_network_up_to_date() {
-    let (_tag, commit) = previous_release();
-    let old = previous_binary(&commit);
+    let old = Release::last_unversioned().binary();
     let lab = Lab::new("upgi");
     let node = Node::new(&lab);
-    let (academy, config) = old_release_node(&lab, &old);
+    let (academy, config) = release_node(&lab, &old);
     let bin_dir = academy.parent().unwrap();
     crate::portmap::write_list(&lab, vec![config.clone()]);
     let port = host_ports(&lab);
@@ -381,16 +470,20 @@ fn academy_install_brings_an_older_release_s_network_up_to_date() {
     ]);
     assert_eq!(out.code, 0, "{out}");
     let want = format!(
-        "brought network {} up to date from state version 0 to 1: put back published ports: ",
-        lab.network
+        "brought network {} up to date from state version 0 to {}: put back published ports: ",
+        lab.network,
+        state_version()
     );
     assert!(
         out.stdout.lines().any(|l| l.starts_with(&want)),
         "install's report names the network, {want:?}...:\n{out}"
     );
     assert!(guarded(&node), "the loopback guard after the install");
-    let recorded: Vec<String> = records(&lab).into_iter().map(|(_, v)| v).collect();
-    assert_eq!(recorded, ["1"], "the state version recorded by the install");
+    assert_eq!(
+        recorded(&lab),
+        [state_version().to_string()],
+        "the state version recorded by the install"
+    );
     assert_eq!(
         run(academy.to_str().unwrap(), &["--version"], &[]).stdout,
         run(plugin(), &["--version"], &[]).stdout,

@@ -287,11 +287,11 @@ pub fn sweep(s: &mut Sweeping) {
             continue;
         }
         match wire::delete_if_present(&mut nl, link.index) {
-            Ok(_) => crate::log::debug(format_args!(
-                "GC deleted ifb {} ({})",
-                link.name,
-                link.alias.as_deref().unwrap_or("unlabelled")
-            )),
+            Ok(_) => {
+                let owner = link.alias.as_deref().unwrap_or("unlabelled");
+                crate::log::debug(format_args!("GC deleted ifb {} ({owner})", link.name));
+                s.removed.push(format!("ifb {} ({owner})", link.name));
+            }
             Err(e) => errors.push(e.context(format!("GC could not delete ifb {}", link.name))),
         }
     }

@@ -160,7 +160,9 @@ pub fn sweep(s: &mut Sweeping) {
                 p.port,
                 format_mac(p.mac),
                 p.comment
-            ))
+            ));
+            s.removed
+                .push(format!("MAC filter of {} ({})", p.port, p.comment));
         }),
         Err(e) => errors.push(e.into()),
     }

@@ -236,7 +236,9 @@ pub fn sweep(s: &mut Sweeping) {
                 crate::log::debug(format_args!(
                     "GC removed {} from the masquerade (held by {})",
                     e.address, e.comment
-                ))
+                ));
+                s.removed
+                    .push(format!("masquerade of {} ({})", e.address, e.comment));
             }),
             Err(e) => errors.push(e.into()),
         }

@@ -258,6 +258,11 @@ pub fn sweep(s: &mut Sweeping) {
     let keys: Vec<PortKey> = stale.iter().map(|e| e.key.clone()).collect();
     match nft.delete_port_elements(&keys) {
         Ok(()) => {
+            s.removed.extend(
+                stale
+                    .iter()
+                    .map(|e| format!("published port {} ({})", key_text(&e.key), e.comment)),
+            );
             for e in stale.iter().take(LOGGED) {
                 crate::log::debug(format_args!(
                     "GC unpublished host port {} (held by {})",
