@@ -74,6 +74,8 @@
 //! |               | runtime record gone with DEL and GC                             |
 //! | `watch`       | `academy watch` in a node: flushes, deleted tables, iptables   |
 //! |               | reloads put back within a second; lost notifications           |
+//! | `full_bridge` | a bridge of 1,023 ports: the next ADD says so (code 11) and leaves |
+//! |               | nothing; STATUS 50; `academy status` shows ports against the limit |
 //! | `alert_rules` | deploy/prometheus/'s alerts through promtool check and test    |
 //! | `metrics`     | `academy watch --metrics` scraped by a real Prometheus in a node; |
 //! |               | a silent client, a huge request; `academy status` against `list` |
@@ -122,6 +124,7 @@ mod failure;
 mod flush_ports;
 mod foreign_sys;
 mod forward;
+mod full_bridge;
 mod gate;
 mod hardening;
 mod iface_keys;
