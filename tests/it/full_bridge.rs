@@ -1,14 +1,18 @@
 //! A full bridge (issue 36 item 2): a Linux bridge takes at most 1,023 ports, and the ADD
 //! beyond that fails with code 11 naming the bridge, its ports and its limit, leaving
 //! nothing behind (no veth, no reservation, no nf_tables element); STATUS answers 50 while
-//! the bridge is full; `academy status` shows the bridge's ports against its limit.
+//! the bridge is full; `academy status` and the watch's metrics show the bridge's ports
+//! against its limit.
 //!
 //! The bridge is filled cheaply in a private node netns: one academy container, then ifb
 //! links (one link each, no peer) enslaved by one `ip -batch`.
 
+use std::time::Duration;
+
 use serde_json::{json, Value};
 
 use crate::common::*;
+use crate::metrics::{python_in, Daemon, GET};
 
 /// A Linux bridge's port numbers run 1..1023 (BR_MAX_PORTS 1024, port 0 unused).
 const LIMIT: usize = 1023;
@@ -143,6 +147,33 @@ fn the_add_beyond_a_full_bridge_says_so_and_leaves_nothing() {
         .find(|l| l.starts_with(&lab.network))
         .unwrap_or_else(|| panic!("{text}"));
     assert!(row.contains(" 1023/1023 "), "{text}");
+    // The watch's exposition, on the node's own loopback.
+    let metrics = "127.0.0.1:9604";
+    let _watch = Daemon::start(
+        &node,
+        "academy watch",
+        plugin(),
+        &["watch", "--conf-dir", conf_dir, "--metrics", metrics],
+    );
+    let url = format!("http://{metrics}/metrics");
+    let scrape = || python_in(&node, GET, &[&url]);
+    assert!(
+        wait_until(Duration::from_secs(10), || scrape().code == 0),
+        "the watch does not answer on {metrics}"
+    );
+    let page = scrape();
+    for want in [
+        format!("academy_bridge_ports{{bridge=\"{}\"}} {LIMIT}", lab.bridge),
+        format!(
+            "academy_bridge_port_limit{{bridge=\"{}\"}} {LIMIT}",
+            lab.bridge
+        ),
+    ] {
+        assert!(
+            page.stdout.lines().any(|l| l == want),
+            "no {want} in\n{page}"
+        );
+    }
 
     // One port freed: the same ADD goes through, and STATUS serves again.
     run("ip", &["-n", &node.ns, "link", "del", "fb0"], &[]);
