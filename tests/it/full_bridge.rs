@@ -108,6 +108,11 @@ fn the_add_beyond_a_full_bridge_says_so_and_leaves_nothing() {
             "at most 1023",
         ],
     );
+    println!("the ADD beyond: {}", out.stdout.trim());
+    assert!(
+        !out.stderr.contains("undoing"),
+        "the undoing failed:\n{out}"
+    );
     let details = err["details"].as_str().unwrap();
     assert!(
         details.contains("another network") && details.contains("second bridge"),
