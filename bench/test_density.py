@@ -19,7 +19,7 @@ def result(dense=((4.0, 4.4, 4.2), (20.0, 22.0, 21.0)),
     return {
         "pods": pods, "cycles": 3, "warmup_errors": [], "ports_up": pods,
         "up": {"wall_ms": 4500.0, "per_pod_ms": [3.0] * 100 + [4.0] * 800 + [5.0] * 100,
-               "failures": failures, "errors": []},
+               "per_pod_cpu_ms": [2.0] * 100 + [2.5] * 900, "failures": failures, "errors": []},
         "down": {"wall_ms": 21000.0, "per_pod_ms": [], "failures": 0, "errors": []},
         "beside": {"runs": {"dense": cycles(*dense), "empty": cycles(*empty)}, "errors": []},
         "left": left or {"dense": {"veths": 0, "ports": 0, "store_files": 0, "nft_elements": 0},
@@ -34,6 +34,7 @@ class Summary(unittest.TestCase):
         self.assertAlmostEqual(s["ratio"]["del"], 1.05)
         self.assertEqual(s["verdict"], {"add": "PASS", "del": "PASS"})
         self.assertEqual((s["up_first_tenth_ms"], s["up_last_tenth_ms"]), (3.0, 5.0))
+        self.assertEqual((s["up_first_tenth_cpu_ms"], s["up_last_tenth_cpu_ms"]), (2.0, 2.5))
         self.assertEqual((s["up_wall_s"], s["down_wall_s"]), (4.5, 21.0))
 
     def test_a_ratio_over_the_target_misses_alone(self):
@@ -75,7 +76,8 @@ class Markdown(unittest.TestCase):
         self.assertIn("### Density: 1000 pods on one bridge", md)
         self.assertIn("| ADD | 4.20 ms | 4.00 ms | 1.05x | <= 1.2x | PASS |", md)
         self.assertIn("| DEL | 21.00 ms | 20.00 ms | 1.05x | <= 1.2x | PASS |", md)
-        self.assertIn("brought up one after the other in 4.5 s", md)
+        self.assertIn("brought up one after the other in 4.5 s (ADD median 3.00 ms, 2.00 ms of "
+                      "CPU, over the first tenth; 5.00 ms, 2.50 ms of CPU, over the last)", md)
         self.assertIn("and down in 21.0 s", md)
         self.assertEqual(density.markdown(None, None), "")
 
