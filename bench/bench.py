@@ -35,6 +35,7 @@ import bursts  # noqa: E402
 import chains  # noqa: E402
 import chart  # noqa: E402
 import cni  # noqa: E402
+import density  # noqa: E402
 import provenance  # noqa: E402
 import report  # noqa: E402
 import scrape  # noqa: E402
@@ -692,6 +693,9 @@ def parse_args() -> argparse.Namespace:
                         "beside the steady state; 0: not run)")
     p.add_argument("--scrape-networks", type=int,
                    help="networks of the metrics scrape (250 addresses each; 0: not run)")
+    p.add_argument("--density-pods", type=int, help="pods on one bridge beside which ADD "
+                   "and DEL are timed against an empty bridge (density.py; 0: not run)")
+    p.add_argument("--density-cycles", type=int, help="ADD+DEL cycles beside them")
     p.add_argument("--gc-attachments", type=int, help="attachments per GC (with --baseline)")
     p.add_argument("--gc-rounds", type=int, help="GC rounds (with --baseline)")
     args = p.parse_args()
@@ -699,6 +703,9 @@ def parse_args() -> argparse.Namespace:
     for k, v in preset.items():
         if getattr(args, k, None) is None:
             setattr(args, k, v)
+    for k, v in (density.QUICK if args.quick else density.FULL).items():
+        if getattr(args, f"density_{k}") is None:
+            setattr(args, f"density_{k}", v)
     args.out = args.out or os.path.join(HERE, "results", *(["quick"] if args.quick else []))
     if args.baseline and not os.path.exists(args.baseline):
         raise SystemExit(f"bench: --baseline {args.baseline}: no such file")
@@ -761,6 +768,12 @@ def main():
             results["scrape"] = scrape.run(b.plugins["academy"].binary, lab,
                                            args.scrape_networks, preset["addresses"],
                                            preset["scrapes"])
+        if args.density_pods:
+            load["density"] = os.getloadavg()
+            print(f"bench: density, {args.density_pods} pods on one bridge ...", file=sys.stderr)
+            results["density"] = density.run(b.sp, b.plugins["academy"].binary, lab,
+                                             args.density_pods, args.density_cycles, _progress)
+            _progress_done()
         if b.versus:
             load["gc"] = os.getloadavg()
             print(f"bench: GC, {args.gc_attachments} attachments x {args.gc_rounds} rounds, "
@@ -790,6 +803,8 @@ def main():
         md += report.bursts_markdown(results)
         results["summary"]["scrape"] = scrape.summary(results.get("scrape"))
         md += scrape.markdown(results.get("scrape"), results["summary"]["scrape"])
+        results["summary"]["density"] = density.summary(results.get("density"))
+        md += density.markdown(results.get("density"), results["summary"]["density"])
         with open(os.path.join(args.out, "latest.json"), "w") as f:
             json.dump(results, f, indent=1)
         with open(os.path.join(args.out, "latest.md"), "w") as f:

@@ -1,6 +1,6 @@
 //! One academy network as an operator sees it at a glance: its pool's addresses by
-//! state, its wired attachments, the kinds of nf_tables state it misses now, whether it
-//! is unused and the last repair `academy watch` made. `academy status` prints it and
+//! state, its wired attachments, its bridge's ports, the kinds of nf_tables state it
+//! misses now, whether it is unused and the last repair `academy watch` made. `academy status` prints it and
 //! `academy watch --metrics` exposes it; both read it fresh each time.
 //!
 //! It only reads: reservations are judged as `academy list` judges them (no lock taken,
@@ -26,6 +26,9 @@ use super::repairs::{self, LastRepair};
 pub struct NetworkView {
     pub name: String,
     pub bridge: String,
+    /// The bridge's ports (a bridge takes at most wire::capacity::PORT_LIMIT); None when
+    /// the bridge is not here (no ADD yet, or another netns) or the links are unreadable.
+    pub bridge_ports: Option<usize>,
     /// Each pool, in the config's order.
     pub ranges: Vec<Range>,
     /// Addresses the pools can hand out.
@@ -86,6 +89,7 @@ impl NetworkView {
         NetworkView {
             name: conf.name.clone(),
             bridge: conf.bridge.clone(),
+            bridge_ports: look.bridge_ports(&conf.bridge),
             ranges: pools
                 .iter()
                 .map(|p| Range {
@@ -215,6 +219,7 @@ impl NetworkView {
         NetworkView {
             name: name.into(),
             bridge: bridge.into(),
+            bridge_ports: Some(2),
             ranges: vec![Range {
                 subnet: "10.1.0.0/24".into(),
                 first: "10.1.0.2".parse().unwrap(),

@@ -1,5 +1,5 @@
 //! What one look at a node's networks reads once for all of them: the host's links (one
-//! dump, not three per network), one nf_tables socket, and, in a long-running `academy
+//! dump, not three per network; each bridge's ports are counted from it), one nf_tables socket, and, in a long-running `academy
 //! watch`, each store as it last read it. A scrape of 100 networks of 250 addresses
 //! read every reservation and holder index again each time (70,000 opens, about 0.8 s);
 //! a store's reservations never change in place (see `StoreStamp`), so the watch reads
@@ -13,7 +13,7 @@ use std::time::SystemTime;
 
 use crate::cni::Result;
 use crate::ipam::store::{Reservation, StoreDir, StoreStamp};
-use crate::netlink::{Link, Netlink, NftablesOnDemand};
+use crate::netlink::{Link, LinkKind, Netlink, NftablesOnDemand};
 
 pub struct NodeLook<'a> {
     /// The host's links, or why they could not be dumped.
@@ -31,6 +31,21 @@ impl<'a> NodeLook<'a> {
             nft: NftablesOnDemand::default(),
             stores,
         }
+    }
+
+    /// The ports of bridge `name` in the links dumped (no further request); None when
+    /// there is no such bridge here or the links could not be read.
+    pub fn bridge_ports(&self, name: &str) -> Option<usize> {
+        let links = self.links.as_ref().ok()?;
+        let bridge = links
+            .iter()
+            .find(|l| l.name == name && l.kind == LinkKind::Bridge)?;
+        Some(
+            links
+                .iter()
+                .filter(|l| l.controller == Some(bridge.index))
+                .count(),
+        )
     }
 }
 

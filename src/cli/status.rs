@@ -16,6 +16,7 @@ use super::node_look::{NodeLook, StoreCache};
 use super::repairs::RUN_DIR;
 use super::{CliError, Parsed};
 use crate::leaks::format_age;
+use crate::wire::capacity::PORT_LIMIT;
 
 pub fn run(p: &Parsed) -> Result<(), CliError> {
     let dir = p.value("--conf-dir").unwrap_or(DEFAULT_CONF_DIR);
@@ -62,6 +63,7 @@ pub fn to_json(v: &NetworkView) -> Value {
     json!({
         "name": v.name,
         "bridge": v.bridge,
+        "bridgePorts": v.bridge_ports.map(|n| json!({"ports": n, "limit": PORT_LIMIT})),
         "ranges": v.ranges.iter().map(|r| json!({
             "subnet": r.subnet, "first": r.first.to_string(), "last": r.last.to_string(),
         })).collect::<Vec<_>>(),
@@ -96,6 +98,7 @@ fn table(views: &[NetworkView], now: SystemTime) -> String {
     let header = [
         "NETWORK",
         "BRIDGE",
+        "PORTS",
         "RANGES",
         "SIZE",
         "USED",
@@ -107,7 +110,7 @@ fn table(views: &[NetworkView], now: SystemTime) -> String {
         "LAST REPAIR",
     ]
     .map(String::from);
-    let rows: Vec<[String; 11]> = views.iter().map(|v| row(v, now)).collect();
+    let rows: Vec<[String; 12]> = views.iter().map(|v| row(v, now)).collect();
     let mut widths = header.clone().map(|h| h.len());
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -134,7 +137,7 @@ fn table(views: &[NetworkView], now: SystemTime) -> String {
     out
 }
 
-fn row(v: &NetworkView, now: SystemTime) -> [String; 11] {
+fn row(v: &NetworkView, now: SystemTime) -> [String; 12] {
     let dash = || "-".to_string();
     let ago = |t: SystemTime| {
         format!(
@@ -169,6 +172,8 @@ fn row(v: &NetworkView, now: SystemTime) -> [String; 11] {
     [
         v.name.clone(),
         v.bridge.clone(),
+        v.bridge_ports
+            .map_or_else(dash, |n| format!("{n}/{PORT_LIMIT}")),
         if ranges.is_empty() {
             dash()
         } else {
@@ -212,6 +217,7 @@ mod tests {
             json!({"size": 253, "used": 3, "free": 250, "leaked": 1})
         );
         assert_eq!(j["missing"], json!(["outbound_nat", "mac_filter"]));
+        assert_eq!(j["bridgePorts"], json!({"ports": 2, "limit": 1023}));
         assert_eq!(j["ranges"][0]["first"], "10.1.0.2");
         assert_eq!(j["lastRepair"]["at"], 1000);
         assert_eq!(j["unusedSince"], Value::Null);
@@ -223,6 +229,7 @@ mod tests {
                 "addresses",
                 "attachments",
                 "bridge",
+                "bridgePorts",
                 "errors",
                 "lastRepair",
                 "missing",
@@ -256,6 +263,8 @@ mod tests {
         unused.used = 0;
         unused.missing = Err("no nf_tables".into());
         unused.last_repair = None;
+        // Its bridge is not on this node yet.
+        unused.bridge_ports = None;
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1090);
         let text = table(&[view(), unused], now);
         let lines: Vec<&str> = text.lines().collect();
@@ -264,9 +273,12 @@ mod tests {
         let col = lines[0].find("USED").unwrap();
         assert_eq!(&lines[1][col..col + 1], "3", "{text}");
         assert!(lines[1].contains("outbound_nat,mac_filter"), "{text}");
+        assert!(lines[1].contains(" 2/1023 "), "{text}");
         assert!(lines[1].ends_with("1m30s ago (outbound_nat)"), "{text}");
         assert!(
-            lines[2].contains(" unused ") && lines[2].contains(" ? "),
+            lines[2].contains(" unused ")
+                && lines[2].contains(" ? ")
+                && !lines[2].contains("/1023"),
             "{text}"
         );
         assert_eq!(

@@ -1,7 +1,8 @@
 //! STATUS (CNI 1.1): can ADD be served? The IPAM must be able to give an address (for
 //! academy's store: writable, with a free address in every range set), the bridge name
-//! must not be taken by something that is not a bridge, and the nf_tables state of the
-//! network's wired attachments must be complete (firewall::missing).
+//! must not be taken by something that is not a bridge, the bridge must have a free port
+//! (wire/capacity.rs), and the nf_tables state of the network's wired attachments must be
+//! complete (firewall::missing).
 
 use crate::addressing;
 use crate::cni::env::Env;
@@ -10,7 +11,7 @@ use crate::config::Config;
 use crate::firewall;
 use crate::leaks;
 use crate::netlink::{LinkKind, Netlink};
-use crate::wire::kind_name;
+use crate::wire::{self, kind_name};
 
 pub fn status(env: &Env, conf: &Config) -> Result<()> {
     let unavailable = |msg: String| Error::new(code::NOT_AVAILABLE, msg);
@@ -25,7 +26,9 @@ pub fn status(env: &Env, conf: &Config) -> Result<()> {
             ))
             .details("remove that link or set another \"bridge\" in the network config"))
         }
-        Ok(_) => {}
+        // A full bridge refuses the next port whatever else is ready.
+        Ok(Some(link)) => wire::capacity::status(&mut nl, &link)?,
+        Ok(None) => {}
         Err(e) => {
             return Err(unavailable(format!(
                 "cannot look up bridge {}: {e}",

@@ -2,6 +2,7 @@
 //! requests: the node bridge, the veth pair, the container's interface. The verbs
 //! (add, check) call these in order; undoing them is removal.rs's.
 
+pub mod capacity;
 pub mod dad;
 pub mod forwarding;
 pub mod mtu;
@@ -209,7 +210,7 @@ pub fn create_pair(
                 },
             }
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(capacity::refused(nl, bridge, e)),
     }
     nl.set_alias(&host.name, &who.alias())?;
     Ok(Created::Pair(host))

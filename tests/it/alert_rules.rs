@@ -19,7 +19,7 @@ fn the_alert_rules_pass_promtool_check_and_their_unit_tests() {
         "promtool check rules (make setup installs prometheus):\n{checked}"
     );
     assert!(
-        checked.stdout.contains("SUCCESS: 6 rules found"),
+        checked.stdout.contains("SUCCESS: 7 rules found"),
         "{checked}"
     );
     let tested = promtool(&["test", "rules", "academy-rules.test.yml"]);

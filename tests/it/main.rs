@@ -79,6 +79,8 @@
 //! | `ipv6_uplink` | a node's uplink learning its IPv6 routes from radvd keeps them |
 //! |               | through the first IPv6 gateway ADD (forwarding on); `academy status` |
 //! |               | names an uplink that lost its advertisements                     |
+//! | `full_bridge` | a bridge of 1,023 ports: the next ADD says so (code 11) and leaves |
+//! |               | nothing; STATUS 50; `academy status` shows ports against the limit |
 //! | `alert_rules` | deploy/prometheus/'s alerts through promtool check and test    |
 //! | `metrics`     | `academy watch --metrics` scraped by a real Prometheus in a node; |
 //! |               | a silent client, a huge request; `academy status` against `list` |
@@ -127,6 +129,7 @@ mod failure;
 mod flush_ports;
 mod foreign_sys;
 mod forward;
+mod full_bridge;
 mod gate;
 mod hardening;
 mod iface_keys;

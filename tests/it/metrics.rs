@@ -20,13 +20,13 @@ const METRICS: &str = "127.0.0.1:9604";
 const PROMETHEUS: &str = "127.0.0.1:9090";
 
 /// A daemon of the test's own in the node, stopped (SIGTERM, then SIGKILL) by its PID.
-struct Daemon {
+pub(crate) struct Daemon {
     child: Child,
     what: &'static str,
 }
 
 impl Daemon {
-    fn start(node: &Node, what: &'static str, program: &str, args: &[&str]) -> Daemon {
+    pub(crate) fn start(node: &Node, what: &'static str, program: &str, args: &[&str]) -> Daemon {
         // `ip netns exec` execs the program: the child's PID is the daemon's.
         let child = Command::new("ip")
             .args(["netns", "exec", &node.ns, program])
@@ -66,13 +66,13 @@ impl Drop for Daemon {
 }
 
 /// python3 run in the node with `script` and its arguments; its stdout.
-fn python_in(node: &Node, script: &str, args: &[&str]) -> Out {
+pub(crate) fn python_in(node: &Node, script: &str, args: &[&str]) -> Out {
     let mut all = vec!["netns", "exec", &node.ns, "python3", "-c", script];
     all.extend_from_slice(args);
     run("ip", &all, &[])
 }
 
-const GET: &str = r#"
+pub(crate) const GET: &str = r#"
 import sys, urllib.request, urllib.error
 try:
     print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())

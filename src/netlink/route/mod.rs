@@ -125,22 +125,7 @@ impl Netlink {
         reply: Await,
         what: &str,
     ) -> NlResult<Vec<RouteNetlinkMessage>> {
-        let sequence = self.socket.next_sequence();
-        let mut header = NetlinkHeader::default();
-        header.flags = NLM_F_REQUEST
-            | extra_flags
-            | match reply {
-                Await::Ack => NLM_F_ACK,
-                Await::Dump => NLM_F_DUMP,
-                Await::One => 0,
-            };
-        header.sequence_number = sequence;
-        let mut packet = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(msg));
-        packet.finalize();
-        let mut bytes = vec![0u8; packet.buffer_len()];
-        packet.serialize(&mut bytes);
-        self.socket.send(&bytes, what)?;
-
+        let sequence = self.send_request(msg, extra_flags, reply, what)?;
         let mut replies = Vec::new();
         self.socket.receive(sequence, reply, what, |bytes| {
             match NetlinkMessage::<RouteNetlinkMessage>::deserialize(bytes) {
@@ -160,6 +145,44 @@ impl Netlink {
             }
         })?;
         Ok(replies)
+    }
+
+    /// A request whose replies are handed undecoded (each data message, its header
+    /// included) to `on_data`: for a large dump of which little is read.
+    pub(super) fn request_raw(
+        &mut self,
+        msg: RouteNetlinkMessage,
+        reply: Await,
+        what: &str,
+        on_data: impl FnMut(&[u8]) -> NlResult<()>,
+    ) -> NlResult<()> {
+        let sequence = self.send_request(msg, 0, reply, what)?;
+        self.socket.receive(sequence, reply, what, on_data)
+    }
+
+    fn send_request(
+        &mut self,
+        msg: RouteNetlinkMessage,
+        extra_flags: u16,
+        reply: Await,
+        what: &str,
+    ) -> NlResult<u32> {
+        let sequence = self.socket.next_sequence();
+        let mut header = NetlinkHeader::default();
+        header.flags = NLM_F_REQUEST
+            | extra_flags
+            | match reply {
+                Await::Ack => NLM_F_ACK,
+                Await::Dump => NLM_F_DUMP,
+                Await::One => 0,
+            };
+        header.sequence_number = sequence;
+        let mut packet = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(msg));
+        packet.finalize();
+        let mut bytes = vec![0u8; packet.buffer_len()];
+        packet.serialize(&mut bytes);
+        self.socket.send(&bytes, what)?;
+        Ok(sequence)
     }
 }
 
