@@ -5,13 +5,16 @@
 //! No client can keep a scrape out: the table holds at most MAX_CONNECTIONS, at most
 //! PER_CLIENT of one address, and a connection arriving at either bound takes the slot
 //! of the oldest one that has not asked for anything yet (then of one answered and only
-//! draining, then of one being answered), after a last read of it so a request that has
-//! come meanwhile is served, not cut. A client reopening what is closed only takes its
+//! draining, then of one being answered; at the table's bound, of the address holding
+//! the most), after a last read of it so a request that has come meanwhile is served,
+//! not cut. A client reopening what is closed only takes its
 //! own slots in turn; a scraper from the same address (behind the same NAT) sends its
 //! request as it connects and is then out of reach. Descriptors and threads stay
 //! bounded whatever arrives; memory too: a head is at most MAX_HEAD, and the page is
 //! computed once per round for every request complete by then and shared by them.
 
+use std::cmp::Reverse;
+use std::collections::BTreeMap;
 use std::net::{IpAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::sync::Arc;
@@ -24,8 +27,11 @@ use super::exposition::CONTENT_TYPE;
 
 /// Connections open at once, in any stage.
 pub const MAX_CONNECTIONS: usize = 64;
-/// Connections of one client address at once; Prometheus makes one per scrape.
-pub const PER_CLIENT: usize = 8;
+/// Connections of one client address at once; Prometheus makes one per scrape. Half
+/// the table: a scraper behind the same address as a hog reopening its connections
+/// keeps its own until the hog has opened this many more, time enough for its request
+/// (sent as it connects) to come.
+pub const PER_CLIENT: usize = MAX_CONNECTIONS / 2;
 /// Accepted per round at most. The kernel's accept queue (128) is emptied at each round:
 /// a client holding hundreds of connections, reopening each one closed, would otherwise
 /// keep it full, and the kernel would drop a scraper's SYN (its retry comes a second
@@ -147,8 +153,14 @@ impl Table {
     }
 
     /// The connection to close for a newcomer, among `client`'s (or all): the oldest
-    /// that has not asked yet, else the oldest draining, else the oldest being written.
+    /// that has not asked yet, else the oldest draining, else the oldest being written;
+    /// among all, of the address holding the most first, so a scraper holding one
+    /// connection keeps it while a hog holds more.
     fn victim(&self, client: Option<IpAddr>) -> Option<usize> {
+        let mut held: BTreeMap<IpAddr, usize> = BTreeMap::new();
+        for c in &self.open {
+            *held.entry(c.client).or_default() += 1;
+        }
         self.open
             .iter()
             .enumerate()
@@ -161,7 +173,7 @@ impl Table {
                     Stage::Writing { .. } => 3,
                     Stage::Asked => return None,
                 };
-                Some(((rank, c.accepted), i))
+                Some(((rank, Reverse(held[&c.client]), c.accepted), i))
             })
             .min()
             .map(|(_, i)| i)

@@ -14,18 +14,19 @@ use serde_json::Value;
 
 use super::*;
 
-/// A hog and, beside it, a scraper. argv: target, hog source address, hog connections,
-/// seconds, mode (`idle`: connect and send nothing; `trickle`: send a request head one
-/// byte every 100 ms, never finishing it), scraper source address, scrapes (0: none,
-/// the hog alone until its time is up). Each hog connection closed or answered by the
-/// server is reopened at once. Prints one `scrape STATUS SECONDS` line per scrape and a
-/// `hog opened N closed M` line.
+/// A hog and, beside it, a scraper. argv: target, hog source addresses (comma-separated,
+/// taken in turn), hog connections, seconds, mode (`idle`: connect and send nothing;
+/// `trickle`: send a request head one byte every 100 ms, never finishing it), scraper
+/// source address, scrapes (0: none, the hog alone until its time is up). Each hog
+/// connection closed or answered by the server is reopened at once. Prints one
+/// `scrape STATUS SECONDS` line per scrape and a `hog opened N closed M` line.
 const HOG: &str = r#"
 import selectors, socket, sys, threading, time
 target, hog_src, hogs, seconds, mode, scrape_src, scrapes = sys.argv[1:8]
 host, port = target.rsplit(":", 1)
 port, hogs, scrapes = int(port), int(hogs), int(scrapes)
 stop = time.monotonic() + float(seconds)
+hog_srcs = hog_src.split(",")
 HEAD = b"GET /metrics HTTP/1.1\r\nX-Slow: "
 
 def connect(src):
@@ -48,7 +49,7 @@ ready = threading.Event()
 def open_one():
     while time.monotonic() < stop:
         try:
-            s = connect(hog_src)
+            s = connect(hog_srcs[count["opened"] % len(hog_srcs)])
         except OSError:
             time.sleep(0.01); continue
         s.setblocking(False)
@@ -208,6 +209,12 @@ fn four_hundred_idle_or_trickling_connections_do_not_keep_a_scrape_out() {
             "127.0.0.1",
             "trickle",
             "400 trickling connections from the same address",
+        ),
+        // Two addresses fill the table: a newcomer takes the slot of the one holding most.
+        (
+            "127.0.0.2,127.0.0.3",
+            "idle",
+            "400 idle connections shared by two addresses",
         ),
     ] {
         let (results, hog) = scrapes_beside(&node, src, 400, mode, "127.0.0.1", 8);
