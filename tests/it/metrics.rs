@@ -16,6 +16,8 @@ use serde_json::{json, Value};
 
 use crate::common::*;
 
+mod clients;
+
 const METRICS: &str = "127.0.0.1:9604";
 const PROMETHEUS: &str = "127.0.0.1:9090";
 

@@ -3,13 +3,19 @@
 //! plain listener thread beside the watch loop (no async runtime).
 //!
 //! - exposition.rs writes the text from what it is given (no I/O: unit-tested alone);
-//! - http.rs accepts, bounds and answers the requests;
+//! - http.rs: what a request asks and the head of an answer (no I/O);
+//! - connection.rs: one connection read, answered and closed without blocking, each
+//!   stage within its deadline;
+//! - listener.rs: the listener's thread, one poll over every connection, bounding them
+//!   per client and in all, and making room for a newcomer;
 //! - here: the counters the watch loop and the listener share, and the scrape itself,
 //!   computed when asked from the store and the kernel (network_view.rs), so a scrape
 //!   never shows a stale pool and the watch loop never waits on a scrape.
 
+mod connection;
 mod exposition;
 mod http;
+mod listener;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -158,8 +164,8 @@ pub fn serve(
     let listener = std::net::TcpListener::bind(addr)
         .map_err(|e| format!("cannot listen on {addr} for --metrics: {e}"))?;
     let bound = listener.local_addr().unwrap_or(addr);
-    // One scrape at a time computes (they share the stores as last read); a slow
-    // client waits only for the computing, not for another's transfer.
+    // The listener computes one page per round for every request then complete; the
+    // stores as last read are kept between scrapes.
     let stores = Mutex::new(StoreCache::kept());
     let page = move || {
         let mut stores = stores.lock().unwrap_or_else(|e| e.into_inner());
@@ -167,7 +173,7 @@ pub fn serve(
     };
     std::thread::Builder::new()
         .name("metrics".into())
-        .spawn(move || http::serve(listener, Arc::new(page)))
+        .spawn(move || listener::serve(listener, Arc::new(page)))
         .map_err(|e| format!("cannot start the metrics thread: {e}"))?;
     Ok(bound)
 }
