@@ -35,6 +35,7 @@ import bursts  # noqa: E402
 import chains  # noqa: E402
 import chart  # noqa: E402
 import cni  # noqa: E402
+import grace  # noqa: E402
 import provenance  # noqa: E402
 import report  # noqa: E402
 import scrape  # noqa: E402
@@ -753,6 +754,12 @@ def main():
             results["solo"] = solo.run(b.sp, b.plugins["academy"].binary, args.reference_dir,
                                        lab, args.solo_cycles, progress=_progress)
             _progress_done()
+        load["grace"] = os.getloadavg()
+        print("bench: what waits out a grace period (grace.py) ...", file=sys.stderr)
+        results["grace"] = grace.run(b.sp, b.plugins["academy"].binary, lab,
+                                     (grace.QUICK if args.quick else grace.FULL)["cycles"],
+                                     progress=_progress)
+        _progress_done()
         if args.scrape_networks:
             load["scrape"] = os.getloadavg()
             preset = scrape.QUICK if args.quick else scrape.FULL
@@ -790,6 +797,8 @@ def main():
         md += report.bursts_markdown(results)
         results["summary"]["scrape"] = scrape.summary(results.get("scrape"))
         md += scrape.markdown(results.get("scrape"), results["summary"]["scrape"])
+        results["summary"]["grace"] = grace.summary(results.get("grace"))
+        md += grace.markdown(results.get("grace"), results["summary"]["grace"])
         with open(os.path.join(args.out, "latest.json"), "w") as f:
             json.dump(results, f, indent=1)
         with open(os.path.join(args.out, "latest.md"), "w") as f:
