@@ -36,6 +36,7 @@ import chains  # noqa: E402
 import chart  # noqa: E402
 import cni  # noqa: E402
 import density  # noqa: E402
+import grace  # noqa: E402
 import provenance  # noqa: E402
 import report  # noqa: E402
 import scrape  # noqa: E402
@@ -760,6 +761,12 @@ def main():
             results["solo"] = solo.run(b.sp, b.plugins["academy"].binary, args.reference_dir,
                                        lab, args.solo_cycles, progress=_progress)
             _progress_done()
+        load["grace"] = os.getloadavg()
+        print("bench: what waits out a grace period (grace.py) ...", file=sys.stderr)
+        results["grace"] = grace.run(b.sp, b.plugins["academy"].binary, lab,
+                                     (grace.QUICK if args.quick else grace.FULL)["cycles"],
+                                     progress=_progress)
+        _progress_done()
         if args.scrape_networks:
             load["scrape"] = os.getloadavg()
             preset = scrape.QUICK if args.quick else scrape.FULL
@@ -805,6 +812,8 @@ def main():
         md += scrape.markdown(results.get("scrape"), results["summary"]["scrape"])
         results["summary"]["density"] = density.summary(results.get("density"))
         md += density.markdown(results.get("density"), results["summary"]["density"])
+        results["summary"]["grace"] = grace.summary(results.get("grace"))
+        md += grace.markdown(results.get("grace"), results["summary"]["grace"])
         with open(os.path.join(args.out, "latest.json"), "w") as f:
             json.dump(results, f, indent=1)
         with open(os.path.join(args.out, "latest.md"), "w") as f:

@@ -368,6 +368,7 @@ mod tests {
             promisc: false,
             controller: None,
             alias: alias.map(str::to_string),
+            group: 0,
         }
     }
 

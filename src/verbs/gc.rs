@@ -248,6 +248,7 @@ mod tests {
             promisc: false,
             controller,
             alias: alias.map(str::to_string),
+            group: 0,
         }
     }
 

@@ -345,21 +345,69 @@ pub enum PairRemoval {
     NotOurs(String),
 }
 
-/// Deletes the pair through its host end, if that is academy's for this attachment.
+/// Deletes the pair through its host end, if that is academy's for this attachment;
+/// with whatever else the removal put in the attachment's link group (its ifb), in one
+/// request.
 pub fn remove_pair(nl: &mut Netlink, who: &Attachment) -> Result<PairRemoval> {
     let name = who.host_name();
     let Some(link) = nl.link(&name)? else {
         return Ok(PairRemoval::Absent);
     };
     match attachment::ownership(&link, &who.alias()) {
-        Ownership::Ours | Ownership::OursUnlabelled => match delete_if_present(nl, link.index)? {
-            true => Ok(PairRemoval::Deleted),
-            false => Ok(PairRemoval::Absent),
-        },
+        Ownership::Ours | Ownership::OursUnlabelled => {
+            let group = removal_group(who);
+            let deleted = match link.group == group {
+                true => match nl.delete_group(group) {
+                    Ok(()) => true,
+                    Err(e) if e.is(libc::ENODEV) => false,
+                    Err(e) if e.is(libc::EOPNOTSUPP) => {
+                        // Someone's link the kernel cannot delete shares the group, and
+                        // nothing was deleted: the veth goes alone, and the retry this
+                        // error asks for finds the ifb alone and deletes it.
+                        delete_if_present(nl, link.index)?;
+                        return Err(Error::from(e)
+                            .context(format!(
+                                "link group {group} also holds a link that is not {}'s; its host veth {name} was deleted alone",
+                                who.owner()
+                            ))
+                            .details("retry the removal (DEL, GC or academy reclaim) to delete the rest; and move the other link out of the group (ip link set dev LINK group default)"));
+                    }
+                    Err(e) => return Err(e.into()),
+                },
+                false => delete_if_present(nl, link.index)?,
+            };
+            match deleted {
+                true => Ok(PairRemoval::Deleted),
+                false => Ok(PairRemoval::Absent),
+            }
+        }
         Ownership::Foreign(why) => Ok(PairRemoval::NotOurs(format!(
             "host interface {name} is not academy's ({why}); it was left alone"
         ))),
     }
+}
+
+/// The link group in which the removal gathers an attachment's links that go together
+/// (its host veth and its ifb), so that one request deletes them and the kernel waits
+/// out its grace periods once (a DEL with a bandwidth limit took 2.78 times one without
+/// when each went alone). A mark set only by the removal, just before the deletion:
+/// no live attachment's link is ever in such a group, so two attachments whose groups
+/// collide can at worst delete each other's links that are being deleted anyway.
+/// Derived from the host veth's name (31 of its 44 hash bits) with the top bit set:
+/// operators number groups from 0 up (`ip link set group`, /etc/iproute2/group), and
+/// the kernel refuses the whole deletion, deleting nothing, if a physical link is in it.
+pub fn removal_group(who: &Attachment) -> u32 {
+    let name = who.host_name();
+    let bits = u32::from_str_radix(&name[4..12], 16).unwrap_or(0);
+    0x8000_0000 | (bits & 0x7fff_ffff)
+}
+
+/// Whether `link`, found under the attachment's host veth name, is its.
+pub fn is_own_pair(link: &Link, who: &Attachment) -> bool {
+    matches!(
+        attachment::ownership(link, &who.alias()),
+        Ownership::Ours | Ownership::OursUnlabelled
+    )
 }
 
 /// Deletes a link; one that is already gone is not an error (DEL is idempotent).

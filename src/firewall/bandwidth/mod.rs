@@ -15,7 +15,7 @@
 //! table (firewall/mod.rs); its operations open their own rtnetlink socket.
 //!
 //! What goes with what: the qdiscs and the filter of the host veth go with the veth; the
-//! removal deletes the ifb (its TBF with it). No nf_tables reload or flush touches tc.
+//! removal deletes the ifb (its TBF with it), in the same request as the host veth. No nf_tables reload or flush touches tc.
 //! `missing` and `restore` put back the redirect from a host veth to its attachment's
 //! existing ifb (an ifb exists only for a shaped egress), and a TBF deleted by hand
 //! with the rates ADD recorded (rates.rs; an attachment an older academy added has no
@@ -150,7 +150,12 @@ fn tbf(s: Shape) -> Tbf {
 
 /// The one removal: the attachment's ifb, if it is its (the veth's qdiscs go with it).
 /// Looked up whatever the config says (the keys may have been taken out since ADD):
-/// one link lookup on the removal's socket.
+/// one link lookup on the removal's socket when there is none. An ifb whose host veth
+/// is there and the attachment's is not deleted here but put, with that veth, in the
+/// attachment's removal group, which the pair's step then deletes in one request
+/// (wire::removal_group: one grace period instead of two). A removal killed between
+/// the marks and the deletion leaves both links, each still the attachment's by its
+/// alias, for the next one to mark again and delete.
 pub fn remove(r: &mut Removing) -> Result<()> {
     let conf = r.conf;
     let mut own;
@@ -162,7 +167,28 @@ pub fn remove(r: &mut Removing) -> Result<()> {
         }
     };
     match ifb_of(nl, &r.who)? {
-        Found::Ours(ifb) => wire::delete_if_present(nl, ifb.index).map(drop),
+        Found::Ours(ifb) => {
+            let veth = nl.link(&r.who.host_name())?;
+            match veth.filter(|v| wire::is_own_pair(v, &r.who)) {
+                Some(veth) => {
+                    // The veth first: gone meanwhile, the ifb goes alone; the ifb gone
+                    // meanwhile, the veth's group holds it alone.
+                    let group = wire::removal_group(&r.who);
+                    match nl.set_group(veth.index, group) {
+                        Err(e) if e.is(libc::ENODEV) => {
+                            return wire::delete_if_present(nl, ifb.index).map(drop)
+                        }
+                        other => other?,
+                    }
+                    match nl.set_group(ifb.index, group) {
+                        Err(e) if e.is(libc::ENODEV) => Ok(()),
+                        other => Ok(other?),
+                    }
+                }
+                // Nothing to go with: alone.
+                None => wire::delete_if_present(nl, ifb.index).map(drop),
+            }
+        }
         Found::Foreign(why) => {
             eprintln!(
                 "academy: {} on network {} is not {}'s ifb ({why}); left alone",

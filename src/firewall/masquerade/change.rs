@@ -47,6 +47,12 @@ pub struct NatChange {
     /// masquerade's elements (src/firewall/ports/nft.rs).
     pub ports: Vec<PortElement>,
     pub hairpin_bridge: String,
+    /// The chain is known to be there (it holds academy's rules): not sent again. A
+    /// NEWCHAIN of an existing base chain is an update, which the kernel frees only
+    /// after an RCU grace period, and the socket's close waits that out (the kernel's
+    /// NETLINK_URELEASE handler flushes the pending frees): 8-12 ms on a network's
+    /// first ADD.
+    pub chain_present: bool,
 }
 
 impl NatChange {
@@ -66,7 +72,9 @@ impl Nftables {
         let mut changes = Vec::new();
         if !change.ensure.is_empty() || !change.rules.is_empty() {
             changes.push(new_table(ACADEMY));
-            changes.push(postrouting());
+            if !change.chain_present {
+                changes.push(postrouting());
+            }
         }
         for (id, network) in change.ensure.iter().enumerate() {
             changes.push(set(network, id as u32 + 1));

@@ -124,6 +124,7 @@ fn send(
                 true => conf.bridge.clone(),
                 false => String::new(),
             },
+            chain_present: !rules.is_empty(),
             ..NatChange::default()
         };
         // A repair of what was there (an outdated rule, a set that lost its rule):

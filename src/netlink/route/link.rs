@@ -250,6 +250,33 @@ impl Netlink {
         .map(drop)
     }
 
+    /// Puts link `index` in link group `group` (IFLA_GROUP): a mark, no grace period.
+    /// ENODEV when it is gone.
+    pub fn set_group(&mut self, index: u32, group: u32) -> NlResult<()> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        msg.attributes.push(LinkAttribute::Group(group));
+        self.change_link(msg, &format!("put link #{index} in link group {group}"))
+    }
+
+    /// Deletes every link of link group `group` in one request (RTM_DELLINK by
+    /// IFLA_GROUP, the kernel's rtnl_group_dellink): one unregister batch, so the RCU
+    /// grace periods a link's deletion waits out are waited out once for all of them,
+    /// where a request per link waits them out once per link. ENODEV when no link is in
+    /// the group; EOPNOTSUPP, nothing deleted, when one of them cannot be deleted (a
+    /// physical link); EPERM for group 0, every link's default, which is never sent.
+    pub fn delete_group(&mut self, group: u32) -> NlResult<()> {
+        debug_assert_ne!(group, 0, "group 0 holds every link");
+        let mut msg = LinkMessage::default();
+        msg.attributes.push(LinkAttribute::Group(group));
+        self.request(
+            RouteNetlinkMessage::DelLink(msg),
+            Await::Ack,
+            &format!("delete the links of link group {group}"),
+        )
+        .map(drop)
+    }
+
     pub(in crate::netlink) fn change_link(&mut self, msg: LinkMessage, what: &str) -> NlResult<()> {
         self.request(RouteNetlinkMessage::NewLink(msg), Await::Ack, what)
             .map(drop)
@@ -309,6 +336,7 @@ fn to_link(msg: &LinkMessage) -> Link {
         promisc: msg.header.flags.contains(LinkFlags::Promisc),
         controller: None,
         alias: None,
+        group: 0,
     };
     for attr in &msg.attributes {
         match attr {
@@ -317,6 +345,7 @@ fn to_link(msg: &LinkMessage) -> Link {
             LinkAttribute::Mtu(m) => link.mtu = Some(*m),
             LinkAttribute::Controller(c) => link.controller = Some(*c),
             LinkAttribute::IfAlias(a) => link.alias = Some(a.clone()),
+            LinkAttribute::Group(g) => link.group = *g,
             LinkAttribute::LinkInfo(infos) => {
                 for info in infos {
                     if let LinkInfo::Kind(kind) = info {

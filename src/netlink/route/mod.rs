@@ -59,6 +59,8 @@ pub struct Link {
     /// The bridge this link is a port of.
     pub controller: Option<u32>,
     pub alias: Option<String>,
+    /// Its link group (IFLA_GROUP), 0 unless someone set one.
+    pub group: u32,
 }
 
 /// What CNI 1.1 lets a route ask for beyond dst and gw (the result's `priority`, `table`,
