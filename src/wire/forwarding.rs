@@ -266,6 +266,7 @@ mod tests {
             promisc: false,
             controller,
             alias: None,
+            group: 0,
         }
     }
 
