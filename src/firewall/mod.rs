@@ -332,6 +332,16 @@ impl Kind {
         }
     }
 
+    /// Whether this kind's network objects are keyed on the bridge (its elements name the
+    /// bridge, its FORWARD accepts match it): owned by every network on the bridge, and
+    /// released only when none uses it (network.rs); the others' are the network's own.
+    pub fn keyed_on_bridge(self) -> bool {
+        match self {
+            Kind::Ports | Kind::Forward | Kind::Isolation => true,
+            Kind::Masquerade | Kind::MacFilter | Kind::Bandwidth => false,
+        }
+    }
+
     /// The network's own objects of this kind, to delete with its last attachment; None
     /// while elements of the kind remain (another's, never a removal's to take: GC
     /// sweeps them first if their owner is gone).
@@ -394,11 +404,12 @@ pub fn missing_in(
 /// it misses. Each kind is tried even when another failed; the kinds that failed are in
 /// the restoration's errors, beside what the others did.
 ///
-/// The network's lock is held shared, as ADD holds it (network.rs), and the network's
-/// attachments are read under it: a last DEL's release either ran wholly before, so the
-/// restore finds no attachment and puts nothing back, or waits out the restore's share
-/// (it then skips, as behind an ADD in flight: the restore, finding the network unused,
-/// releases it itself once its share is dropped).
+/// The network's lock and its bridge's are held shared, as ADD holds them (network.rs),
+/// and the network's attachments are read under them: a last DEL's release either ran
+/// wholly before, so the restore finds no attachment and puts nothing back, or finds the
+/// lock busy and writes the network's record, which the next invocation releases once
+/// the restore is done; and no release of another network on the bridge takes the
+/// bridge's objects while the restore puts them back.
 pub fn restore(conf: &Config) -> Result<Restoration> {
     hold_for_test();
     let share = network::in_use(conf);

@@ -151,6 +151,7 @@ mod reference_switch;
 mod restore_lock;
 mod route_attrs;
 mod services;
+mod shared_bridge;
 mod switching;
 mod upgrade;
 mod vlan;
