@@ -202,8 +202,9 @@ def _links(*filters) -> list:
 def release_unused(academy: str):
     """academy's own release of the bench's networks that wait for theirs: a network's
     objects outlive its last DEL by releaseUnusedAfter (60 s by default), recorded in
-    NETWORK_LOCKS/<name>.unused, and only an academy invocation on the node releases
-    them. The bench's records are made due (release after 0 s) and one invocation run
+    NETWORK_LOCKS/<name>@<node>.unused with a marker <name>@<node>.<due ms>.due, and
+    only an academy invocation on the node releases them. The bench's records are made
+    due (release after 0 s, the marker renamed to due at 0) and one invocation run
     (VERSION: every CNI invocation releases what is due), so every kind's objects go
     as they would on a node; deleting the records instead left them for good (the
     loopback guard's element of a bench bridge, which _clean_nftables does not know)."""
@@ -211,9 +212,10 @@ def release_unused(academy: str):
         return
     due = 0
     for name in os.listdir(NETWORK_LOCKS):
-        if not (name.startswith(PREFIX) and name.endswith(".unused")):
+        if not (name.startswith(PREFIX) and name.endswith(".due") and "@" in name):
             continue
-        path = os.path.join(NETWORK_LOCKS, name)
+        who = name[: -len(".due")].rsplit(".", 1)[0]
+        path = os.path.join(NETWORK_LOCKS, who + ".unused")
         try:
             with open(path) as f:
                 record = json.load(f)
@@ -222,8 +224,10 @@ def release_unused(academy: str):
             with open(tmp, "w") as f:
                 json.dump(record, f)
             os.replace(tmp, path)
+            os.replace(os.path.join(NETWORK_LOCKS, name),
+                       os.path.join(NETWORK_LOCKS, f"{who}.{record['unused_since_ms']}.due"))
             due += 1
-        except (OSError, ValueError):
+        except (OSError, ValueError, KeyError):
             continue
     if due:
         subprocess.run([academy], input='{"cniVersion": "1.1.0"}', text=True,

@@ -334,6 +334,16 @@ impl Kind {
         }
     }
 
+    /// Whether this kind's network objects are keyed on the bridge (its elements name the
+    /// bridge, its FORWARD accepts match it): owned by every network on the bridge, and
+    /// released only when none uses it (network.rs); the others' are the network's own.
+    pub fn keyed_on_bridge(self) -> bool {
+        match self {
+            Kind::Ports | Kind::Forward | Kind::Isolation => true,
+            Kind::Masquerade | Kind::MacFilter | Kind::Bandwidth => false,
+        }
+    }
+
     /// The network's own objects of this kind, to delete with its last attachment; None
     /// while elements of the kind remain (another's, never a removal's to take: GC
     /// sweeps them first if their owner is gone).
@@ -396,15 +406,17 @@ pub fn missing_in(
 /// it misses. Each kind is tried even when another failed; the kinds that failed are in
 /// the restoration's errors, beside what the others did.
 ///
-/// The network's lock is held shared, as ADD holds it (network.rs), and the network's
-/// attachments are read under it: a last DEL's release either ran wholly before, so the
-/// restore finds no attachment and puts nothing back, or waits out the restore's share
-/// (it then skips, as behind an ADD in flight: the restore, finding the network unused,
-/// releases it itself once its share is dropped).
+/// The network's lock and its bridge's are held shared, as ADD holds them (network.rs),
+/// and the network's attachments are read under them: a last DEL's release either ran
+/// wholly before, so the restore finds no attachment and puts nothing back, or finds the
+/// lock busy and writes the network's record, which the next invocation releases once
+/// the restore is done; and no release of another network on the bridge takes the
+/// bridge's objects while the restore puts them back.
 pub fn restore(conf: &Config) -> Result<Restoration> {
-    hold_for_test();
+    hold_for_test("ACADEMY_TEST_HOLD_RESTORE");
     let share = network::in_use(conf);
     let wired = Wired::read(conf)?;
+    hold_for_test("ACADEMY_TEST_HOLD_RESTORE_LOCKED");
     if wired.attachments.is_empty() && !wired.bridge_in_use {
         drop(share);
         network::release_if_unused(conf)?;
@@ -428,12 +440,50 @@ pub fn restore(conf: &Config) -> Result<Restoration> {
             Err(e) => restored.errors.push((kind, e)),
         }
     }
+    if !restored.repaired().is_empty() {
+        take_back_from_the_removed(conf, &wired, &mut nft);
+    }
     if restored.errors.is_empty() {
         // Every kind this binary knows is now complete: the network is at its state
         // version.
         upgrade::record_current(conf);
     }
     Ok(restored)
+}
+
+/// After a restore that put something back: the attachments removed since the restore
+/// read them (a DEL takes no lock a restore holds) get their state taken again, by
+/// owner, as the one removal takes it, so the restore leaves no element of a gone
+/// attachment (which would keep its network from being released). One more read of the
+/// store and the links, only when something was put back. Best effort: what stays is
+/// GC's to sweep.
+fn take_back_from_the_removed(conf: &Config, before: &Wired, nft: &mut NftablesOnDemand) {
+    let Ok(now) = Wired::read(conf) else {
+        return;
+    };
+    for gone in before.attachments.iter().filter(|a| {
+        !now.attachments
+            .iter()
+            .any(|n| (&n.container_id, &n.ifname) == (&a.container_id, &a.ifname))
+    }) {
+        let mut removing = Removing {
+            conf,
+            nft: &mut *nft,
+            nl: None,
+            who: gone.who(conf),
+            addresses: &gone.addresses,
+            masquerade_sets: true,
+            traced: true,
+        };
+        for kind in KINDS {
+            if let Err(e) = kind.remove(&mut removing) {
+                crate::log::debug(format_args!(
+                    "network {}: {kind} of {}/{}, removed during the restore: {e}",
+                    conf.name, gone.container_id, gone.ifname
+                ));
+            }
+        }
+    }
 }
 
 /// A kind's words for what it misses ("X is missing from nf_tables set S: what that
@@ -450,11 +500,15 @@ fn as_put_back(missing: &str) -> String {
 }
 
 /// Tests only (debug builds): with ACADEMY_TEST_HOLD_RESTORE set to a path, a network's
-/// restore, once started and before it takes the lock, creates `<path>.held` and waits (30 s at most) while `<path>` exists, so a
-/// test can run a DEL in the middle of a restore without racing a signal.
-fn hold_for_test() {
+/// restore, once started and before it takes the lock, creates `<path>.held` and waits
+/// (30 s at most) while `<path>` exists; with ACADEMY_TEST_HOLD_RESTORE_LOCKED, the same
+/// once it holds the lock and has read the attachments. A test can so run a DEL in the
+/// middle of a restore without racing a signal.
+fn hold_for_test(variable: &str) {
+    #[cfg(not(debug_assertions))]
+    let _ = variable;
     #[cfg(debug_assertions)]
-    if let Some(path) = std::env::var_os("ACADEMY_TEST_HOLD_RESTORE") {
+    if let Some(path) = std::env::var_os(variable) {
         let path = std::path::PathBuf::from(path);
         let mut held = path.clone().into_os_string();
         held.push(".held");

@@ -1,46 +1,65 @@
 //! A network's own nf_tables objects (its masquerade rule and sets, its MAC filter's
-//! rule, map and sets, its bridge's hairpin and isolation elements and FORWARD accepts)
-//! are made by the ADD that finds them missing, and outlive the network's last
-//! attachment by `releaseUnusedAfter` seconds (60 by default): a network's only container
-//! stopped and started again meanwhile (`podman run --rm`, a CI job) pays what a steady
-//! one does, not the objects' creation and deletion (each batch that makes or deletes a
-//! set or a rule costs its socket's close an RCU grace period, 8-11 ms). Without the
-//! release, every network a node ever had would leave a rule in academy's postrouting
-//! chain, which every new outbound connection then walks.
+//! rule, map and sets) and its bridge's (the hairpin, isolation and loopback guard
+//! elements, the FORWARD accepts) are made by the ADD that finds them missing, and
+//! outlive the network's last attachment by `releaseUnusedAfter` seconds (60 by
+//! default): a network's only container stopped and started again meanwhile (`podman
+//! run --rm`, a CI job) pays what a steady one does, not the objects' creation and
+//! deletion (each batch that makes or deletes a set or a rule costs its socket's close an
+//! RCU grace period, 8-11 ms). Without the release, every network a node ever had would
+//! leave a rule in academy's postrouting chain, which every new outbound connection then
+//! walks.
 //!
-//! "No attachment" is: no reservation in the network's store (academy's IPAM) and no
-//! port on its bridge. The last DEL (or GC, reclaim, a failed first ADD) that finds the
-//! network so writes its record, `/run/academy/networks/<name>.unused`: what the release
-//! needs (names, bridge, keys, store) and when the network became unused, so the release
-//! needs no config of it (`podman network rm` never tells a plugin). Every invocation
-//! then looks at the records (a readdir, a time compare: `release_expired`), and releases
-//! the expired ones of its own node, in one nf_tables batch per table. ADD removes its
-//! network's record. With `releaseUnusedAfter` 0 the last attachment's removal releases
-//! at once.
+//! Two owners, two questions. A network's own objects go once the network has no
+//! attachment: no reservation in its store and no port on its bridge that is its own (a
+//! port labelled for another network is that one's). An object keyed on a bridge is
+//! owned by every network that uses the bridge, and goes only when none does: the bridge
+//! has no port, and no ADD is under way on it.
 //!
-//! A concurrent first ADD must never lose its rule, so ADD holds the network's lock
-//! shared from before it reserves until its batch is in (`InUse`), and the release holds
-//! it exclusively (never waiting: a held share is an ADD in flight) while it looks and
-//! deletes: it either sees the ADD's reservation (or finds the record gone), or runs
-//! wholly before the ADD, which then makes the objects again (its batch re-creates what
-//! is missing).
+//! The last DEL (or GC, reclaim, a failed first ADD) that finds the network unused
+//! writes its record (records.rs): what the release needs, so the release needs no
+//! config of it (`podman network rm` never tells a plugin). Every invocation then lists
+//! the records (a readdir: the due time is in a marker's name) and releases the due ones
+//! of its own node, in one nf_tables batch per table (`release_expired`); a record of a
+//! node that is gone is dropped. With `releaseUnusedAfter` 0 the last attachment's removal
+//! releases at once.
+//!
+//! Locks (locks.rs). ADD holds the network's lock shared from before it reserves until
+//! its batch is in (`InUse`), and the release holds it exclusively (never waiting: a held
+//! share is an ADD or a restore in flight) while it looks and deletes: it either sees the
+//! ADD's reservation, or runs wholly before the ADD, which then makes the objects again.
+//! ADD also holds its bridge's lock shared, and the release deletes the bridge's objects
+//! only under that lock held exclusively (never waiting: a held share is an ADD on the
+//! bridge, perhaps another network's first, which found the objects in place and made
+//! none), after seeing the bridge with no port. A removal that finds the network's lock
+//! busy writes the record all the same: whoever holds the lock (a restore) finishes, and
+//! the next invocation releases what is then unused.
+//!
+//! ADD removes its network's record; one that describes another network of the same
+//! name (re-created on another bridge, with other keys or ranges) is released first, so
+//! the old bridge's objects do not outlive it and the new network's first ADD makes its
+//! objects as a first ADD does (no "repaired" line for a config change).
 
 use std::fs::File;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
-use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg};
-use serde::{Deserialize, Serialize};
+use nix::fcntl::Flock;
 
 use super::Releasing;
 use super::KINDS;
 use crate::addressing::open_store;
+use crate::attachment::owner;
 use crate::cni::Result;
-use crate::config::{Builtin, Config, Ipam};
+use crate::config::Config;
 use crate::ipam::store::files;
-use crate::netlink::{LinkKind, Netlink, NftablesOnDemand, Object};
+use crate::netlink::{Link, LinkKind, Netlink, NftablesOnDemand, Object};
+
+mod locks;
+mod nodes;
+mod records;
+
+use locks::Wait;
+pub(crate) use records::{node, write_atomically};
+use records::{Entry, Marker, Record};
 
 /// The host's lock on repairs of academy's NAT (any network): a repair is rare and takes
 /// a millisecond. Best effort: without /run, or after 5 s, ADD goes on unlocked (at
@@ -53,16 +72,67 @@ const REPAIR_LOCK: &str = "/run/academy-nat.lock";
 
 pub(super) const LOCK_DIR: &str = "/run/academy/networks";
 
-/// ADD's share of its network's lock, released when dropped.
-pub struct InUse(#[allow(dead_code)] Option<Flock<File>>);
+/// ADD's (or the restore's) share of its network's lock and of its bridge's, released
+/// when dropped.
+pub struct InUse {
+    _network: Option<Flock<File>>,
+    _bridge: Option<Flock<File>>,
+}
 
-/// Takes the network's lock shared for an ADD. Best effort: without /run (or after 5 s,
-/// when a release is stuck) ADD goes on unlocked.
+/// Takes the network's lock shared, then its bridge's, for an ADD or a restore. Best
+/// effort: without /run (or after 5 s, when a release is stuck) it goes on unlocked.
+/// The network's record, if any, goes first (one failed open when there is none).
 pub fn in_use(conf: &Config) -> InUse {
-    let lock = lock(conf, Wait::Shared).ok();
-    // In use again: no release is due (one syscall when there is no record).
-    let _ = std::fs::remove_file(record_path(&conf.name));
-    InUse(lock)
+    let node = node();
+    if let Some(node) = node {
+        taken_back(conf, node);
+    }
+    InUse {
+        _network: locks::network(&conf.name, Wait::Shared).ok(),
+        _bridge: node.and_then(|n| locks::bridge(&conf.bridge, n, Wait::Shared).ok()),
+    }
+}
+
+/// The network is in use again: its record goes. A record of another network under this
+/// name (another bridge, other keys or ranges) is released first, as it would have been
+/// at its due time: that network is gone, and its objects are nobody's.
+fn taken_back(conf: &Config, node: u64) {
+    let path = records::record_path(&conf.name, node);
+    let Some(record) = records::read(&path) else {
+        return;
+    };
+    if record.same_network(conf) {
+        let _ = std::fs::remove_file(&path);
+        return;
+    }
+    // Before this ADD holds anything: waits out the ADDs and restores of the network.
+    let Ok(lock) = locks::network(&conf.name, Wait::Exclusive) else {
+        return;
+    };
+    let Some(record) = records::read(&path) else {
+        return;
+    };
+    let (Ok(mut nl), mut nft) = (Netlink::open(), NftablesOnDemand::default()) else {
+        return;
+    };
+    let mut batch = Batch::default();
+    match collect(&record, &mut nl, &mut nft, &mut batch) {
+        Ok(Found::Releasable) => {
+            crate::log::debug(format_args!(
+                "network {} is back with another config: releasing what it had ({})",
+                conf.name,
+                batch.words().join(", ")
+            ));
+            if batch.delete(&mut nft).is_ok() {
+                records::remove(&record);
+            }
+        }
+        // In use already (an ADD of the new config came first), or another's elements
+        // remain: the record is this network's no more.
+        Ok(Found::InUse | Found::Elements) => records::remove(&record),
+        Err(e) => crate::log::debug(format_args!("network {}: {e}", conf.name)),
+    }
+    drop(lock);
 }
 
 /// The network's lock held whole, for a sweep that judges ownership by the store
@@ -84,279 +154,261 @@ pub fn without_adds_in_flight(conf: &Config) -> Option<Flock<File>> {
 }
 
 /// Once the network has no attachment left: records it as unused, for a release after
-/// `releaseUnusedAfter`, or (0, or the record cannot be written) deletes its own objects
-/// at once. Returns what it deleted, in words (nothing when the network is in use or
-/// only recorded).
+/// `releaseUnusedAfter`, or (0, or the record cannot be written) deletes its objects at
+/// once. Returns what it deleted, in words (nothing when the network is in use or only
+/// recorded).
 pub fn release_if_unused(conf: &Config) -> Result<Vec<String>> {
     // Cheap look first, unlocked: a network with attachments (the usual DEL) costs no
     // lock and no nf_tables request.
     let mut nl = Netlink::open()?;
-    if !unused(conf, &mut nl)? {
+    if !unused(conf, &nl.links()?)? {
         return Ok(Vec::new());
     }
-    // Never waited for: a held share is an ADD in flight, so the network is in use
-    // (DEL and GC must not stand behind a burst of ADDs). Without /run the objects stay.
-    let Ok(_lock) = lock(conf, Wait::No) else {
+    // Never waited for: a held share is an ADD or a restore in flight (DEL and GC must
+    // not stand behind a burst of ADDs). The record is written all the same, so the
+    // release is not lost when the holder is a restore (which adds no attachment): the
+    // next invocation looks again, and finds the network in use (an ADD) or releases it.
+    let Ok(_lock) = locks::network(&conf.name, Wait::No) else {
+        let _ = records::mark_unused(conf);
         return Ok(Vec::new());
     };
-    if !unused(conf, &mut nl)? {
+    if !unused(conf, &nl.links()?)? {
         return Ok(Vec::new());
     }
-    if conf.release_unused_after > 0 && mark_unused(conf).is_ok() {
+    if conf.release_unused_after > 0 && records::mark_unused(conf).is_ok() {
         return Ok(Vec::new());
     }
-    let _ = std::fs::remove_file(record_path(&conf.name));
+    let Some(record) = Record::of(conf, records::now_ms()) else {
+        return Ok(Vec::new());
+    };
+    records::remove(&record);
     let mut nft = NftablesOnDemand::default();
-    let Some(objects) = objects_of(conf, &mut nft)? else {
-        return Ok(Vec::new());
-    };
-    if !objects.is_empty() {
-        nft.get()?.delete_objects(&objects)?;
+    let mut batch = Batch::default();
+    match collect(&record, &mut nl, &mut nft, &mut batch)? {
+        Found::Releasable => {
+            batch.delete(&mut nft)?;
+            Ok(batch.words())
+        }
+        Found::InUse | Found::Elements => Ok(Vec::new()),
     }
-    Ok(objects.iter().map(describe).collect())
 }
 
-/// The network's own objects, every kind's; None while elements of one remain.
-fn objects_of(conf: &Config, nft: &mut NftablesOnDemand) -> Result<Option<Vec<Object>>> {
+/// What a release found of one network.
+enum Found {
+    /// Its objects (and its bridge's, when free) are in the batch.
+    Releasable,
+    /// It has an attachment.
+    InUse,
+    /// Elements of another attachment remain in its sets (GC sweeps them first).
+    Elements,
+}
+
+/// The objects of a release, and the bridge locks held until they are deleted.
+#[derive(Default)]
+struct Batch {
+    objects: Vec<Object>,
+    bridges: Vec<Flock<File>>,
+}
+
+impl Batch {
+    fn delete(&mut self, nft: &mut NftablesOnDemand) -> Result<()> {
+        self.objects.dedup();
+        if !self.objects.is_empty() {
+            nft.get()?.delete_objects(&self.objects)?;
+        }
+        Ok(())
+    }
+
+    fn words(&self) -> Vec<String> {
+        self.objects.iter().map(describe).collect()
+    }
+}
+
+/// Adds to `batch` what the record's network releases, under its lock (held by the
+/// caller): its own objects when it has no attachment, and its bridge's when the bridge
+/// has no port and its lock is free (taken, and held in the batch until the deletion).
+fn collect(
+    record: &Record,
+    nl: &mut Netlink,
+    nft: &mut NftablesOnDemand,
+    batch: &mut Batch,
+) -> Result<Found> {
+    let Some(conf) = record.config() else {
+        return Ok(Found::Elements);
+    };
+    if !unused(&conf, &nl.links()?)? {
+        return Ok(Found::InUse);
+    }
+    let Some((own, bridged)) = objects_of(&conf, nft)? else {
+        return Ok(Found::Elements);
+    };
+    batch.objects.extend(own);
+    if bridged.is_empty() {
+        return Ok(Found::Releasable);
+    }
+    // Looked at under the bridge's lock: an ADD on the bridge holds it from before its
+    // first look at the bridge's objects until its port is on the bridge.
+    if let Ok(lock) = locks::bridge(&conf.bridge, record.node, Wait::No) {
+        if bridge_free(&conf, &nl.links()?) {
+            batch.objects.extend(bridged);
+            batch.bridges.push(lock);
+        }
+    }
+    Ok(Found::Releasable)
+}
+
+/// The network's own objects and its bridge's, every kind's; None while elements of one
+/// remain.
+#[allow(clippy::type_complexity)]
+fn objects_of(
+    conf: &Config,
+    nft: &mut NftablesOnDemand,
+) -> Result<Option<(Vec<Object>, Vec<Object>)>> {
     let mut releasing = Releasing { conf, nft };
-    let mut objects: Vec<Object> = Vec::new();
+    let (mut own, mut bridged) = (Vec::new(), Vec::new());
     let mut errors = Vec::new();
     for kind in KINDS {
         match kind.release(&mut releasing) {
-            Ok(Some(found)) => objects.extend(found),
+            Ok(Some(found)) if kind.keyed_on_bridge() => bridged.extend(found),
+            Ok(Some(found)) => own.extend(found),
             // Elements of another remain: the network's objects are still in use.
             Ok(None) => return Ok(None),
             Err(e) => errors.push(e),
         }
     }
     super::first_of(errors)?;
-    Ok(Some(objects))
-}
-
-/// What the release of an unused network needs, written when it became unused.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
-struct Record {
-    name: String,
-    bridge: String,
-    /// The built-in store's dataDir; None for a delegated IPAM or none (no store).
-    data_dir: Option<PathBuf>,
-    ip_masq: bool,
-    mac_spoof_check: bool,
-    same_bridge_ingress: bool,
-    publishes_ports: bool,
-    is_gateway: bool,
-    /// `releaseUnusedAfter`, seconds.
-    release_after: u64,
-    /// When the network was found with no attachment, ms since the epoch.
-    unused_since_ms: u64,
-    /// The node: the network namespace's inode (a record in /run is seen from every
-    /// netns; a node netns releases only its own networks).
-    node: u64,
-}
-
-impl Record {
-    fn of(conf: &Config, unused_since_ms: u64) -> Option<Record> {
-        Some(Record {
-            name: conf.name.clone(),
-            bridge: conf.bridge.clone(),
-            data_dir: conf.builtin().map(|b| b.data_dir.clone()),
-            ip_masq: conf.ip_masq,
-            mac_spoof_check: conf.mac_spoof_check,
-            same_bridge_ingress: conf.same_bridge_ingress,
-            publishes_ports: conf.publishes_ports,
-            is_gateway: conf.is_gateway,
-            release_after: conf.release_unused_after,
-            unused_since_ms,
-            node: node()?,
-        })
-    }
-
-    fn expires_ms(&self) -> u64 {
-        self.unused_since_ms
-            .saturating_add(self.release_after.saturating_mul(1000))
-    }
-
-    /// The config the kinds' release reads: the record's keys, nothing else.
-    fn config(&self) -> Option<Config> {
-        let base = serde_json::json!({
-            "cniVersion": "1.0.0",
-            "name": self.name,
-            "type": "academy",
-            "bridge": self.bridge,
-        });
-        let mut conf = Config::where_things_are(base.to_string().as_bytes())?;
-        conf.ipam = match &self.data_dir {
-            Some(data_dir) => Ipam::Builtin(Builtin {
-                range_sets: Vec::new(),
-                routes: Vec::new(),
-                data_dir: data_dir.clone(),
-                resolv_conf: None,
-            }),
-            None => Ipam::None,
-        };
-        conf.ip_masq = self.ip_masq;
-        conf.mac_spoof_check = self.mac_spoof_check;
-        conf.same_bridge_ingress = self.same_bridge_ingress;
-        conf.publishes_ports = self.publishes_ports;
-        conf.is_gateway = self.is_gateway;
-        conf.release_unused_after = self.release_after;
-        Some(conf)
-    }
-}
-
-const RECORD_SUFFIX: &str = ".unused";
-
-fn record_path(name: &str) -> String {
-    format!("{LOCK_DIR}/{name}{RECORD_SUFFIX}")
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// This process's network namespace, by inode.
-pub(super) fn node() -> Option<u64> {
-    std::fs::metadata("/proc/self/ns/net").ok().map(|m| m.ino())
+    Ok(Some((own, bridged)))
 }
 
 /// When the network of this node became unused, while it waits for its release.
 pub fn unused_since(name: &str) -> Option<SystemTime> {
-    let record = read_record(&record_path(name))?;
-    (Some(record.node) == node())
-        .then(|| UNIX_EPOCH + Duration::from_millis(record.unused_since_ms))
+    let record = records::read(&records::record_path(name, node()?))?;
+    Some(UNIX_EPOCH + Duration::from_millis(record.unused_since_ms))
 }
 
-fn read_record(path: &str) -> Option<Record> {
-    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
-}
+/// A record of another node overdue by this long is looked at: its node may be gone.
+const OTHER_NODE_OVERDUE_MS: u64 = 60_000;
 
-/// Writes the network's record (atomically: a reader sees the old one or the new one),
-/// unless one is there already: the network has been unused since that one's time.
-/// Called with the network's lock held exclusively.
-fn mark_unused(conf: &Config) -> std::io::Result<()> {
-    let path = record_path(&conf.name);
-    if read_record(&path).is_some() {
-        return Ok(());
-    }
-    write_record(
-        &path,
-        &Record::of(conf, now_ms()).ok_or(std::io::ErrorKind::NotFound)?,
-    )
-}
-
-fn write_record(path: &str, record: &Record) -> std::io::Result<()> {
-    let text = serde_json::to_vec(record).map_err(std::io::Error::other)?;
-    write_atomically(path, &text)
-}
-
-/// Writes a record of academy's under /run/academy/networks whole or not at all: a
-/// reader sees the old one or the new one, never a half-written one.
-pub(super) fn write_atomically(path: &str, text: &[u8]) -> std::io::Result<()> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(LOCK_DIR)?;
-    let tmp = format!("{path}.{}.tmp", std::process::id());
-    files::replace_host_file(path.as_ref(), tmp.as_ref(), text)
-}
-
-/// The release of every network of this node whose record has expired: each under its
-/// lock (taken exclusively, never waited for: a held share is an ADD in flight, which
-/// removes the record), each checked again for attachments, all their objects deleted
-/// in one batch per table. Run by every invocation (a readdir and a time compare when
-/// nothing is due). Best effort: what fails stays recorded and is tried by the next one.
-/// Returns when the next record expires, if one is waiting.
+/// The release of every network of this node whose record is due: each under its lock
+/// (taken exclusively, never waited for: a held share is an ADD in flight), each checked
+/// again for attachments, all their objects deleted in one batch per table. Run by every
+/// invocation: one readdir when nothing is due, whatever the number of records waiting.
+/// A record of another node long overdue is dropped when that node is gone, or dated
+/// later (its own node releases it). Best effort: what fails stays recorded and is tried
+/// by the next one. Returns when the next record of this node is due, if one is waiting.
 pub fn release_expired() -> Option<SystemTime> {
     let dir = std::fs::read_dir(LOCK_DIR).ok()?;
-    let now = now_ms();
-    let mut due = Vec::new();
+    let (here, now) = (node()?, records::now_ms());
+    let (mut due, mut others) = (Vec::new(), Vec::new());
     let mut next: Option<u64> = None;
     for entry in dir.flatten() {
-        let file = entry.file_name();
-        let Some(name) = file.to_str().and_then(|f| f.strip_suffix(RECORD_SUFFIX)) else {
+        let Some(file) = entry.file_name().to_str().map(records::entry) else {
             continue;
         };
-        let Some(record) = read_record(&record_path(name)) else {
-            continue;
-        };
-        match record.expires_ms() {
-            at if at <= now => due.push(record),
-            at => next = Some(next.map_or(at, |n| n.min(at))),
+        match file {
+            Entry::Marker(m) if m.node == here && m.due_ms <= now => due.push(m),
+            Entry::Marker(m) if m.node == here => {
+                next = Some(next.map_or(m.due_ms, |n| n.min(m.due_ms)))
+            }
+            Entry::Marker(m) if m.due_ms.saturating_add(OTHER_NODE_OVERDUE_MS) <= now => {
+                others.push(m)
+            }
+            Entry::Marker(_) | Entry::Other => {}
+            Entry::Old(name) => records::convert_old(&name),
         }
-    }
-    if !due.is_empty() {
-        let here = node();
-        due.retain(|r| Some(r.node) == here);
     }
     if !due.is_empty() {
         release_due(due);
     }
+    if !others.is_empty() {
+        drop_gone_nodes(others);
+    }
     next.map(|ms| UNIX_EPOCH + Duration::from_millis(ms))
 }
 
-fn release_due(due: Vec<Record>) {
+fn release_due(due: Vec<Marker>) {
     let Ok(mut nl) = Netlink::open() else {
         return;
     };
     let mut nft = NftablesOnDemand::default();
     let mut held = Vec::new();
-    let mut objects: Vec<Object> = Vec::new();
-    for record in due {
-        let Some(conf) = record.config() else {
+    let mut batch = Batch::default();
+    for marker in due {
+        // The marker of a record its ADD took, or of one since written again: dropped.
+        let due = |r: &Record| r.expires_ms() <= records::now_ms();
+        if !records::read(&marker.record()).is_some_and(|r| due(&r)) {
+            let _ = std::fs::remove_file(marker.path());
             continue;
-        };
-        let Ok(lock) = lock(&conf, Wait::No) else {
+        }
+        let Ok(lock) = locks::network(&marker.name, Wait::No) else {
             continue;
         };
         // Looked at again under the lock: an ADD may have come (and gone) meanwhile.
-        let path = record_path(&conf.name);
-        if read_record(&path).is_none_or(|r| r.expires_ms() > now_ms()) {
+        let Some(record) = records::read(&marker.record()).filter(due) else {
             continue;
+        };
+        if record.marker() != marker.path() {
+            let _ = std::fs::remove_file(marker.path());
         }
-        match unused(&conf, &mut nl) {
-            Ok(true) => {}
-            Ok(false) => {
-                let _ = std::fs::remove_file(&path);
-                continue;
-            }
-            Err(_) => continue,
-        }
-        match objects_of(&conf, &mut nft) {
-            Ok(Some(found)) => {
+        let before = batch.objects.len();
+        match collect(&record, &mut nl, &mut nft, &mut batch) {
+            Ok(Found::Releasable) => {
                 crate::log::debug(format_args!(
                     "network {} unused for {}s: releasing {}",
-                    conf.name,
+                    record.name,
                     record.release_after,
-                    found.iter().map(describe).collect::<Vec<_>>().join(", ")
+                    batch.objects[before..]
+                        .iter()
+                        .map(describe)
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ));
-                objects.extend(found);
-                held.push((lock, path));
+                held.push((lock, record));
             }
+            Ok(Found::InUse) => records::remove(&record),
             // Another's elements remain (GC sweeps them): tried again after another
             // grace, not by every invocation.
-            Ok(None) => {
-                let _ = write_record(
-                    &path,
-                    &Record {
-                        unused_since_ms: now_ms(),
-                        ..record
-                    },
-                );
+            Ok(Found::Elements) => {
+                let again = Record {
+                    unused_since_ms: records::now_ms(),
+                    ..record.clone()
+                };
+                if records::write(&again).is_ok() {
+                    let _ = std::fs::remove_file(record.marker());
+                }
             }
-            Err(e) => crate::log::debug(format_args!("network {}: {e}", conf.name)),
+            Err(e) => crate::log::debug(format_args!("network {}: {e}", record.name)),
         }
     }
-    objects.dedup();
-    if !objects.is_empty() {
-        if let Err(e) = nft.get().and_then(|n| n.delete_objects(&objects)) {
-            crate::log::debug(format_args!("releasing unused networks: {e}"));
-            return;
-        }
+    if let Err(e) = batch.delete(&mut nft) {
+        crate::log::debug(format_args!("releasing unused networks: {e}"));
+        return;
     }
-    for (_lock, path) in &held {
-        let _ = std::fs::remove_file(path);
+    for (_lock, record) in &held {
+        records::remove(record);
+    }
+}
+
+/// Records of other nodes long overdue: dropped when their node is gone (its nf_tables
+/// went with it), else dated one grace later, so a quiet live node is looked at once per
+/// minute, not by every invocation.
+fn drop_gone_nodes(others: Vec<Marker>) {
+    let Some(alive) = nodes::alive() else {
+        return;
+    };
+    let later = records::now_ms().saturating_add(OTHER_NODE_OVERDUE_MS);
+    for marker in others {
+        if alive.contains(&marker.node) {
+            let moved = records::marker_path(&marker.name, marker.node, later);
+            let _ = std::fs::rename(marker.path(), moved);
+        } else {
+            crate::log::debug(format_args!(
+                "network {}: its node (netns {}) is gone, and its record with it",
+                marker.name, marker.node
+            ));
+            let _ = std::fs::remove_file(marker.record());
+            let _ = std::fs::remove_file(marker.path());
+        }
     }
 }
 
@@ -367,8 +419,9 @@ fn describe(object: &Object) -> String {
     }
 }
 
-/// No reservation in the store and no port on the bridge.
-fn unused(conf: &Config, nl: &mut Netlink) -> Result<bool> {
+/// The network has no attachment: no reservation in its store, and no port on its
+/// bridge that may be its own (any port but one labelled for another network).
+fn unused(conf: &Config, links: &[Link]) -> Result<bool> {
     if conf.builtin().is_some() {
         if let Some(store) = open_store(conf)? {
             if store.holds_any()? {
@@ -376,50 +429,27 @@ fn unused(conf: &Config, nl: &mut Netlink) -> Result<bool> {
             }
         }
     }
-    let links = nl.links()?;
-    let Some(bridge) = links
+    let others = |l: &Link| {
+        l.alias
+            .as_deref()
+            .and_then(owner)
+            .is_some_and(|(network, _, _)| network != conf.name)
+    };
+    Ok(!ports(conf, links).any(|l| !others(l)))
+}
+
+/// No network uses the bridge: it has no port (or is not there).
+fn bridge_free(conf: &Config, links: &[Link]) -> bool {
+    ports(conf, links).next().is_none()
+}
+
+/// The ports of the network's bridge.
+fn ports<'l>(conf: &Config, links: &'l [Link]) -> impl Iterator<Item = &'l Link> {
+    let bridge = links
         .iter()
         .find(|l| l.name == conf.bridge && l.kind == LinkKind::Bridge)
-    else {
-        return Ok(true);
-    };
-    Ok(!links.iter().any(|l| l.controller == Some(bridge.index)))
-}
-
-/// How the lock is taken: shared, waiting out a release (milliseconds); or exclusive,
-/// only if free.
-enum Wait {
-    Shared,
-    No,
-}
-
-fn lock(conf: &Config, how: Wait) -> std::io::Result<Flock<File>> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(LOCK_DIR)?;
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(format!("{LOCK_DIR}/{}.lock", conf.name))?;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let arg = match how {
-        Wait::Shared => FlockArg::LockSharedNonblock,
-        Wait::No => FlockArg::LockExclusiveNonblock,
-    };
-    loop {
-        match Flock::lock(file, arg) {
-            Ok(locked) => return Ok(locked),
-            Err((f, Errno::EWOULDBLOCK))
-                if matches!(how, Wait::Shared) && Instant::now() < deadline =>
-            {
-                file = f;
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            Err((_, e)) => return Err(e.into()),
-        }
-    }
+        .map(|b| b.index);
+    links
+        .iter()
+        .filter(move |l| bridge.is_some() && l.controller == bridge)
 }

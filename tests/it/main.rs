@@ -161,6 +161,7 @@ mod restore_lock;
 mod rollback;
 mod route_attrs;
 mod services;
+mod shared_bridge;
 mod switching;
 mod upgrade;
 mod vlan;

@@ -35,9 +35,11 @@ fn wait_for(path: &Path) {
     }
 }
 
-#[test]
-fn a_network_released_during_a_restore_stays_released() {
-    let lab = Lab::new("rlock");
+/// A network with ipMasq and isolation, its one container added, and the restore
+/// started with the hook `hook` (the test hold's variable) held: runs `during` while
+/// the restore waits, then lets it finish; returns the restore's stderr.
+fn during_a_restore(tag: &str, hook: &str, during: impl FnOnce(&Node, &Attach, &Value)) -> String {
+    let lab = Lab::new(tag);
     let node = Node::new(&lab);
     let extra = json!({"ipMasq": true, "ingressPolicy": "same-bridge"});
     lab.write_conflist("1.1.0", "academy", extra.clone());
@@ -66,7 +68,7 @@ fn a_network_released_during_a_restore_stays_released() {
             "--conf-dir",
             conf_dir,
         ])
-        .env("ACADEMY_TEST_HOLD_RESTORE", &hold)
+        .env(hook, &hold)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -81,18 +83,60 @@ fn a_network_released_during_a_restore_stays_released() {
     }
     let resume = Resume(&hold, &mut restore);
     wait_for(&held);
-
-    // The last DEL, while the restore is held: the network is released.
-    node.call("DEL", &a, &config).expect_silent_success("DEL a");
-    let left = mentions(&node);
-    assert!(left.is_empty(), "the last DEL left {left:?}");
-
+    during(&node, &a, &config);
     std::fs::remove_file(resume.0).unwrap();
     let out = resume.1.wait_with_output_ref();
     drop(resume);
     assert!(out.0.success(), "restore: {}", out.1);
+    // Whichever invocation comes next on the node releases what is due.
+    let version = node.run(
+        &Call::bare()
+            .env("CNI_COMMAND", "VERSION")
+            .config(&json!({"cniVersion": "1.1.0"})),
+    );
+    assert_eq!(version.code, 0, "{version}");
     let back = mentions(&node);
-    assert!(back.is_empty(), "the restore put back {back:?}\n{}", out.1);
+    assert!(
+        back.is_empty(),
+        "left after the restore: {back:?}\n{}",
+        out.1
+    );
+    out.1
+}
+
+#[test]
+fn a_network_released_during_a_restore_stays_released() {
+    during_a_restore("rlock", "ACADEMY_TEST_HOLD_RESTORE", |node, a, config| {
+        // The last DEL, while the restore is held before its lock: the network is
+        // released.
+        node.call("DEL", a, config).expect_silent_success("DEL a");
+        let left = mentions(node);
+        assert!(left.is_empty(), "the last DEL left {left:?}");
+    });
+}
+
+/// The last DEL while the restore holds the network's lock (issue 35): the DEL cannot
+/// release, but records the release, which the next invocation makes once the restore
+/// is done.
+#[test]
+fn a_last_del_meeting_a_restore_s_share_is_released_after_it() {
+    during_a_restore(
+        "rlockheld",
+        "ACADEMY_TEST_HOLD_RESTORE_LOCKED",
+        |node, a, config| {
+            node.call("DEL", a, config).expect_silent_success("DEL a");
+            let records: Vec<String> = std::fs::read_dir("/run/academy/networks")
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|f| f.starts_with(&format!("{}@", node.lab.network)))
+                .collect();
+            assert!(
+                records.iter().any(|f| f.ends_with(".unused")),
+                "no release record: {records:?}"
+            );
+        },
+    );
 }
 
 /// `wait_with_output` for a borrowed child: its status and stderr.

@@ -317,6 +317,12 @@ impl Lab {
         if let Ok(extra) = self.extra_netns.lock() {
             names.extend(extra.iter().cloned());
         }
+        // The netns' inodes name their nodes' records and bridge locks (removed below).
+        let nodes: Vec<String> = names
+            .iter()
+            .filter_map(|n| std::fs::metadata(format!("/run/netns/{n}")).ok())
+            .map(|m| std::os::unix::fs::MetadataExt::ino(&m).to_string())
+            .collect();
         for n in &names {
             if netns_exists(n) {
                 let _ = run_quiet("ip", &["netns", "del", n]);
@@ -359,10 +365,29 @@ impl Lab {
         {
             let name = entry.file_name();
             let name = name.to_string_lossy();
+            let of_node = |n: &str| nodes.iter().any(|node| n.contains(&format!("@{node}.")));
             if name == format!("{}.lock", self.network)
                 || name.starts_with(&format!("{}.unused", self.network))
+                || name.starts_with(&format!("{}@", self.network))
+                || of_node(&name)
                 || (name.starts_with(&format!("{}.", self.network)) && name.contains(".state"))
                 || name.starts_with(&format!("{}-", self.network))
+            {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+        // The bridge locks of its nodes and of its bridge (src/firewall/network/locks.rs).
+        for entry in std::fs::read_dir(BRIDGE_LOCKS)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with(&format!("{}@", self.bridge))
+                || nodes
+                    .iter()
+                    .any(|node| name.ends_with(&format!("@{node}.lock")))
             {
                 let _ = std::fs::remove_file(entry.path());
             }
@@ -397,6 +422,8 @@ impl Lab {
 
 /// Where academy keeps its per-network locks and records (src/firewall/network.rs).
 const NETWORK_LOCKS: &str = "/run/academy/networks";
+/// Where academy keeps its per-bridge locks (src/firewall/network/locks.rs).
+const BRIDGE_LOCKS: &str = "/run/academy/bridges";
 /// Where `academy watch` records each network's last repair (src/cli/repairs.rs).
 const WATCH_RECORDS: &str = "/run/academy/watch";
 

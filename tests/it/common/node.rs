@@ -18,7 +18,12 @@ pub struct Node<'a> {
 impl<'a> Node<'a> {
     /// A node netns owned (and deleted) by the lab; its loopback up.
     pub fn new(lab: &'a Lab) -> Node<'a> {
-        let ns = lab.add_netns("node");
+        Node::new_named(lab, "node")
+    }
+
+    /// A second (third...) node of the lab: netns "<lab netns>-<suffix>".
+    pub fn new_named(lab: &'a Lab, suffix: &str) -> Node<'a> {
+        let ns = lab.add_netns(suffix);
         run("ip", &["-n", &ns, "link", "set", "lo", "up"], &[]);
         Node { lab, ns }
     }

@@ -1,0 +1,86 @@
+//! The locks of a network's lifetime: the network's (ADD and the restore hold it shared,
+//! a release exclusively) and its bridge's (every ADD on the bridge holds it shared, a
+//! release of the bridge's objects exclusively). Lock files are never removed (a removal
+//! racing a locker would let two hold "the" lock): one per network name and one per
+//! bridge of a node, a few bytes of /run each, gone with a reboot.
+//!
+//! Order: a holder takes the network's lock, then the bridge's; a release never waits
+//! for either (it skips what is busy), so no two holders can wait on each other.
+
+use std::fs::File;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+
+use super::LOCK_DIR;
+
+/// Where the bridges' locks are, one per bridge of a node: `<bridge>@<node>.lock` (a
+/// bridge name is per netns, as its objects are).
+pub(super) const BRIDGE_LOCK_DIR: &str = "/run/academy/bridges";
+
+/// How a lock is taken.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Wait {
+    /// Shared, waiting out a release (milliseconds; 5 s at most).
+    Shared,
+    /// Exclusive, waiting out the holders (5 s at most): an ADD's look at a record its
+    /// network left on another bridge, before it holds anything.
+    Exclusive,
+    /// Exclusive, only if free.
+    No,
+}
+
+/// The network's lock.
+pub(super) fn network(name: &str, how: Wait) -> std::io::Result<Flock<File>> {
+    take(LOCK_DIR, &format!("{LOCK_DIR}/{name}.lock"), how)
+}
+
+/// The lock of bridge `bridge` of node `node`.
+pub(super) fn bridge(bridge: &str, node: u64, how: Wait) -> std::io::Result<Flock<File>> {
+    take(
+        BRIDGE_LOCK_DIR,
+        &format!("{BRIDGE_LOCK_DIR}/{bridge}@{node}.lock"),
+        how,
+    )
+}
+
+fn take(dir: &str, path: &str, how: Wait) -> std::io::Result<Flock<File>> {
+    let open = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+    };
+    // The folder is made once per boot: looked for only when the open says it is not
+    // there (one syscall on the usual path, not a mkdir and a stat each time).
+    let mut file = match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)?;
+            open()?
+        }
+        other => other?,
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let arg = match how {
+        Wait::Shared => FlockArg::LockSharedNonblock,
+        Wait::Exclusive | Wait::No => FlockArg::LockExclusiveNonblock,
+    };
+    loop {
+        match Flock::lock(file, arg) {
+            Ok(locked) => return Ok(locked),
+            Err((f, Errno::EWOULDBLOCK)) if how != Wait::No && Instant::now() < deadline => {
+                file = f;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err((_, e)) => return Err(e.into()),
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! Two networks on one bridge, and a network's name used again (issue 35, item 4): an
+//! object keyed on a bridge (its isolation and hairpin elements, its loopback guard, its
+//! FORWARD accepts) is every network's on the bridge, and goes only when none uses it;
+//! release records are per node; a network re-created on another bridge releases what
+//! the old one had. Each in a private node netns (common/node.rs); packets go only
+//! between namespaces the test made.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::common::nft::rule_comments_in;
+use crate::common::*;
+use crate::watch::Watcher;
+
+/// Network `tag` of the lab on `bridge`: ipMasq, isolated (same-bridge), its own /24.
+fn network(lab: &Lab, tag: &str, bridge: &str, third: u8, grace: u64) -> Value {
+    json!({
+        "cniVersion": "1.1.0",
+        "name": format!("{}-{tag}", lab.network),
+        "type": "academy",
+        "bridge": bridge,
+        // Two networks' gateways cannot share one bridge: none here (ipMasq routes).
+        "isGateway": false,
+        "ipMasq": true,
+        "ingressPolicy": "same-bridge",
+        // In the lab's own node: no other test's subnet is there.
+        "subnet": format!("10.150.{third}.0/24"),
+        "dataDir": lab.data_dir.join(tag).to_str().unwrap(),
+        "releaseUnusedAfter": grace,
+    })
+}
+
+fn in_node(node: &Node, argv: &[&str]) -> Out {
+    let mut all = vec!["netns", "exec", &node.ns];
+    all.extend_from_slice(argv);
+    run("ip", &all, &[])
+}
+
+/// What of bridge `bridge` is in the node: its isolation element, and its FORWARD
+/// accepts (iptables-nft, both families).
+fn bridge_objects(node: &Node, bridge: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    let isolated = node.nft(&["list", "ruleset"]);
+    if isolated
+        .stdout
+        .lines()
+        .any(|l| l.contains("elements") && l.contains(&format!("\"{bridge}\" . \"{bridge}\"")))
+    {
+        found.insert("isolation element".to_string());
+    }
+    for tool in ["iptables-nft", "ip6tables-nft"] {
+        let out = in_node(node, &[tool, "-S", "FORWARD"]);
+        let word = format!(" {bridge} ");
+        for line in out.stdout.lines().filter(|l| l.contains(&word)) {
+            found.insert(format!("{tool}: {line}"));
+        }
+    }
+    found
+}
+
+fn version(node: &Node) -> Out {
+    node.run(
+        &Call::bare()
+            .env("CNI_COMMAND", "VERSION")
+            .config(&json!({"cniVersion": "1.1.0"})),
+    )
+}
+
+/// A's delayed release, run by invocations racing B's first ADD on the shared bridge:
+/// whichever wins, B ends with the bridge's isolation element and FORWARD accepts.
+fn release_racing_a_first_add(tag: &str, with_watch: bool) {
+    let lab = Lab::new(tag);
+    let node = Node::new(&lab);
+    assert_eq!(
+        in_node(&node, &["iptables-nft", "-P", "FORWARD", "DROP"]).code,
+        0
+    );
+    let bridge = lab.bridge.clone();
+    let a_net = network(&lab, "a", &bridge, 1, 1);
+    let b_net = network(&lab, "b", &bridge, 2, 1);
+    let _watch = with_watch.then(|| {
+        for (i, net) in [&a_net, &b_net].into_iter().enumerate() {
+            let list = json!({"cniVersion": "1.1.0", "name": net["name"], "plugins": [net]});
+            std::fs::write(lab.conf_dir.join(format!("{i}.conflist")), list.to_string()).unwrap();
+        }
+        Watcher::start(&node, lab.conf_dir.to_str().unwrap())
+    });
+    let (a, b) = (lab.attachment("a"), lab.attachment("b"));
+    let want = {
+        node.call("ADD", &b, &b_net).expect_result("ADD b");
+        let objects = bridge_objects(&node, &bridge);
+        node.call("DEL", &b, &b_net).expect_silent_success("DEL b");
+        objects
+    };
+    assert!(
+        want.contains("isolation element") && want.len() >= 3,
+        "{want:?}"
+    );
+    let mut lost = Vec::new();
+    for round in 0..40 {
+        node.call("ADD", &a, &a_net).expect_result("ADD a");
+        node.call("DEL", &a, &a_net).expect_silent_success("DEL a");
+        // Without a watch, the releasers below come after the grace; a watch releases
+        // at the due time itself: B's ADD is started around it.
+        let wait = match with_watch {
+            false => 1100,
+            true => 940 + 15 * (round % 10),
+        };
+        std::thread::sleep(Duration::from_millis(wait));
+        let add = std::thread::scope(|s| {
+            let add = s.spawn(|| node.call("ADD", &b, &b_net));
+            for i in 0..4 {
+                std::thread::sleep(Duration::from_millis(2 * i));
+                s.spawn(|| version(&node));
+            }
+            add.join().unwrap()
+        });
+        add.expect_result("the first ADD of b");
+        let now = bridge_objects(&node, &bridge);
+        if now != want {
+            let missing: Vec<&String> = want.difference(&now).collect();
+            lost.push(format!("round {round}: {missing:?}"));
+        }
+        node.call("DEL", &b, &b_net).expect_silent_success("DEL b");
+    }
+    assert_eq!(lost, Vec::<String>::new(), "B's bridge objects lost");
+    std::thread::sleep(Duration::from_millis(1100));
+    let out = version(&node);
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(bridge_objects(&node, &bridge), BTreeSet::new());
+}
+
+#[test]
+fn a_release_racing_another_network_s_first_add_on_its_bridge_leaves_the_bridge_s_objects() {
+    release_racing_a_first_add("sbrace", false);
+}
+
+#[test]
+fn a_release_racing_another_network_s_first_add_leaves_them_with_a_watch_running() {
+    release_racing_a_first_add("sbracew", true);
+}
+
+/// A network's masquerade rules in the node.
+fn rules(node: &Node, name: &str) -> Vec<String> {
+    rule_comments_in(Some(&node.ns), name, "v4")
+}
+
+#[test]
+fn a_network_re_created_on_another_bridge_releases_the_old_bridge_s_objects() {
+    let lab = Lab::new("sbmove");
+    let node = Node::new(&lab);
+    assert_eq!(
+        in_node(&node, &["iptables-nft", "-P", "FORWARD", "DROP"]).code,
+        0
+    );
+    let old_bridge = lab.bridge.clone();
+    let new_bridge = format!("{}n", &lab.bridge[..lab.bridge.len().min(14)]);
+    let old = network(&lab, "a", &old_bridge, 1, 60);
+    let mut new = network(&lab, "a", &new_bridge, 2, 60);
+    new["dataDir"] = json!(lab.data_dir.join("a2").to_str().unwrap());
+    let a = lab.attachment("a");
+    node.call("ADD", &a, &old)
+        .expect_result("ADD on the old bridge");
+    assert!(!bridge_objects(&node, &old_bridge).is_empty());
+    node.call("DEL", &a, &old)
+        .expect_silent_success("DEL of the last");
+    // `podman network rm` and `create` again: same name, another bridge and range.
+    let add = node.call("ADD", &a, &new);
+    add.expect_result("ADD on the new bridge");
+    assert_eq!(add.stderr, "", "a config change is no repair:\n{add}");
+    assert_eq!(
+        bridge_objects(&node, &old_bridge),
+        BTreeSet::new(),
+        "the old bridge's objects"
+    );
+    assert!(bridge_objects(&node, &new_bridge).contains("isolation element"));
+    let name = format!("{}-a", lab.network);
+    assert_eq!(rules(&node, &name).len(), 1, "{:?}", rules(&node, &name));
+    node.call("DEL", &a, &new)
+        .expect_silent_success("DEL on the new bridge");
+}
+
+/// The files of network `name`'s release records and due markers.
+fn records_of(name: &str) -> Vec<String> {
+    std::fs::read_dir("/run/academy/networks")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|f| f.starts_with(&format!("{name}@")))
+        .collect()
+}
+
+fn netns_inode(ns: &str) -> u64 {
+    std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(format!("/run/netns/{ns}")).unwrap())
+}
+
+/// Makes a node's due marker of `name` read as long overdue (due at 1 ms).
+fn overdue(name: &str, node: u64) {
+    for f in records_of(name) {
+        if f.starts_with(&format!("{name}@{node}.")) && f.ends_with(".due") {
+            let dir = "/run/academy/networks";
+            std::fs::rename(format!("{dir}/{f}"), format!("{dir}/{name}@{node}.1.due")).unwrap();
+        }
+    }
+}
+
+#[test]
+fn release_records_are_per_node_and_go_with_their_node() {
+    let lab = Lab::new("sbnodes");
+    let (one, two) = (Node::new(&lab), Node::new_named(&lab, "node2"));
+    let name = format!("{}-a", lab.network);
+    let mut first = network(&lab, "a", &lab.bridge, 1, 1);
+    first["dataDir"] = json!(lab.data_dir.join("one").to_str().unwrap());
+    let mut second = network(&lab, "a", &lab.bridge, 1, 60);
+    second["dataDir"] = json!(lab.data_dir.join("two").to_str().unwrap());
+    let (a, b) = (lab.attachment("a"), lab.attachment("b"));
+    one.call("ADD", &a, &first).expect_result("ADD in node one");
+    one.call("DEL", &a, &first)
+        .expect_silent_success("DEL in node one");
+    // The same name in another node: its first ADD leaves node one's record alone.
+    two.call("ADD", &b, &second)
+        .expect_result("ADD in node two");
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(version(&one).code, 0);
+    assert_eq!(
+        rules(&one, &name),
+        Vec::<String>::new(),
+        "node one's release"
+    );
+    assert_eq!(rules(&two, &name).len(), 1, "node two's network is in use");
+
+    // Node two's record, long overdue, while node two lives: kept (its node releases
+    // it); once node two is gone, dropped by an invocation elsewhere.
+    two.call("DEL", &b, &second)
+        .expect_silent_success("DEL in node two");
+    let node_two = netns_inode(&two.ns);
+    overdue(&name, node_two);
+    assert_eq!(version(&one).code, 0);
+    let kept = records_of(&name);
+    assert!(
+        kept.iter()
+            .any(|f| f == &format!("{name}@{node_two}.unused")),
+        "{kept:?}"
+    );
+    overdue(&name, node_two);
+    run("ip", &["netns", "del", &two.ns], &[]);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(version(&one).code, 0);
+    assert_eq!(
+        records_of(&name),
+        Vec::<String>::new(),
+        "a gone node's record"
+    );
+}
