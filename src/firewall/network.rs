@@ -141,16 +141,7 @@ fn taken_back(conf: &Config, node: u64) {
 /// reservation is no ADD's in the making. Waits up to 5 s for the ADDs in flight; None
 /// when they outlast that, or without /run.
 pub fn without_adds_in_flight(conf: &Config) -> Option<Flock<File>> {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        match lock(conf, Wait::No) {
-            Ok(held) => return Some(held),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(1))
-            }
-            Err(_) => return None,
-        }
-    }
+    locks::network(&conf.name, Wait::Exclusive).ok()
 }
 
 /// Once the network has no attachment left: records it as unused, for a release after
