@@ -24,7 +24,6 @@ struct Batch<'a> {
     descriptions: Vec<(String, Step)>,
     /// A change whose attributes could not be encoded (an attribute over 64 KiB).
     too_long: Option<(String, Step)>,
-    family: u8,
 }
 
 /// Bytes per sendmsg, well below the socket's default send buffer (212,992 bytes: a
@@ -87,16 +86,20 @@ pub struct Change {
 
 /// Sends `changes` in as few batches as fit BATCH_BYTES (one in every usual case), in
 /// order; stops at the first refused batch.
-pub(super) fn commit_all(socket: &mut NlSocket, family: u8, changes: Vec<Change>) -> NlResult<()> {
-    let mut batch = Batch::in_family(socket, family);
-    for change in changes {
+pub(super) fn commit_all(
+    socket: &mut NlSocket,
+    changes: impl IntoIterator<Item = (u8, Change)>,
+) -> NlResult<()> {
+    let mut batch = Batch::new(socket);
+    for (family, change) in changes {
         if !batch.descriptions.is_empty()
             && batch.bytes.len() + change.attrs.0.len() + 64 > BATCH_BYTES
         {
             let socket = batch.commit_keep()?;
-            batch = Batch::in_family(socket, family);
+            batch = Batch::new(socket);
         }
         batch.add(
+            family,
             change.step,
             change.kind,
             change.flags,
@@ -108,13 +111,7 @@ pub(super) fn commit_all(socket: &mut NlSocket, family: u8, changes: Vec<Change>
 }
 
 impl<'a> Batch<'a> {
-    #[cfg(test)]
     fn new(socket: &'a mut NlSocket) -> Batch<'a> {
-        Batch::in_family(socket, NFPROTO_INET)
-    }
-
-    /// A batch whose changes address tables of `family` (nfproto).
-    fn in_family(socket: &'a mut NlSocket, family: u8) -> Batch<'a> {
         let mut bytes = Vec::with_capacity(1024);
         let sequence = socket.next_sequence();
         let res_id = NFNL_SUBSYS_NFTABLES;
@@ -133,11 +130,19 @@ impl<'a> Batch<'a> {
             bytes,
             descriptions: Vec::new(),
             too_long: None,
-            family,
         }
     }
 
-    fn add(&mut self, step: Step, kind: u8, flags: u16, attrs: Attrs, description: String) {
+    /// A message to tables of `family` (nfproto).
+    fn add(
+        &mut self,
+        family: u8,
+        step: Step,
+        kind: u8,
+        flags: u16,
+        attrs: Attrs,
+        description: String,
+    ) {
         if attrs.too_long() {
             self.too_long.get_or_insert((description, step));
             return;
@@ -149,7 +154,7 @@ impl<'a> Batch<'a> {
             nftables_type(kind),
             flags,
             sequence,
-            self.family,
+            family,
             0,
             attrs.0,
         );
@@ -216,8 +221,9 @@ mod tests {
         let mut too_long = Attrs::default();
         too_long.put(1, &vec![0; 70_000]);
         let mut batch = Batch::new(&mut socket);
-        batch.add(Step::CreateTable, 0, 0, fits, "create table".into());
-        batch.add(Step::Publish, 12, 0, too_long, "publish tcp/80".into());
+        let inet = NFPROTO_INET;
+        batch.add(inet, Step::CreateTable, 0, 0, fits, "create table".into());
+        batch.add(inet, Step::Publish, 12, 0, too_long, "publish tcp/80".into());
         let e = batch.commit().unwrap_err();
         assert_eq!(e.request, "publish tcp/80");
         assert!(e.is(libc::EMSGSIZE));

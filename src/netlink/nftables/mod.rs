@@ -23,11 +23,14 @@ use super::socket::{Await, NlError, NlResult, NlSocket, Subsystem};
 pub mod attrs;
 pub mod batch;
 pub mod consts;
+mod decode;
 pub mod digest;
 pub mod dump;
+pub mod encode;
 pub mod expr;
 mod iptables;
 mod monitor;
+pub mod model;
 pub mod objects;
 pub mod step;
 
@@ -81,7 +84,25 @@ impl Nftables {
     /// Sends `changes` to tables of `family` (nfproto) in as few batches as fit a
     /// sendmsg (one in every usual case), in order; stops at the first refused batch.
     pub fn commit(&mut self, family: u8, changes: Vec<Change>) -> NlResult<()> {
-        batch::commit_all(&mut self.socket, family, changes)
+        let changes = changes.into_iter().map(|change| (family, change));
+        batch::commit_all(&mut self.socket, changes)
+    }
+
+    /// Applies `changes` in one batch (split only past BATCH_BYTES), in order, each to
+    /// the table it names: all or nothing; stops at the first refused batch.
+    pub fn run(&mut self, changes: Vec<model::Change>) -> NlResult<()> {
+        let changes = changes.into_iter().map(|change| {
+            let encoded = encode::op(&change.op);
+            let raw = Change {
+                step: change.op.step(),
+                kind: encoded.kind,
+                flags: encoded.flags,
+                attrs: encoded.attrs,
+                description: change.description,
+            };
+            (change.op.table().nfproto, raw)
+        });
+        batch::commit_all(&mut self.socket, changes)
     }
 
     /// One GET request outside a batch, its reply's attributes (after the nfgenmsg)

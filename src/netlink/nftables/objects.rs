@@ -17,36 +17,13 @@ use super::consts::{
     NFTA_TABLE_NAME, NFT_MSG_DELRULE, NFT_MSG_DELSET, NFT_MSG_DELSETELEM, NFT_MSG_NEWCHAIN,
     NFT_MSG_NEWRULE, NFT_MSG_NEWSET, NFT_MSG_NEWTABLE, NFT_SET_MAP,
 };
+use super::model::{self, Op};
 use super::step::Step;
 use super::Nftables;
 use crate::netlink::nfnetlink::Attrs;
 use crate::netlink::socket::NlResult;
 
-/// A table: its family (nfproto) and name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Table {
-    pub nfproto: u8,
-    pub name: &'static str,
-}
-
-impl Table {
-    pub const fn new(nfproto: u8, name: &'static str) -> Table {
-        Table { nfproto, name }
-    }
-}
-
-impl std::fmt::Display for Table {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let family = match self.nfproto {
-            NFPROTO_INET => "inet",
-            NFPROTO_BRIDGE => "bridge",
-            NFPROTO_IPV4 => "ip",
-            NFPROTO_IPV6 => "ip6",
-            _ => "?",
-        };
-        write!(f, "{family} {}", self.name)
-    }
-}
+pub use super::model::Table;
 
 /// A rule that carries a comment, where it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,9 +82,9 @@ impl Object {
     }
 
     /// The change deleting it.
-    pub fn delete(&self) -> Change {
+    pub fn delete(&self) -> model::Change {
         match self {
-            Object::Rule(rule) => delete_rule(
+            Object::Rule(rule) => model::Change::delete_rule(
                 rule.table,
                 &rule.chain,
                 rule.handle,
@@ -116,30 +93,27 @@ impl Object {
                     rule.comment, rule.handle, rule.table, rule.chain
                 ),
             ),
-            Object::Set(table, name) => {
-                let mut attrs = Attrs::default();
-                attrs.str(NFTA_SET_TABLE, table.name);
-                attrs.str(NFTA_SET_NAME, name);
-                Change {
-                    step: Step::DeleteSet,
-                    kind: NFT_MSG_DELSET,
-                    flags: 0,
-                    attrs,
-                    description: format!("delete set {table} {name}"),
-                }
-            }
+            Object::Set(table, name) => model::Change::new(
+                Op::DeleteSet {
+                    table: *table,
+                    name: name.clone(),
+                },
+                format!("delete set {table} {name}"),
+            ),
             Object::Element {
                 table,
                 set,
                 key,
                 shown,
-            } => Change {
-                step: Step::RemoveElement,
-                kind: NFT_MSG_DELSETELEM,
-                flags: 0,
-                attrs: element_list(*table, set, |list| element(list, key, None, "")),
-                description: format!("remove {shown} from set {table} {set}"),
-            },
+            } => model::Change::new(
+                Op::DeleteElements {
+                    table: *table,
+                    set: set.clone(),
+                    keys: vec![key.clone()],
+                    publish: false,
+                },
+                format!("remove {shown} from set {table} {set}"),
+            ),
         }
     }
 }
@@ -321,10 +295,10 @@ impl Nftables {
             let mut mine: Vec<&Object> = objects.iter().filter(|o| o.table() == table).collect();
             mine.sort_by_key(|o| o.order());
             let changes = |of: &[&Object]| of.iter().map(|o| o.delete()).collect::<Vec<_>>();
-            match self.commit(table.nfproto, changes(&mine)) {
+            match self.run(changes(&mine)) {
                 Err(e) if e.is(libc::ENOENT) => {
                     for object in mine {
-                        match self.commit(table.nfproto, changes(&[object])) {
+                        match self.run(changes(&[object])) {
                             Err(e) if !e.is(libc::ENOENT) => return Err(e),
                             _ => {}
                         }
