@@ -222,14 +222,15 @@ mod tests {
         let changes = port_changes(&ports, "br0", false);
         let mut decoded = Vec::new();
         for change in &changes[..changes.len() - 1] {
-            assert!(change.attrs.0.len() < 60_000, "{}", change.attrs.0.len());
+            let attrs = crate::netlink::nftables::encode::op(&change.op).attrs;
+            assert!(attrs.0.len() < 60_000, "{}", attrs.0.len());
             assert!(change.description.len() < 600, "{}", change.description);
             let map = if change.description.ends_with("_ports-v4") {
                 PortMap::ALL[1]
             } else {
                 PortMap::ALL[3]
             };
-            decoded.extend(decode_ports(&change.attrs.0, map));
+            decoded.extend(decode_ports(&attrs.0, map));
         }
         assert_eq!(decoded.len(), ports.len());
         assert_eq!(

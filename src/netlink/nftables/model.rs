@@ -526,6 +526,23 @@ impl Change {
         Change::new(op, description)
     }
 
+    /// One element added to `set` if missing (already there is success).
+    pub fn add_element(
+        table: Table,
+        set: &str,
+        element: Element,
+        description: impl Into<String>,
+    ) -> Change {
+        let op = Op::AddElements {
+            table,
+            set: set.to_string(),
+            elements: vec![element],
+            exclusive: false,
+            publish: false,
+        };
+        Change::new(op, description)
+    }
+
     /// The element changes for `items` of one set: one message per ELEMENT_LIST_BYTES of
     /// elements (a list longer than netlink's 16-bit attribute length cannot be sent),
     /// each described by `describe` of its items.
