@@ -38,7 +38,7 @@ pub use decode::Route;
 pub use nfnetlink::{attributes, Attrs, Family};
 pub use nftables::{stored_comment, Nftables, NftablesOnDemand, Object, Step, Table, TableRule};
 pub use nftables::{Commit as NftCommit, Monitor as NftMonitor, Notice as NftNotice};
-pub use nftables::{Expr, IptablesRemoval, IptablesRule, Verdict};
+pub use nftables::{CmpOp, Expr, IptablesRemoval, IptablesRule, PayloadBase, Reg, Verdict};
 pub use route::{Link, LinkKind, Netlink, RouteAttrs, VethPair, MAIN_TABLE};
 pub use socket::{NlError, NlResult, Subsystem};
 pub use tc::Tbf;

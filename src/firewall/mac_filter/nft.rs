@@ -20,8 +20,6 @@
 //! in the map itself: kernels before 6.5 (Debian 12 runs 6.1) refuse a lookup in a map
 //! that does not load its value (EINVAL; "relax set/map validation checks", May 2023).
 
-use netlink_packet_core::NLM_F_CREATE;
-
 use super::create::create_guard;
 use super::names::{
     allowed_set, cut_rule_comment, guard_sets, guarded_set, pair_key, ports_map, rule_comment,
@@ -29,14 +27,8 @@ use super::names::{
 };
 use crate::firewall::tables::ACADEMY_BRIDGE;
 use crate::netlink::nftables::attrs::ifname_bytes;
-use crate::netlink::nftables::batch::Change;
-use crate::netlink::nftables::consts::{
-    NFPROTO_BRIDGE, NFTA_SET_NAME, NFTA_SET_TABLE, NFT_MSG_DELSETELEM, NFT_MSG_GETSET,
-    NFT_MSG_NEWSETELEM,
-};
-use crate::netlink::nftables::dump::RawElement;
-use crate::netlink::nftables::objects::{element, element_list};
-use crate::netlink::{Attrs, Nftables, NlResult, Step, TableRule};
+use crate::netlink::nftables::model::{Change, Element, Op};
+use crate::netlink::{Nftables, NlResult, TableRule};
 
 impl Nftables {
     /// Guards `port`: its three elements in one batch, creating the network's table,
@@ -44,16 +36,10 @@ impl Nftables {
     /// MAC is refused by the kernel (EBUSY): the caller decides whether it is stale.
     pub fn guard_port(&mut self, network: &str, port: &GuardedPort) -> NlResult<()> {
         let ports = std::slice::from_ref(port);
-        match self.commit(
-            NFPROTO_BRIDGE,
-            change_ports(NFT_MSG_NEWSETELEM, network, ports),
-        ) {
+        match self.run(change_ports(Guard::Add, network, ports)) {
             Err(e) if e.is(libc::ENOENT) => {
                 create_guard(self, network)?;
-                self.commit(
-                    NFPROTO_BRIDGE,
-                    change_ports(NFT_MSG_NEWSETELEM, network, ports),
-                )
+                self.run(change_ports(Guard::Add, network, ports))
             }
             other => other,
         }
@@ -61,25 +47,20 @@ impl Nftables {
 
     /// Removes the ports' elements. Elements already gone are success.
     pub fn unguard_ports(&mut self, network: &str, ports: &[GuardedPort]) -> NlResult<()> {
-        match self.commit(
-            NFPROTO_BRIDGE,
-            change_ports(NFT_MSG_DELSETELEM, network, ports),
-        ) {
+        match self.run(change_ports(Guard::Remove, network, ports)) {
             // One missing element fails the whole batch (a removal repeated, a table
             // never made): then each element alone, missing ones skipped.
             Err(e) if e.is(libc::ENOENT) => {
                 for port in ports {
                     for (set, key, _) in elements_of(network, port) {
-                        let remove = Change {
-                            step: Step::RemoveElement,
-                            kind: NFT_MSG_DELSETELEM,
-                            flags: 0,
-                            attrs: element_list(ACADEMY_BRIDGE, &set, |l| {
-                                element(l, &key, None, "")
-                            }),
-                            description: format!("remove {} from {set}", port.port),
+                        let description = format!("remove {} from {set}", port.port);
+                        let op = Op::DeleteElements {
+                            table: ACADEMY_BRIDGE,
+                            set,
+                            keys: vec![key],
+                            publish: false,
                         };
-                        match self.commit(NFPROTO_BRIDGE, vec![remove]) {
+                        match self.run(vec![Change::new(op, description)]) {
                             Err(e) if !e.is(libc::ENOENT) => return Err(e),
                             _ => {}
                         }
@@ -122,15 +103,7 @@ impl Nftables {
 
     /// Whether set (or map) `set` of `bridge academy` exists: one lookup.
     pub fn guard_set_exists(&mut self, set: &str) -> NlResult<bool> {
-        let mut attrs = Attrs::default();
-        attrs.str(NFTA_SET_TABLE, ACADEMY_BRIDGE.name);
-        attrs.str(NFTA_SET_NAME, set);
-        let what = format!("look up nf_tables set {ACADEMY_BRIDGE} {set}");
-        match self.get(NFPROTO_BRIDGE, NFT_MSG_GETSET, attrs, &what, |_| {}) {
-            Ok(()) => Ok(true),
-            Err(e) if e.is(libc::ENOENT) => Ok(false),
-            Err(e) => Err(e),
-        }
+        Ok(self.set_info(ACADEMY_BRIDGE, set)?.is_some())
     }
 
     /// The network's MAC filter rule, if it is there.
@@ -148,38 +121,56 @@ impl Nftables {
     }
 }
 
+/// Whether a batch adds the ports' elements or removes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Guard {
+    Add,
+    Remove,
+}
+
 /// One batch's messages: one per map or set, each with the ports' elements in it.
-fn change_ports(kind: u8, network: &str, ports: &[GuardedPort]) -> Vec<Change> {
-    let (verb, step) = if kind == NFT_MSG_NEWSETELEM {
-        ("add", Step::AddElement)
-    } else {
-        ("remove", Step::RemoveElement)
-    };
+fn change_ports(what: Guard, network: &str, ports: &[GuardedPort]) -> Vec<Change> {
     let names: Vec<&str> = ports.iter().map(|p| p.port.as_str()).collect();
     let mut changes = Vec::new();
-    for (i, set) in guard_sets(network).iter().enumerate() {
-        let attrs = element_list(ACADEMY_BRIDGE, set, |list| {
-            for port in ports {
-                let (_, key, data) = elements_of(network, port).swap_remove(i);
-                // A removal names the key alone, as `nft delete element` does.
-                match kind {
-                    NFT_MSG_NEWSETELEM => element(list, &key, data.as_deref(), &port.comment),
-                    _ => element(list, &key, None, ""),
-                }
-            }
+    for (i, set) in guard_sets(network).into_iter().enumerate() {
+        let mut elements = ports.iter().map(|port| {
+            let (_, key, data) = elements_of(network, port).swap_remove(i);
+            (port, key, data)
         });
+        let (verb, op) = match what {
+            // An element that exists already, same data (an ADD repeated), is fine.
+            Guard::Add => (
+                "add",
+                Op::AddElements {
+                    table: ACADEMY_BRIDGE,
+                    set: set.clone(),
+                    elements: elements
+                        .map(|(port, key, data)| Element {
+                            key,
+                            data,
+                            comment: port.comment.clone(),
+                        })
+                        .collect(),
+                    exclusive: false,
+                    publish: false,
+                },
+            ),
+            // A removal names the key alone, as `nft delete element` does.
+            Guard::Remove => (
+                "remove",
+                Op::DeleteElements {
+                    table: ACADEMY_BRIDGE,
+                    set: set.clone(),
+                    keys: elements.by_ref().map(|(_, key, _)| key).collect(),
+                    publish: false,
+                },
+            ),
+        };
         let what = format!(
             "{verb} {} in nf_tables {ACADEMY_BRIDGE} {set}",
             names.join(", ")
         );
-        // An element that exists already, same data (an ADD repeated), is fine.
-        changes.push(Change {
-            step,
-            kind,
-            flags: NLM_F_CREATE,
-            attrs,
-            description: what,
-        });
+        changes.push(Change::new(op, what));
     }
     changes
 }
@@ -198,7 +189,7 @@ fn elements_of(network: &str, port: &GuardedPort) -> Vec<(String, Vec<u8>, Optio
 }
 
 /// A map element as a guarded port: an interface name key and a MAC value.
-fn guarded_port(raw: &RawElement) -> Option<GuardedPort> {
+fn guarded_port(raw: &Element) -> Option<GuardedPort> {
     let name = raw.key.split(|b| *b == 0).next().unwrap_or(&[]);
     Some(GuardedPort {
         port: String::from_utf8_lossy(name).into_owned(),
@@ -211,9 +202,9 @@ fn guarded_port(raw: &RawElement) -> Option<GuardedPort> {
 mod tests {
     use super::super::create::{drop_rule, map_of};
     use super::*;
-    use crate::netlink::nftables::consts::{NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_TABLE};
     use crate::netlink::nftables::digest::{hex, sha256};
     use crate::netlink::nftables::dump::decode_elements;
+    use crate::netlink::nftables::encode::{self, element, element_list, expressions};
     use crate::netlink::Attrs;
 
     /// The rule's and sets' bytes, pinned as their digest: a refactor of the encoding that
@@ -221,13 +212,13 @@ mod tests {
     #[test]
     fn the_guard_encodes_as_before() {
         let mut list = Attrs::default();
-        drop_rule(&mut list, "n-guarded", "n-allowed");
+        expressions(&mut list, &drop_rule("n-guarded", "n-allowed"));
         assert_eq!(
             hex(&sha256(&list.0)),
             "eb4617dd366842f6d14afa4744516320cafec8019c087cfcea599eaf5eda84a3"
         );
         assert_eq!(
-            hex(&sha256(&map_of("n-ports").change().attrs.0)),
+            hex(&sha256(&encode::op(&Op::AddSet(map_of("n-ports"))).attrs.0)),
             "4a9c1e9230ad7c16b81beb0ba9d9c181127a9c0852c050f4772d8f0488fbb6ef"
         );
         let port = GuardedPort {
@@ -237,7 +228,8 @@ mod tests {
         };
         let mut list = Attrs::default();
         for (_, key, data) in elements_of("n", &port) {
-            element(&mut list, &key, data.as_deref(), &port.comment);
+            let comment = port.comment.clone();
+            element(&mut list, &Element { key, data, comment });
         }
         assert_eq!(
             hex(&sha256(&list.0)),
@@ -258,16 +250,15 @@ mod tests {
     #[test]
     fn ports_decode_from_a_map_element_reply() {
         let mut reply = Attrs::default();
-        reply.str(NFTA_SET_ELEM_LIST_TABLE, "academy");
-        reply.nested(NFTA_SET_ELEM_LIST_ELEMENTS, |list| {
-            element(
-                list,
-                &ifname_bytes("vethab"),
-                Some(&[2, 1, 2, 3, 4, 5]),
-                "c:eth0",
-            );
+        element_list(&mut reply, "academy", "n-ports", |list| {
+            let port = Element {
+                key: ifname_bytes("vethab"),
+                data: Some(vec![2, 1, 2, 3, 4, 5]),
+                comment: "c:eth0".into(),
+            };
+            element(list, &port);
             // An element without data is not a port (never in the map): skipped.
-            element(list, &ifname_bytes("x"), None, "");
+            element(list, &Element::key(ifname_bytes("x")));
         });
         let ports: Vec<GuardedPort> = decode_elements(&reply.0)
             .iter()
