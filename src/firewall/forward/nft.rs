@@ -241,8 +241,7 @@ fn comment_match(text: &str) -> Expr {
 mod tests {
     use super::*;
     use crate::netlink::nftables::digest::{hex, sha256};
-    use crate::netlink::nftables::encode::expressions;
-    use crate::netlink::Attrs;
+    use crate::netlink::nftables::encode::expression_bytes;
 
     /// The expressions are those iptables-nft 1.8.9 sends for the same command, byte for
     /// byte: the digests are of the rule's expression list payloads `strace -xx` showed
@@ -253,9 +252,8 @@ mod tests {
     #[test]
     fn the_accepts_encode_as_iptables_nft_encodes_them() {
         let digest = |accept: Accept| {
-            let mut list = Attrs::default();
-            expressions(&mut list, &accept.exprs("br0"));
-            (list.0.len(), hex(&sha256(&list.0)))
+            let list = expression_bytes(&accept.exprs("br0"));
+            (list.len(), hex(&sha256(&list)))
         };
         assert_eq!(
             digest(Accept::Replies),

@@ -59,7 +59,10 @@ pub(super) fn create_guard(nft: &mut Nftables, network: &str) -> NlResult<()> {
         Change::add_set(map_of(&map)),
         Change::add_set(guarded_names),
         Change::add_set(pairs),
-        Change::add_rule(rule, format!("add the macspoofchk rule of network {network}")),
+        Change::add_rule(
+            rule,
+            format!("add the macspoofchk rule of network {network}"),
+        ),
     ];
     match nft.run(changes) {
         Err(e) if e.is(libc::EEXIST) => Ok(()),

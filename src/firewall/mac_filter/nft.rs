@@ -204,17 +204,15 @@ mod tests {
     use super::*;
     use crate::netlink::nftables::digest::{hex, sha256};
     use crate::netlink::nftables::dump::decode_elements;
-    use crate::netlink::nftables::encode::{self, element, element_list, expressions};
-    use crate::netlink::Attrs;
+    use crate::netlink::nftables::encode::{self, element_bytes, element_reply, expression_bytes};
 
     /// The rule's and sets' bytes, pinned as their digest: a refactor of the encoding that
     /// changes one byte on the wire fails here.
     #[test]
     fn the_guard_encodes_as_before() {
-        let mut list = Attrs::default();
-        expressions(&mut list, &drop_rule("n-guarded", "n-allowed"));
+        let list = expression_bytes(&drop_rule("n-guarded", "n-allowed"));
         assert_eq!(
-            hex(&sha256(&list.0)),
+            hex(&sha256(&list)),
             "eb4617dd366842f6d14afa4744516320cafec8019c087cfcea599eaf5eda84a3"
         );
         assert_eq!(
@@ -226,13 +224,13 @@ mod tests {
             mac: [2, 0, 0, 0, 0, 9],
             comment: "n:c:eth0".into(),
         };
-        let mut list = Attrs::default();
+        let mut list = Vec::new();
         for (_, key, data) in elements_of("n", &port) {
             let comment = port.comment.clone();
-            element(&mut list, &Element { key, data, comment });
+            list.extend(element_bytes(&Element { key, data, comment }));
         }
         assert_eq!(
-            hex(&sha256(&list.0)),
+            hex(&sha256(&list)),
             "7d0bd1d2e2c2f05e046bb6041ef0998cae51b2e9f0bda6080c559f8da383c67e"
         );
     }
@@ -249,18 +247,14 @@ mod tests {
 
     #[test]
     fn ports_decode_from_a_map_element_reply() {
-        let mut reply = Attrs::default();
-        element_list(&mut reply, "academy", "n-ports", |list| {
-            let port = Element {
-                key: ifname_bytes("vethab"),
-                data: Some(vec![2, 1, 2, 3, 4, 5]),
-                comment: "c:eth0".into(),
-            };
-            element(list, &port);
-            // An element without data is not a port (never in the map): skipped.
-            element(list, &Element::key(ifname_bytes("x")));
-        });
-        let ports: Vec<GuardedPort> = decode_elements(&reply.0)
+        let port = Element {
+            key: ifname_bytes("vethab"),
+            data: Some(vec![2, 1, 2, 3, 4, 5]),
+            comment: "c:eth0".into(),
+        };
+        // An element without data is not a port (never in the map): skipped.
+        let reply = element_reply("n-ports", &[port, Element::key(ifname_bytes("x"))]);
+        let ports: Vec<GuardedPort> = decode_elements(&reply)
             .iter()
             .filter_map(guarded_port)
             .collect();

@@ -279,7 +279,7 @@ mod tests {
                 hex(&sha256(&bytes))
             })
             .collect();
-        let steps: Vec<Step> = changes.iter().map(|c| c.step()).collect();
+        let steps: Vec<Step> = changes.iter().map(|c| c.op.step()).collect();
         assert_eq!(
             steps,
             [

@@ -31,7 +31,11 @@ pub(super) fn masquerade_rule(network: &MasqNetwork, set_id: u32) -> Vec<Expr> {
             mask: address_bytes(subnet.mask()),
             xor: vec![0; len as usize],
         });
-        exprs.push(Expr::cmp(Reg::R2, CmpOp::Neq, address_bytes(subnet.network())));
+        exprs.push(Expr::cmp(
+            Reg::R2,
+            CmpOp::Neq,
+            address_bytes(subnet.network()),
+        ));
     }
     exprs.push(Expr::Masq);
     exprs
@@ -41,8 +45,8 @@ pub(super) fn masquerade_rule(network: &MasqNetwork, set_id: u32) -> Vec<Expr> {
 mod tests {
     use super::*;
     use crate::netlink::nftables::digest::{hex, sha256};
-    use crate::netlink::nftables::encode::expressions;
-    use crate::netlink::{Attrs, Family};
+    use crate::netlink::nftables::encode::expression_bytes;
+    use crate::netlink::Family;
 
     /// The rule's bytes, pinned as their digest: a refactor of the encoding that changes
     /// one byte on the wire fails here.
@@ -55,9 +59,8 @@ mod tests {
                 subnets: subnets.iter().map(|s| s.parse().unwrap()).collect(),
                 non_masquerade: Vec::new(),
             };
-            let mut list = Attrs::default();
-            expressions(&mut list, &masquerade_rule(&network, set_id));
-            hex(&sha256(&list.0))
+            let list = expression_bytes(&masquerade_rule(&network, set_id));
+            hex(&sha256(&list))
         };
         assert_eq!(
             digest(Family::V4, &["10.1.0.0/16"], 1),
@@ -82,9 +85,7 @@ mod tests {
                 subnets: parse(subnets),
                 non_masquerade: parse(kept),
             };
-            let mut list = Attrs::default();
-            expressions(&mut list, &masquerade_rule(&network, 0));
-            list.0
+            expression_bytes(&masquerade_rule(&network, 0))
         };
         let with_kept = bytes(&["10.244.1.0/24"], &["10.244.0.0/16", "10.96.0.0/12"]);
         assert_eq!(

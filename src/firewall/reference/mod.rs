@@ -254,12 +254,30 @@ fn firewall_address(r: &IptablesRule, family: Family) -> Option<IpAddr> {
     };
     let shape = r.shape();
     let (offset, bytes) = match shape.as_slice() {
-        [Expr::Payload { base: PayloadBase::Network, offset, len: l, .. }, Expr::Cmp { op: CmpOp::Eq, data: bytes, .. }, Expr::Match { name: m, .. }, Expr::Verdict(Verdict::Accept)]
+        [Expr::Payload {
+            base: PayloadBase::Network,
+            offset,
+            len: l,
+            ..
+        }, Expr::Cmp {
+            op: CmpOp::Eq,
+            data: bytes,
+            ..
+        }, Expr::Match { name: m, .. }, Expr::Verdict(Verdict::Accept)]
             if *offset == daddr && *l == len && m == "conntrack" =>
         {
             (*offset, bytes)
         }
-        [Expr::Payload { base: PayloadBase::Network, offset, len: l, .. }, Expr::Cmp { op: CmpOp::Eq, data: bytes, .. }, Expr::Verdict(Verdict::Accept)]
+        [Expr::Payload {
+            base: PayloadBase::Network,
+            offset,
+            len: l,
+            ..
+        }, Expr::Cmp {
+            op: CmpOp::Eq,
+            data: bytes,
+            ..
+        }, Expr::Verdict(Verdict::Accept)]
             if *offset == saddr && *l == len =>
         {
             (*offset, bytes)
@@ -389,7 +407,7 @@ pub fn firewall_accepts(nft: &mut Nftables) -> Result<Vec<IpAddr>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::netlink::Reg;
+    use crate::netlink::nftables::model::Reg;
 
     const NET: &str = "expnet";
     const CID: &str = "cnitool-767de159e706b79ef4ea";

@@ -33,37 +33,9 @@ struct Batch<'a> {
 /// transaction, and one batch is one sendmsg. How a split ADD stays whole: nat.rs.
 pub const BATCH_BYTES: usize = 128 * 1024;
 
-/// Bytes of one message's element list (NFTA_SET_ELEM_LIST_ELEMENTS): an attribute's
-/// length is 16 bits, so a longer list cannot be sent at all; this leaves room for the
-/// rest of the message and keeps a few messages in one batch.
-pub const ELEMENT_LIST_BYTES: usize = 48 * 1024;
-
 /// How many items a description names before "and N more": an error names its request,
 /// and a request of thousands of elements must not make an error of hundreds of KB.
 pub const NAMED_IN_DESCRIPTION: usize = 8;
-
-/// `items` grouped so that each group's encoded elements (`encode` writes one
-/// NFTA_LIST_ELEM) fit ELEMENT_LIST_BYTES: (the encoded list, the group's range).
-pub fn element_groups<T>(
-    items: &[T],
-    encode: impl Fn(&mut Attrs, &T),
-) -> Vec<(Vec<u8>, std::ops::Range<usize>)> {
-    let mut groups = Vec::new();
-    let (mut bytes, mut start) = (Vec::new(), 0);
-    for (i, item) in items.iter().enumerate() {
-        let mut one = Attrs::default();
-        encode(&mut one, item);
-        if !bytes.is_empty() && bytes.len() + one.0.len() > ELEMENT_LIST_BYTES {
-            groups.push((std::mem::take(&mut bytes), start..i));
-            start = i;
-        }
-        bytes.extend_from_slice(&one.0);
-    }
-    if !bytes.is_empty() {
-        groups.push((bytes, start..items.len()));
-    }
-    groups
-}
 
 /// "a, b, c" for a few, "a, b, ... and 598 more" for many.
 pub fn named(items: impl ExactSizeIterator<Item = String>) -> String {
@@ -75,8 +47,8 @@ pub fn named(items: impl ExactSizeIterator<Item = String>) -> String {
     names.join(", ")
 }
 
-/// One change of a batch, not yet encoded.
-pub struct Change {
+/// One message of a batch: a change (model.rs) as encode.rs wrote it.
+pub(super) struct Message {
     pub step: Step,
     pub kind: u8,
     pub flags: u16,
@@ -88,7 +60,7 @@ pub struct Change {
 /// order; stops at the first refused batch.
 pub(super) fn commit_all(
     socket: &mut NlSocket,
-    changes: impl IntoIterator<Item = (u8, Change)>,
+    changes: impl IntoIterator<Item = (u8, Message)>,
 ) -> NlResult<()> {
     let mut batch = Batch::new(socket);
     for (family, change) in changes {
@@ -223,7 +195,14 @@ mod tests {
         let mut batch = Batch::new(&mut socket);
         let inet = NFPROTO_INET;
         batch.add(inet, Step::CreateTable, 0, 0, fits, "create table".into());
-        batch.add(inet, Step::Publish, 12, 0, too_long, "publish tcp/80".into());
+        batch.add(
+            inet,
+            Step::Publish,
+            12,
+            0,
+            too_long,
+            "publish tcp/80".into(),
+        );
         let e = batch.commit().unwrap_err();
         assert_eq!(e.request, "publish tcp/80");
         assert!(e.is(libc::EMSGSIZE));

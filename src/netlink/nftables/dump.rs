@@ -18,6 +18,7 @@ use crate::netlink::socket::{Await, NlResult};
 pub type RawElement = Element;
 
 /// The elements of one NEWSETELEM reply (attributes after the nfgenmsg).
+#[cfg(test)]
 pub fn decode_elements(payload: &[u8]) -> Vec<Element> {
     decode::elements(payload)
 }

@@ -6,8 +6,8 @@ use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_EXCL};
 use super::attrs::{comment_udata, COMMENT_MAX};
 use super::consts::*;
 use super::model::{
-    CmpOp, CtKey, Element, Expr, FibResult, Hook, MetaKey, NatType, Op, PayloadBase, Reg, Rule, Set,
-    Verdict,
+    CmpOp, CtKey, Element, Expr, FibResult, Hook, MetaKey, NatType, Op, PayloadBase, Reg, Rule,
+    Set, Verdict,
 };
 use crate::netlink::nfnetlink::Attrs;
 
@@ -304,6 +304,7 @@ fn expression(e: &mut Attrs, expr: &Expr) {
 }
 
 /// The hook's number (enum nf_inet_hooks; the bridge's nf_br_hooks number alike).
+const _: () = assert!(NF_BR_PRE_ROUTING == NF_INET_PRE_ROUTING);
 fn hook_number(hook: Hook) -> u32 {
     match hook {
         Hook::Prerouting => NF_INET_PRE_ROUTING,
@@ -367,4 +368,34 @@ pub(super) fn verdict_code(verdict: &Verdict) -> i32 {
         Verdict::Goto(_) => NFT_GOTO,
         Verdict::Other(code) => *code,
     }
+}
+
+/// A rule's expression list as bytes (what the NFTA_RULE_EXPRESSIONS attribute holds):
+/// what the pinned digests are taken of.
+#[cfg(test)]
+pub fn expression_bytes(exprs: &[Expr]) -> Vec<u8> {
+    let mut list = Attrs::default();
+    expressions(&mut list, exprs);
+    list.0
+}
+
+/// A set element list as a GETSETELEM reply carries it (table "academy"), for the
+/// readers' tests.
+#[cfg(test)]
+pub fn element_reply(set: &str, elements: &[Element]) -> Vec<u8> {
+    let mut attrs = Attrs::default();
+    element_list(&mut attrs, "academy", set, |list| {
+        for e in elements {
+            element(list, e);
+        }
+    });
+    attrs.0
+}
+
+/// One element as its list carries it (one NFTA_LIST_ELEM): what a pinned digest is of.
+#[cfg(test)]
+pub fn element_bytes(e: &Element) -> Vec<u8> {
+    let mut list = Attrs::default();
+    element(&mut list, e);
+    list.0
 }

@@ -27,19 +27,18 @@ mod decode;
 pub mod digest;
 pub mod dump;
 pub mod encode;
-pub mod expr;
 mod iptables;
-mod monitor;
 pub mod model;
+mod monitor;
 pub mod objects;
 pub mod step;
 
 pub use attrs::stored_comment;
 use batch::nftables_type;
-use batch::Change;
+use batch::Message;
 use consts::{NFPROTO_IPV4, NFPROTO_IPV6, NFT_MSG_GETGEN};
 pub use iptables::{IptablesRemoval, IptablesRule};
-pub use model::{CmpOp, Expr, PayloadBase, Reg, Verdict};
+pub use model::{CmpOp, Expr, PayloadBase, Verdict};
 pub use monitor::{Commit, Monitor, Notice};
 pub use objects::{Object, Table, TableRule};
 pub use step::Step;
@@ -82,26 +81,19 @@ impl Nftables {
         })
     }
 
-    /// Sends `changes` to tables of `family` (nfproto) in as few batches as fit a
-    /// sendmsg (one in every usual case), in order; stops at the first refused batch.
-    pub fn commit(&mut self, family: u8, changes: Vec<Change>) -> NlResult<()> {
-        let changes = changes.into_iter().map(|change| (family, change));
-        batch::commit_all(&mut self.socket, changes)
-    }
-
     /// Applies `changes` in one batch (split only past BATCH_BYTES), in order, each to
     /// the table it names: all or nothing; stops at the first refused batch.
     pub fn run(&mut self, changes: Vec<model::Change>) -> NlResult<()> {
         let changes = changes.into_iter().map(|change| {
             let encoded = encode::op(&change.op);
-            let raw = Change {
+            let message = Message {
                 step: change.op.step(),
                 kind: encoded.kind,
                 flags: encoded.flags,
                 attrs: encoded.attrs,
                 description: change.description,
             };
-            (change.op.table().nfproto, raw)
+            (change.op.table().nfproto, message)
         });
         batch::commit_all(&mut self.socket, changes)
     }
@@ -188,5 +180,75 @@ impl Nftables {
             }
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    /// The uapi's names (NFTA_ attributes, NFT_MSG_ messages, any other NFT_ number)
+    /// stay in this layer: src/firewall/ and the rest build the typed model (model.rs)
+    /// and never see an attribute. Comments may name them; code may not.
+    #[test]
+    fn no_nf_tables_constant_is_named_outside_src_netlink() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut found = Vec::new();
+        let mut files = vec![src.clone()];
+        while let Some(path) = files.pop() {
+            if path.is_dir() {
+                if path == src.join("netlink") {
+                    continue;
+                }
+                let entries = std::fs::read_dir(&path).expect("a readable source folder");
+                files.extend(entries.map(|e| e.expect("a folder entry").path()));
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("a readable source file");
+            for (i, line) in text.lines().enumerate() {
+                if line.trim_start().starts_with("//") {
+                    continue;
+                }
+                if let Some(name) = uapi_name(line) {
+                    let file = path.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap();
+                    found.push(format!("{}:{}: {name}", file.display(), i + 1));
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "nf_tables constants used outside src/netlink/ (build the typed model instead):\n{}",
+            found.join("\n")
+        );
+    }
+
+    /// The first identifier of `line` that starts with NFT_ or NFTA_ (NFT_MSG_ included).
+    fn uapi_name(line: &str) -> Option<&str> {
+        let bytes = line.as_bytes();
+        let ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+        for (at, _) in line.match_indices("NFT") {
+            let rest = &line[at..];
+            let starts = at == 0 || !ident(bytes[at - 1]);
+            if starts && (rest.starts_with("NFT_") || rest.starts_with("NFTA_")) {
+                let end = rest.find(|c: char| !c.is_ascii_alphanumeric() && c != '_');
+                return Some(&rest[..end.unwrap_or(rest.len())]);
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn uapi_names_are_told_from_other_words() {
+        assert_eq!(
+            uapi_name("use c::{NFTA_SET_NAME, X};"),
+            Some("NFTA_SET_NAME")
+        );
+        assert_eq!(uapi_name("kind: NFT_MSG_NEWRULE,"), Some("NFT_MSG_NEWRULE"));
+        assert_eq!(uapi_name("(NFT_REG_1)"), Some("NFT_REG_1"));
+        assert_eq!(uapi_name("let nft = NftablesOnDemand;"), None);
+        assert_eq!(uapi_name("XNFT_A"), None);
     }
 }

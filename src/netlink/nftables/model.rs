@@ -5,7 +5,11 @@
 
 use std::ops::Range;
 
-use super::consts::{NFPROTO_BRIDGE, NFPROTO_INET, NFPROTO_IPV4, NFPROTO_IPV6};
+use super::consts::{
+    NFPROTO_BRIDGE, NFPROTO_INET, NFPROTO_IPV4, NFPROTO_IPV6, NFTA_FIB_F_DADDR, NFT_REG32_00,
+    NFT_REG_1, NFT_REG_2, NFT_REG_VERDICT, NF_BR_PRI_NAT_DST_BRIDGED, NF_IP_PRI_FILTER,
+    NF_IP_PRI_NAT_DST, NF_IP_PRI_NAT_SRC,
+};
 use super::step::Step;
 use crate::netlink::nfnetlink::Family;
 
@@ -77,11 +81,11 @@ impl Hook {
 pub struct Priority(pub i32);
 
 impl Priority {
-    pub const NAT_DST: Priority = Priority(-100);
-    pub const FILTER: Priority = Priority(0);
-    pub const NAT_SRC: Priority = Priority(100);
+    pub const NAT_DST: Priority = Priority(NF_IP_PRI_NAT_DST);
+    pub const FILTER: Priority = Priority(NF_IP_PRI_FILTER);
+    pub const NAT_SRC: Priority = Priority(NF_IP_PRI_NAT_SRC);
     /// The bridge family's prerouting priority the reference's macspoofchk uses.
-    pub const BRIDGE_NAT_DST_BRIDGED: Priority = Priority(-300);
+    pub const BRIDGE_NAT_DST_BRIDGED: Priority = Priority(NF_BR_PRI_NAT_DST_BRIDGED);
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,13 +189,13 @@ pub struct Rule {
 pub struct Reg(pub u32);
 
 impl Reg {
-    pub const VERDICT: Reg = Reg(0);
-    pub const R1: Reg = Reg(1);
-    pub const R2: Reg = Reg(2);
+    pub const VERDICT: Reg = Reg(NFT_REG_VERDICT);
+    pub const R1: Reg = Reg(NFT_REG_1);
+    pub const R2: Reg = Reg(NFT_REG_2);
 
-    /// The `n`th 32-bit register (NFT_REG32_00 + n): R1's bytes are 32-bit registers 0-3.
+    /// The `n`th 32-bit register: R1's bytes are 32-bit registers 0-3.
     pub const fn r32(n: u32) -> Reg {
-        Reg(8 + n)
+        Reg(NFT_REG32_00 + n)
     }
 }
 
@@ -245,7 +249,7 @@ pub enum FibResult {
 pub struct FibFlags(pub u32);
 
 impl FibFlags {
-    pub const DADDR: FibFlags = FibFlags(1 << 1);
+    pub const DADDR: FibFlags = FibFlags(NFTA_FIB_F_DADDR);
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -326,9 +330,17 @@ pub enum Expr {
     /// `immediate` of data into a register.
     Immediate { dreg: Reg, data: Vec<u8> },
     /// An xt match inside the rule (nft_compat), as iptables-nft writes `-m NAME`.
-    Match { name: String, rev: u32, info: Vec<u8> },
+    Match {
+        name: String,
+        rev: u32,
+        info: Vec<u8>,
+    },
     /// An xt target (`-j MASQUERADE`, `-j DNAT`, ...).
-    Target { name: String, rev: u32, info: Vec<u8> },
+    Target {
+        name: String,
+        rev: u32,
+        info: Vec<u8>,
+    },
     /// Any other expression, as read: its name and its data's attributes.
     Other { name: String, data: Vec<u8> },
 }
@@ -412,7 +424,10 @@ pub enum Op {
     /// The base chain, made if missing (one of the same name is success).
     AddChain(Chain),
     AddSet(Set),
-    DeleteSet { table: Table, name: String },
+    DeleteSet {
+        table: Table,
+        name: String,
+    },
     /// The rule appended to its chain.
     AddRule(Rule),
     /// The rule of `chain` under `handle`; every rule of the chain without one.
@@ -421,7 +436,10 @@ pub enum Op {
         chain: String,
         handle: Option<u64>,
     },
-    DeleteChain { table: Table, chain: String },
+    DeleteChain {
+        table: Table,
+        chain: String,
+    },
     /// Elements added; `exclusive`: one already there refuses the batch (EEXIST);
     /// `publish`: they are published ports (a refusal then reads as a port conflict).
     AddElements {
@@ -478,10 +496,6 @@ impl Change {
             op,
             description: description.into(),
         }
-    }
-
-    pub fn step(&self) -> Step {
-        self.op.step()
     }
 
     /// The table, made if missing.
@@ -553,9 +567,7 @@ impl Change {
         describe: impl Fn(&[T]) -> String,
     ) -> Vec<Change> {
         let elements: Vec<Element> = items.iter().map(element).collect();
-        let ranges = element_groups(elements.len(), |i| {
-            super::encode::element_len(&elements[i])
-        });
+        let ranges = element_groups(elements.len(), |i| super::encode::element_len(&elements[i]));
         let mut elements = elements.into_iter();
         let mut changes = Vec::with_capacity(ranges.len());
         for range in ranges {
