@@ -4,12 +4,15 @@
 //! expressions, a batch and a dump; it knows nothing of what academy keeps in them
 //! (src/firewall/ says which tables, names and comments are academy's, and why).
 //!
-//! - `objects`: tables, base chains, sets and maps, elements, rules to create, and any of
-//!   them to delete (by table, kind and name, handle or key);
-//! - `expr`: the expressions rules are made of;
-//! - `batch`: changes sent together in one sendmsg and applied all or nothing;
-//! - `dump`: reading rules, sets and elements back; `iptables`: iptables-nft's rules
-//!   read back with their expressions, and deleted;
+//! - `model`: tables, base chains, sets and maps, elements, rules as lists of typed
+//!   expressions, and the typed changes of a batch: what src/firewall/ builds;
+//! - `encode`: the one encoder (a change as its message, expressions attribute for
+//!   attribute as nft or iptables-nft writes them); `decode`: the one decoder (replies
+//!   as the model, unknown expressions kept as bytes);
+//! - `batch`: changes sent together in one sendmsg and applied all or nothing
+//!   (`Nftables::run`);
+//! - `dump`: reading rules, sets, chains and elements back; `objects`: academy's objects
+//!   to delete; `iptables`: iptables-nft's rules as the model reads them, and deleted;
 //! - `attrs`: what attributes hold beyond TLVs (addresses, libnftnl's comments);
 //! - `consts`: every uapi number, once; `step`: what kind of change a message is, so a
 //!   refusal says which; `digest`: SHA-256 (comments capped, wire bytes pinned);
