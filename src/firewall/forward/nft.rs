@@ -95,107 +95,109 @@ struct Found {
     ours: Vec<TableRule>,
 }
 
-impl Nftables {
-    /// Whether iptables' FORWARD chain of `family` exists and drops by policy.
-    pub fn forward_drops(&mut self, family: Family) -> NlResult<bool> {
-        let what = format!("look up chain {FORWARD} of iptables' table {FILTER}");
-        let chain = self.chain_info(iptables_filter(family), FORWARD, &what)?;
-        Ok(chain.is_some_and(|c| c.policy == Some(Verdict::Drop)))
-    }
+/// Whether iptables' FORWARD chain of `family` exists and drops by policy.
+pub fn forward_drops(nft: &mut Nftables, family: Family) -> NlResult<bool> {
+    let what = format!("look up chain {FORWARD} of iptables' table {FILTER}");
+    let chain = nft.chain_info(iptables_filter(family), FORWARD, &what)?;
+    Ok(chain.is_some_and(|c| c.policy == Some(Verdict::Drop)))
+}
 
-    /// The comments of academy's accepts for `bridge` that iptables' FORWARD chain of
-    /// `family` lacks (one dump of the chain).
-    pub fn forward_missing(&mut self, family: Family, bridge: &str) -> NlResult<Vec<String>> {
-        let found = self.forward_found(family, bridge)?;
-        Ok(found.missing.iter().map(|a| a.comment(bridge)).collect())
-    }
+/// The comments of academy's accepts for `bridge` that iptables' FORWARD chain of
+/// `family` lacks (one dump of the chain).
+pub fn forward_missing(nft: &mut Nftables, family: Family, bridge: &str) -> NlResult<Vec<String>> {
+    let found = forward_found(nft, family, bridge)?;
+    Ok(found.missing.iter().map(|a| a.comment(bridge)).collect())
+}
 
-    /// Whether the chain differs from academy's three accepts for `bridge`, once each.
-    pub fn forward_incomplete(&mut self, family: Family, bridge: &str) -> NlResult<bool> {
-        let found = self.forward_found(family, bridge)?;
-        Ok(!found.missing.is_empty() || !found.surplus.is_empty())
-    }
+/// Whether the chain differs from academy's three accepts for `bridge`, once each.
+pub fn forward_incomplete(nft: &mut Nftables, family: Family, bridge: &str) -> NlResult<bool> {
+    let found = forward_found(nft, family, bridge)?;
+    Ok(!found.missing.is_empty() || !found.surplus.is_empty())
+}
 
-    /// Makes iptables' FORWARD chain of `family` hold academy's accepts for `bridge` once
-    /// each: one dump, then (only when something differs) one batch appending what is
-    /// missing and deleting outdated accepts and second copies. Returns what it changed,
-    /// in words (nothing when the chain was complete).
-    pub fn accept_forwarding(&mut self, family: Family, bridge: &str) -> NlResult<Vec<String>> {
-        let found = self.forward_found(family, bridge)?;
-        if found.missing.is_empty() && found.surplus.is_empty() {
-            return Ok(Vec::new());
-        }
-        let (table, mut changed, mut changes) = (iptables_filter(family), Vec::new(), Vec::new());
-        for accept in &found.missing {
-            let text = accept.comment(bridge);
-            let rule = Rule {
-                table,
-                chain: FORWARD.to_string(),
-                handle: 0,
-                comment: None,
-                exprs: accept.exprs(bridge),
-            };
-            let what = format!("append {text:?} to iptables' chain {FILTER} {FORWARD}");
-            changes.push(Change::add_rule(rule, what));
-            changed.push(format!("appended {text:?}"));
-        }
-        for rule in &found.surplus {
-            let what = format!(
-                "delete {:?} (handle {}) from iptables' chain {FILTER} {FORWARD}",
-                rule.comment, rule.handle
-            );
-            changes.push(Change::delete_rule(table, FORWARD, rule.handle, what));
-            changed.push(format!(
-                "deleted {:?} (handle {})",
-                rule.comment, rule.handle
-            ));
-        }
-        self.run(changes).map(|()| changed)
+/// Makes iptables' FORWARD chain of `family` hold academy's accepts for `bridge` once
+/// each: one dump, then (only when something differs) one batch appending what is
+/// missing and deleting outdated accepts and second copies. Returns what it changed,
+/// in words (nothing when the chain was complete).
+pub fn accept_forwarding(
+    nft: &mut Nftables,
+    family: Family,
+    bridge: &str,
+) -> NlResult<Vec<String>> {
+    let found = forward_found(nft, family, bridge)?;
+    if found.missing.is_empty() && found.surplus.is_empty() {
+        return Ok(Vec::new());
     }
-
-    /// academy's rules for `bridge` in iptables' FORWARD chain of `family`, outdated
-    /// ones and second copies included.
-    pub fn forward_rules(&mut self, family: Family, bridge: &str) -> NlResult<Vec<TableRule>> {
-        Ok(self.forward_found(family, bridge)?.ours)
-    }
-
-    fn forward_found(&mut self, family: Family, bridge: &str) -> NlResult<Found> {
-        let outdated = outdated_comment(bridge);
-        let current: Vec<(Accept, String)> = ACCEPTS.map(|a| (a, a.comment(bridge))).into();
-        let mut found = Found {
-            missing: Vec::new(),
-            surplus: Vec::new(),
-            ours: Vec::new(),
+    let (table, mut changed, mut changes) = (iptables_filter(family), Vec::new(), Vec::new());
+    for accept in &found.missing {
+        let text = accept.comment(bridge);
+        let rule = Rule {
+            table,
+            chain: FORWARD.to_string(),
+            handle: 0,
+            comment: None,
+            exprs: accept.exprs(bridge),
         };
-        let mut seen = Vec::new();
-        for rule in self.iptables_rules(family, FILTER, Some(FORWARD))? {
-            let ours = rule.comments.iter().find_map(|c| {
-                if *c == outdated {
-                    return Some((None, c));
-                }
-                current
-                    .iter()
-                    .find(|(_, t)| t == c)
-                    .map(|(a, _)| (Some(*a), c))
-            });
-            let Some((accept, comment)) = ours else {
-                continue;
-            };
-            let table_rule = TableRule {
-                table: iptables_filter(family),
-                chain: rule.chain.clone(),
-                handle: rule.handle,
-                comment: comment.clone(),
-            };
-            match accept {
-                Some(accept) if !seen.contains(&accept) => seen.push(accept),
-                _ => found.surplus.push(table_rule.clone()),
-            }
-            found.ours.push(table_rule);
-        }
-        found.missing = ACCEPTS.into_iter().filter(|a| !seen.contains(a)).collect();
-        Ok(found)
+        let what = format!("append {text:?} to iptables' chain {FILTER} {FORWARD}");
+        changes.push(Change::add_rule(rule, what));
+        changed.push(format!("appended {text:?}"));
     }
+    for rule in &found.surplus {
+        let what = format!(
+            "delete {:?} (handle {}) from iptables' chain {FILTER} {FORWARD}",
+            rule.comment, rule.handle
+        );
+        changes.push(Change::delete_rule(table, FORWARD, rule.handle, what));
+        changed.push(format!(
+            "deleted {:?} (handle {})",
+            rule.comment, rule.handle
+        ));
+    }
+    nft.run(changes).map(|()| changed)
+}
+
+/// academy's rules for `bridge` in iptables' FORWARD chain of `family`, outdated
+/// ones and second copies included.
+pub fn forward_rules(nft: &mut Nftables, family: Family, bridge: &str) -> NlResult<Vec<TableRule>> {
+    Ok(forward_found(nft, family, bridge)?.ours)
+}
+
+fn forward_found(nft: &mut Nftables, family: Family, bridge: &str) -> NlResult<Found> {
+    let outdated = outdated_comment(bridge);
+    let current: Vec<(Accept, String)> = ACCEPTS.map(|a| (a, a.comment(bridge))).into();
+    let mut found = Found {
+        missing: Vec::new(),
+        surplus: Vec::new(),
+        ours: Vec::new(),
+    };
+    let mut seen = Vec::new();
+    for rule in nft.iptables_rules(family, FILTER, Some(FORWARD))? {
+        let ours = rule.comments.iter().find_map(|c| {
+            if *c == outdated {
+                return Some((None, c));
+            }
+            current
+                .iter()
+                .find(|(_, t)| t == c)
+                .map(|(a, _)| (Some(*a), c))
+        });
+        let Some((accept, comment)) = ours else {
+            continue;
+        };
+        let table_rule = TableRule {
+            table: iptables_filter(family),
+            chain: rule.chain.clone(),
+            handle: rule.handle,
+            comment: comment.clone(),
+        };
+        match accept {
+            Some(accept) if !seen.contains(&accept) => seen.push(accept),
+            _ => found.surplus.push(table_rule.clone()),
+        }
+        found.ours.push(table_rule);
+    }
+    found.missing = ACCEPTS.into_iter().filter(|a| !seen.contains(a)).collect();
+    Ok(found)
 }
 
 /// `meta iifname|oifname == NAME`, as iptables-nft encodes `-i`/`-o` (its attribute

@@ -42,62 +42,60 @@ pub const ISOLATION_RULE: &str = "academy isolation";
 /// The set's id in the batch that creates it, for the rule's lookups.
 const SET_ID: u32 = 1;
 
-impl Nftables {
-    /// Makes sure of the rule and puts `bridge . bridge` in `_isolated`: one small dump of
-    /// chain `forward`, then one batch. When the rule is there once, the batch only adds
-    /// the element (already there is success). Otherwise `lock` is taken (the host's
-    /// repair lock, so that concurrent first ADDs leave one rule), the chain looked at
-    /// again, and the batch also creates table, set and chain if missing (an identical
-    /// one is success) and replaces whatever copies of the rule are left. True when it
-    /// wrote the rule.
-    pub fn ensure_isolation<G>(
-        &mut self,
-        bridge: &str,
-        lock: impl FnOnce() -> G,
-    ) -> NlResult<bool> {
-        let mut present = self.isolation_rules()?;
-        let _held = match present.len() {
-            1 => None,
-            _ => {
-                let held = lock();
-                present = self.isolation_rules()?;
-                Some(held)
-            }
-        };
-        let repair = present.len() != 1;
-        let mut changes = match repair {
-            true => isolation_objects(&present),
-            false => Vec::new(),
-        };
-        changes.push(Change::add_element(
-            ACADEMY,
-            ISOLATED_SET,
-            Element::key(hairpin_key(bridge)),
-            format!("add {bridge} . {bridge} to nf_tables set {ACADEMY} {ISOLATED_SET}"),
-        ));
-        self.run(changes).map(|()| repair)
-    }
+/// Makes sure of the rule and puts `bridge . bridge` in `_isolated`: one small dump of
+/// chain `forward`, then one batch. When the rule is there once, the batch only adds
+/// the element (already there is success). Otherwise `lock` is taken (the host's
+/// repair lock, so that concurrent first ADDs leave one rule), the chain looked at
+/// again, and the batch also creates table, set and chain if missing (an identical
+/// one is success) and replaces whatever copies of the rule are left. True when it
+/// wrote the rule.
+pub fn ensure_isolation<G>(
+    nft: &mut Nftables,
+    bridge: &str,
+    lock: impl FnOnce() -> G,
+) -> NlResult<bool> {
+    let mut present = isolation_rules(nft)?;
+    let _held = match present.len() {
+        1 => None,
+        _ => {
+            let held = lock();
+            present = isolation_rules(nft)?;
+            Some(held)
+        }
+    };
+    let repair = present.len() != 1;
+    let mut changes = match repair {
+        true => isolation_objects(&present),
+        false => Vec::new(),
+    };
+    changes.push(Change::add_element(
+        ACADEMY,
+        ISOLATED_SET,
+        Element::key(hairpin_key(bridge)),
+        format!("add {bridge} . {bridge} to nf_tables set {ACADEMY} {ISOLATED_SET}"),
+    ));
+    nft.run(changes).map(|()| repair)
+}
 
-    /// Whether chain `forward` lacks the isolation rule.
-    pub fn isolation_rule_missing(&mut self) -> NlResult<bool> {
-        Ok(self.isolation_rules()?.is_empty())
-    }
+/// Whether chain `forward` lacks the isolation rule.
+pub fn isolation_rule_missing(nft: &mut Nftables) -> NlResult<bool> {
+    Ok(isolation_rules(nft)?.is_empty())
+}
 
-    /// Whether `_isolated` holds `bridge . bridge`.
-    pub fn is_isolated(&mut self, bridge: &str) -> NlResult<bool> {
-        let what = format!("look up {bridge} . {bridge} in nf_tables set {ACADEMY} {ISOLATED_SET}");
-        self.has_element(ACADEMY, ISOLATED_SET, &hairpin_key(bridge), &what)
-    }
+/// Whether `_isolated` holds `bridge . bridge`.
+pub fn is_isolated(nft: &mut Nftables, bridge: &str) -> NlResult<bool> {
+    let what = format!("look up {bridge} . {bridge} in nf_tables set {ACADEMY} {ISOLATED_SET}");
+    nft.has_element(ACADEMY, ISOLATED_SET, &hairpin_key(bridge), &what)
+}
 
-    /// The handles of the isolation rule's copies in chain `forward`; none when it is gone.
-    fn isolation_rules(&mut self) -> NlResult<Vec<u64>> {
-        Ok(self
-            .rules_of(ACADEMY, Some(FORWARD))?
-            .into_iter()
-            .filter(|r| r.comment == ISOLATION_RULE)
-            .map(|r| r.handle)
-            .collect())
-    }
+/// The handles of the isolation rule's copies in chain `forward`; none when it is gone.
+fn isolation_rules(nft: &mut Nftables) -> NlResult<Vec<u64>> {
+    Ok(nft
+        .rules_of(ACADEMY, Some(FORWARD))?
+        .into_iter()
+        .filter(|r| r.comment == ISOLATION_RULE)
+        .map(|r| r.handle)
+        .collect())
 }
 
 /// The bridge's element of `_isolated`, to delete with its network.

@@ -30,95 +30,97 @@ use crate::netlink::nftables::attrs::ifname_bytes;
 use crate::netlink::nftables::model::{Change, Element, Op};
 use crate::netlink::{Nftables, NlResult, TableRule};
 
-impl Nftables {
-    /// Guards `port`: its three elements in one batch, creating the network's table,
-    /// chain, map, sets and rule first when missing. A port already guarded with another
-    /// MAC is refused by the kernel (EBUSY): the caller decides whether it is stale.
-    pub fn guard_port(&mut self, network: &str, port: &GuardedPort) -> NlResult<()> {
-        let ports = std::slice::from_ref(port);
-        match self.run(change_ports(Guard::Add, network, ports)) {
-            Err(e) if e.is(libc::ENOENT) => {
-                create_guard(self, network)?;
-                self.run(change_ports(Guard::Add, network, ports))
-            }
-            other => other,
+/// Guards `port`: its three elements in one batch, creating the network's table,
+/// chain, map, sets and rule first when missing. A port already guarded with another
+/// MAC is refused by the kernel (EBUSY): the caller decides whether it is stale.
+pub fn guard_port(nft: &mut Nftables, network: &str, port: &GuardedPort) -> NlResult<()> {
+    let ports = std::slice::from_ref(port);
+    match nft.run(change_ports(Guard::Add, network, ports)) {
+        Err(e) if e.is(libc::ENOENT) => {
+            create_guard(nft, network)?;
+            nft.run(change_ports(Guard::Add, network, ports))
         }
+        other => other,
     }
+}
 
-    /// Removes the ports' elements. Elements already gone are success.
-    pub fn unguard_ports(&mut self, network: &str, ports: &[GuardedPort]) -> NlResult<()> {
-        match self.run(change_ports(Guard::Remove, network, ports)) {
-            // One missing element fails the whole batch (a removal repeated, a table
-            // never made): then each element alone, missing ones skipped.
-            Err(e) if e.is(libc::ENOENT) => {
-                for port in ports {
-                    for (set, key, _) in elements_of(network, port) {
-                        let description = format!("remove {} from {set}", port.port);
-                        let op = Op::DeleteElements {
-                            table: ACADEMY_BRIDGE,
-                            set,
-                            keys: vec![key],
-                            publish: false,
-                        };
-                        match self.run(vec![Change::new(op, description)]) {
-                            Err(e) if !e.is(libc::ENOENT) => return Err(e),
-                            _ => {}
-                        }
+/// Removes the ports' elements. Elements already gone are success.
+pub fn unguard_ports(nft: &mut Nftables, network: &str, ports: &[GuardedPort]) -> NlResult<()> {
+    match nft.run(change_ports(Guard::Remove, network, ports)) {
+        // One missing element fails the whole batch (a removal repeated, a table
+        // never made): then each element alone, missing ones skipped.
+        Err(e) if e.is(libc::ENOENT) => {
+            for port in ports {
+                for (set, key, _) in elements_of(network, port) {
+                    let description = format!("remove {} from {set}", port.port);
+                    let op = Op::DeleteElements {
+                        table: ACADEMY_BRIDGE,
+                        set,
+                        keys: vec![key],
+                        publish: false,
+                    };
+                    match nft.run(vec![Change::new(op, description)]) {
+                        Err(e) if !e.is(libc::ENOENT) => return Err(e),
+                        _ => {}
                     }
                 }
-                Ok(())
             }
-            other => other,
+            Ok(())
         }
+        other => other,
     }
+}
 
-    /// The map's element for host veth `port`; None when absent.
-    pub fn guarded_port(&mut self, network: &str, port: &str) -> NlResult<Option<GuardedPort>> {
-        let map = ports_map(network);
-        let what = format!("look up {port} in nf_tables map {ACADEMY_BRIDGE} {map}");
-        let found = self.element_of(ACADEMY_BRIDGE, &map, &ifname_bytes(port), &what)?;
-        Ok(found.as_ref().and_then(guarded_port))
-    }
+/// The map's element for host veth `port`; None when absent.
+pub fn guarded_port(
+    nft: &mut Nftables,
+    network: &str,
+    port: &str,
+) -> NlResult<Option<GuardedPort>> {
+    let map = ports_map(network);
+    let what = format!("look up {port} in nf_tables map {ACADEMY_BRIDGE} {map}");
+    let found = nft.element_of(ACADEMY_BRIDGE, &map, &ifname_bytes(port), &what)?;
+    Ok(found.as_ref().and_then(port_of))
+}
 
-    /// Every guarded port of a network; none when its map does not exist.
-    pub fn guarded_ports(&mut self, network: &str) -> NlResult<Vec<GuardedPort>> {
-        let found = self.elements_of(ACADEMY_BRIDGE, &ports_map(network))?;
-        Ok(found.iter().filter_map(guarded_port).collect())
-    }
+/// Every guarded port of a network; none when its map does not exist.
+pub fn guarded_ports(nft: &mut Nftables, network: &str) -> NlResult<Vec<GuardedPort>> {
+    let found = nft.elements_of(ACADEMY_BRIDGE, &ports_map(network))?;
+    Ok(found.iter().filter_map(port_of).collect())
+}
 
-    /// Whether the guarded set holds `port`.
-    pub fn port_guarded(&mut self, network: &str, port: &str) -> NlResult<bool> {
-        self.bridge_has_element(&guarded_set(network), &ifname_bytes(port), port)
-    }
+/// Whether the guarded set holds `port`.
+pub fn port_guarded(nft: &mut Nftables, network: &str, port: &str) -> NlResult<bool> {
+    bridge_has_element(nft, &guarded_set(network), &ifname_bytes(port), port)
+}
 
-    /// Whether the allowed set holds `port` with `mac`.
-    pub fn port_allows(&mut self, network: &str, port: &str, mac: [u8; 6]) -> NlResult<bool> {
-        self.bridge_has_element(&allowed_set(network), &pair_key(port, mac), port)
-    }
+/// Whether the allowed set holds `port` with `mac`.
+pub fn port_allows(nft: &mut Nftables, network: &str, port: &str, mac: [u8; 6]) -> NlResult<bool> {
+    bridge_has_element(nft, &allowed_set(network), &pair_key(port, mac), port)
+}
 
-    fn bridge_has_element(&mut self, set: &str, key: &[u8], port: &str) -> NlResult<bool> {
-        let what = format!("look up {port} in nf_tables set {ACADEMY_BRIDGE} {set}");
-        self.has_element(ACADEMY_BRIDGE, set, key, &what)
-    }
+fn bridge_has_element(nft: &mut Nftables, set: &str, key: &[u8], port: &str) -> NlResult<bool> {
+    let what = format!("look up {port} in nf_tables set {ACADEMY_BRIDGE} {set}");
+    nft.has_element(ACADEMY_BRIDGE, set, key, &what)
+}
 
-    /// Whether set (or map) `set` of `bridge academy` exists: one lookup.
-    pub fn guard_set_exists(&mut self, set: &str) -> NlResult<bool> {
-        Ok(self.set_info(ACADEMY_BRIDGE, set)?.is_some())
-    }
+/// Whether set (or map) `set` of `bridge academy` exists: one lookup.
+pub fn guard_set_exists(nft: &mut Nftables, set: &str) -> NlResult<bool> {
+    Ok(nft.set_info(ACADEMY_BRIDGE, set)?.is_some())
+}
 
-    /// The network's MAC filter rule, if it is there.
-    pub fn guard_rule(&mut self, network: &str) -> NlResult<Option<TableRule>> {
-        let wanted = [rule_comment(network), cut_rule_comment(network)];
-        Ok(self
-            .rules_of(ACADEMY_BRIDGE, Some(BRIDGE_CHAIN))?
-            .into_iter()
-            .find(|r| wanted.contains(&r.comment)))
-    }
+/// The network's MAC filter rule, if it is there.
+pub fn guard_rule(nft: &mut Nftables, network: &str) -> NlResult<Option<TableRule>> {
+    let wanted = [rule_comment(network), cut_rule_comment(network)];
+    Ok(nft
+        .rules_of(ACADEMY_BRIDGE, Some(BRIDGE_CHAIN))?
+        .into_iter()
+        .find(|r| wanted.contains(&r.comment)))
+}
 
-    /// Whether chain prerouting holds the network's drop rule.
-    pub fn has_guard_rule(&mut self, network: &str) -> NlResult<bool> {
-        self.guard_rule(network).map(|rule| rule.is_some())
-    }
+/// Whether chain prerouting holds the network's drop rule.
+pub fn has_guard_rule(nft: &mut Nftables, network: &str) -> NlResult<bool> {
+    guard_rule(nft, network).map(|rule| rule.is_some())
 }
 
 /// Whether a batch adds the ports' elements or removes them.
@@ -189,7 +191,7 @@ fn elements_of(network: &str, port: &GuardedPort) -> Vec<(String, Vec<u8>, Optio
 }
 
 /// A map element as a guarded port: an interface name key and a MAC value.
-fn guarded_port(raw: &Element) -> Option<GuardedPort> {
+fn port_of(raw: &Element) -> Option<GuardedPort> {
     let name = raw.key.split(|b| *b == 0).next().unwrap_or(&[]);
     Some(GuardedPort {
         port: String::from_utf8_lossy(name).into_owned(),
@@ -254,10 +256,7 @@ mod tests {
         };
         // An element without data is not a port (never in the map): skipped.
         let reply = element_reply("n-ports", &[port, Element::key(ifname_bytes("x"))]);
-        let ports: Vec<GuardedPort> = decode_elements(&reply)
-            .iter()
-            .filter_map(guarded_port)
-            .collect();
+        let ports: Vec<GuardedPort> = decode_elements(&reply).iter().filter_map(port_of).collect();
         assert_eq!(
             ports,
             vec![GuardedPort {
