@@ -57,77 +57,73 @@ impl NatChange {
     }
 }
 
-impl Nftables {
-    pub fn apply(&mut self, change: &NatChange) -> NlResult<()> {
-        let mut changes = Vec::new();
-        if !change.ensure.is_empty() || !change.rules.is_empty() {
-            changes.push(Change::add_table(ACADEMY));
-            changes.push(postrouting());
-        }
-        for (id, network) in change.ensure.iter().enumerate() {
-            changes.push(set(network, id as u32 + 1));
-        }
-        for handle in &change.drop_rules {
-            changes.push(Change::delete_rule(
-                ACADEMY,
-                POSTROUTING,
-                *handle,
-                format!(
-                    "delete academy's outdated rule (handle {handle}) from chain {POSTROUTING}"
-                ),
-            ));
-        }
-        for network in &change.rules {
-            let id = change
-                .ensure
-                .iter()
-                .position(|n| n.set_name() == network.set_name())
-                .map_or(0, |i| i as u32 + 1);
-            changes.push(rule(network, id));
-        }
-        element_changes(&mut changes, Elements::Remove, &change.retake);
-        element_changes(&mut changes, Elements::AddExclusive, &change.exclusive);
-        element_changes(&mut changes, Elements::AddIfMissing, &change.if_missing);
-        let hairpin = !change.hairpin_bridge.is_empty();
-        changes.extend(port_changes(&change.ports, &change.hairpin_bridge, hairpin));
-        self.run(changes)
+pub fn apply(nft: &mut Nftables, change: &NatChange) -> NlResult<()> {
+    let mut changes = Vec::new();
+    if !change.ensure.is_empty() || !change.rules.is_empty() {
+        changes.push(Change::add_table(ACADEMY));
+        changes.push(postrouting());
     }
+    for (id, network) in change.ensure.iter().enumerate() {
+        changes.push(set(network, id as u32 + 1));
+    }
+    for handle in &change.drop_rules {
+        changes.push(Change::delete_rule(
+            ACADEMY,
+            POSTROUTING,
+            *handle,
+            format!("delete academy's outdated rule (handle {handle}) from chain {POSTROUTING}"),
+        ));
+    }
+    for network in &change.rules {
+        let id = change
+            .ensure
+            .iter()
+            .position(|n| n.set_name() == network.set_name())
+            .map_or(0, |i| i as u32 + 1);
+        changes.push(rule(network, id));
+    }
+    element_changes(&mut changes, Elements::Remove, &change.retake);
+    element_changes(&mut changes, Elements::AddExclusive, &change.exclusive);
+    element_changes(&mut changes, Elements::AddIfMissing, &change.if_missing);
+    let hairpin = !change.hairpin_bridge.is_empty();
+    changes.extend(port_changes(&change.ports, &change.hairpin_bridge, hairpin));
+    nft.run(changes)
+}
 
-    /// Removes the addresses from the network's sets. Nothing to remove is success.
-    pub fn delete_elements(&mut self, network: &str, addresses: &[IpAddr]) -> NlResult<()> {
-        match self.change_elements(network, addresses) {
-            // One batch is all or nothing: one missing element (or set, or table) keeps
-            // the others. Rare (a DEL repeated, a crash undone), so one at a time.
-            Err(e) if e.is(libc::ENOENT) => {
-                for address in addresses {
-                    match self.change_elements(network, std::slice::from_ref(address)) {
-                        Err(e) if !e.is(libc::ENOENT) => return Err(e),
-                        _ => {}
-                    }
+/// Removes the addresses from the network's sets. Nothing to remove is success.
+pub fn delete_elements(nft: &mut Nftables, network: &str, addresses: &[IpAddr]) -> NlResult<()> {
+    match change_elements(nft, network, addresses) {
+        // One batch is all or nothing: one missing element (or set, or table) keeps
+        // the others. Rare (a DEL repeated, a crash undone), so one at a time.
+        Err(e) if e.is(libc::ENOENT) => {
+            for address in addresses {
+                match change_elements(nft, network, std::slice::from_ref(address)) {
+                    Err(e) if !e.is(libc::ENOENT) => return Err(e),
+                    _ => {}
                 }
-                Ok(())
             }
-            other => other,
+            Ok(())
         }
+        other => other,
     }
+}
 
-    /// One batch removing `addresses` from the network's sets (all or nothing).
-    fn change_elements(&mut self, network: &str, addresses: &[IpAddr]) -> NlResult<()> {
-        let change = NatChange {
-            retake: addresses
-                .iter()
-                .map(|a| SetElement {
-                    set: set_name(network, Family::of(*a)),
-                    element: MasqElement {
-                        address: *a,
-                        comment: String::new(),
-                    },
-                })
-                .collect(),
-            ..NatChange::default()
-        };
-        self.apply(&change)
-    }
+/// One batch removing `addresses` from the network's sets (all or nothing).
+fn change_elements(nft: &mut Nftables, network: &str, addresses: &[IpAddr]) -> NlResult<()> {
+    let change = NatChange {
+        retake: addresses
+            .iter()
+            .map(|a| SetElement {
+                set: set_name(network, Family::of(*a)),
+                element: MasqElement {
+                    address: *a,
+                    comment: String::new(),
+                },
+            })
+            .collect(),
+        ..NatChange::default()
+    };
+    apply(nft, &change)
 }
 
 /// Without NLM_F_EXCL: an identical set is success, any other set of the name EEXIST.

@@ -31,30 +31,32 @@ pub enum SetShape {
     Foreign(String),
 }
 
-impl Nftables {
-    /// academy's rules in its chain (one small dump); none when the table or chain is gone.
-    pub fn masquerade_rules(&mut self) -> NlResult<Vec<MasqRule>> {
-        let rules = self.rules(ACADEMY, Some(POSTROUTING))?;
-        Ok(rules.into_iter().filter_map(masq_rule).collect())
-    }
+/// academy's rules in its chain (one small dump); none when the table or chain is gone.
+pub fn masquerade_rules(nft: &mut Nftables) -> NlResult<Vec<MasqRule>> {
+    let rules = nft.rules(ACADEMY, Some(POSTROUTING))?;
+    Ok(rules.into_iter().filter_map(masq_rule).collect())
+}
 
-    /// Whether the network's set is missing, academy's, or something else of that name.
-    pub fn set_shape(&mut self, network: &str, family: Family) -> NlResult<SetShape> {
-        let set = set_name(network, family);
-        Ok(match self.set_info(ACADEMY, &set)? {
-            None => SetShape::Missing,
-            Some(info) => judge_set(&info, family),
-        })
-    }
+/// Whether the network's set is missing, academy's, or something else of that name.
+pub fn set_shape(nft: &mut Nftables, network: &str, family: Family) -> NlResult<SetShape> {
+    let set = set_name(network, family);
+    Ok(match nft.set_info(ACADEMY, &set)? {
+        None => SetShape::Missing,
+        Some(info) => judge_set(&info, family),
+    })
+}
 
-    /// The element of `address` in its network's set, with its comment; None when absent.
-    pub fn element(&mut self, network: &str, address: IpAddr) -> NlResult<Option<MasqElement>> {
-        let family = Family::of(address);
-        let set = set_name(network, family);
-        let what = format!("look up {address} in nf_tables set {ACADEMY} {set}");
-        let found = self.element_of(ACADEMY, &set, &address_bytes(address), &what)?;
-        Ok(found.and_then(|raw| masq_element(&raw, family)))
-    }
+/// The element of `address` in its network's set, with its comment; None when absent.
+pub fn element(
+    nft: &mut Nftables,
+    network: &str,
+    address: IpAddr,
+) -> NlResult<Option<MasqElement>> {
+    let family = Family::of(address);
+    let set = set_name(network, family);
+    let what = format!("look up {address} in nf_tables set {ACADEMY} {set}");
+    let found = nft.element_of(ACADEMY, &set, &address_bytes(address), &what)?;
+    Ok(found.and_then(|raw| masq_element(&raw, family)))
 }
 
 /// A rule of academy's, by its comment, with the set its lookup names.
