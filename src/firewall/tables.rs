@@ -2,27 +2,22 @@
 //! kinds share. academy owns two tables and writes into one other: iptables-nft's
 //! `filter`, whose FORWARD chain Docker's DROP policy makes everyone's business.
 
-use crate::netlink::nftables::batch::Change;
 use crate::netlink::nftables::consts::{IFNAMSIZ, TYPE_BITS, TYPE_IFNAME};
-use crate::netlink::nftables::consts::{
-    NFPROTO_BRIDGE, NFPROTO_INET, NF_INET_FORWARD, NF_INET_POST_ROUTING, NF_IP_PRI_FILTER,
-    NF_IP_PRI_NAT_SRC,
-};
-use crate::netlink::nftables::objects::{new_chain, BaseChain, NewSet};
+use crate::netlink::nftables::model::{Chain, ChainType, Change, Hook, Priority, Set};
 use crate::netlink::{Family, Table};
 
 /// The name of academy's own tables.
 pub const NAME: &str = "academy";
 
 /// `inet academy`: the masquerade, port mapping, the loopback guard, isolation.
-pub const ACADEMY: Table = Table::new(NFPROTO_INET, NAME);
+pub const ACADEMY: Table = Table::inet(NAME);
 
 /// `bridge academy`: the MAC filter.
-pub const ACADEMY_BRIDGE: Table = Table::new(NFPROTO_BRIDGE, NAME);
+pub const ACADEMY_BRIDGE: Table = Table::bridge(NAME);
 
 /// `ip filter` / `ip6 filter`, iptables-nft's: the FORWARD accepts.
 pub fn iptables_filter(family: Family) -> Table {
-    Table::new(family.layout().0, "filter")
+    Table::ip(family, "filter")
 }
 
 /// The masquerade's chain, which port mapping's postrouting rules share.
@@ -37,36 +32,32 @@ pub const INPUT: &str = "input";
 
 /// `postrouting`, made if missing (the masquerade's and port mapping's).
 pub fn postrouting() -> Change {
-    new_chain(
-        ACADEMY,
-        BaseChain {
-            name: POSTROUTING,
-            hook: NF_INET_POST_ROUTING,
-            priority: NF_IP_PRI_NAT_SRC,
-            kind: "nat",
-        },
-    )
+    Change::add_chain(Chain {
+        table: ACADEMY,
+        name: POSTROUTING,
+        hook: Hook::Postrouting,
+        priority: Priority::NAT_SRC,
+        kind: ChainType::Nat,
+    })
 }
 
 /// `forward`, made if missing (port mapping's and isolation's: whichever comes first).
 pub fn forward() -> Change {
-    new_chain(
-        ACADEMY,
-        BaseChain {
-            name: FORWARD,
-            hook: NF_INET_FORWARD,
-            priority: NF_IP_PRI_FILTER,
-            kind: "filter",
-        },
-    )
+    Change::add_chain(Chain {
+        table: ACADEMY,
+        name: FORWARD,
+        hook: Hook::Forward,
+        priority: Priority::FILTER,
+        kind: ChainType::Filter,
+    })
 }
 
 /// A set of `bridge . bridge` name pairs in `inet academy` (port mapping's hairpin mark,
 /// isolation), made if missing; `id` names it in its creating batch.
 pub fn bridge_pairs(name: &'static str, id: u32) -> Change {
-    NewSet {
+    Change::add_set(Set {
         table: ACADEMY,
-        name,
+        name: name.to_string(),
         id,
         key: (
             (TYPE_IFNAME << TYPE_BITS) | TYPE_IFNAME,
@@ -75,8 +66,7 @@ pub fn bridge_pairs(name: &'static str, id: u32) -> Change {
         data: None,
         userdata: None,
         exclusive: false,
-    }
-    .change()
+    })
 }
 
 /// The suffix of a set or map of one family: `<network>-v4`, `_ports-v6`.

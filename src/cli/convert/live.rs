@@ -3,6 +3,7 @@
 //! whether this host must keep the `firewall` plugin.
 
 use crate::config::Config;
+use crate::firewall::forward::forward_drops;
 use crate::firewall::reference;
 use crate::ipam::store::StoreDir;
 use crate::netlink::{Family, Netlink, Nftables};
@@ -26,7 +27,7 @@ pub(super) fn firewall_stays() -> Option<String> {
             ));
         }
     }
-    let probe = Nftables::open().and_then(|mut nft| nft.forward_drops(Family::V4));
+    let probe = Nftables::open().and_then(|mut nft| forward_drops(&mut nft, Family::V4));
     match probe {
         Ok(_) => None,
         Err(e) => Some(format!(

@@ -17,6 +17,9 @@ use crate::netlink::{Family, Nftables, Object};
 
 mod nft;
 
+pub use nft::forward_drops;
+use nft::{accept_forwarding, forward_incomplete, forward_missing, forward_rules};
+
 /// ADD, once the container is wired: the accepts of a network the host routes for.
 pub fn add(a: &mut Adding) -> Result<()> {
     match routed(a.conf) {
@@ -31,15 +34,15 @@ pub fn add(a: &mut Adding) -> Result<()> {
 pub fn accept(nft: &mut Nftables, conf: &Config) -> Result<Vec<String>> {
     let mut changed = Vec::new();
     for family in [Family::V4, Family::V6] {
-        if !nft.forward_drops(family)? {
+        if !forward_drops(nft, family)? {
             continue;
         }
         for name in conf.forwarded_interfaces() {
-            if !nft.forward_incomplete(family, &name)? {
+            if !forward_incomplete(nft, family, &name)? {
                 continue;
             }
             let _lock = repair_lock();
-            let done = nft.accept_forwarding(family, &name)?;
+            let done = accept_forwarding(nft, family, &name)?;
             if !done.is_empty() {
                 crate::log::debug(format_args!(
                     "iptables' {} FORWARD policy drops: {name}'s accepts there: {}",
@@ -72,11 +75,11 @@ fn lacking(nft: &mut Nftables, conf: &Config) -> Result<Vec<String>> {
         return Ok(lacking);
     }
     for family in [Family::V4, Family::V6] {
-        if !nft.forward_drops(family)? {
+        if !forward_drops(nft, family)? {
             continue;
         }
         for name in conf.forwarded_interfaces() {
-            let missing = nft.forward_missing(family, &name)?;
+            let missing = forward_missing(nft, family, &name)?;
             if !missing.is_empty() {
                 let quoted: Vec<String> = missing.iter().map(|c| format!("{c:?}")).collect();
                 lacking.push(format!(
@@ -133,7 +136,7 @@ pub fn objects(r: &mut Releasing) -> Result<Vec<Object>> {
     for family in [Family::V4, Family::V6] {
         for name in conf.forwarded_interfaces() {
             objects.extend(
-                nft.forward_rules(family, &name)?
+                forward_rules(nft, family, &name)?
                     .into_iter()
                     .map(Object::Rule),
             );

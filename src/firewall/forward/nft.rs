@@ -24,15 +24,12 @@
 
 use crate::firewall::tables::iptables_filter;
 use crate::netlink::nftables::consts::{
-    NFTA_CHAIN_NAME, NFTA_CHAIN_POLICY, NFTA_CHAIN_TABLE, NFTA_META_DREG, NFTA_META_KEY,
-    NFT_CMP_EQ, NFT_META_IIFNAME, NFT_META_OIFNAME, NFT_MSG_GETCHAIN, NFT_REG_1, NF_ACCEPT,
-    NF_DROP, XT_CONNTRACK_INFO_LEN, XT_CONNTRACK_MATCH_FLAGS_AT, XT_CONNTRACK_REV,
-    XT_CONNTRACK_STATE, XT_CONNTRACK_STATE_DNAT, XT_CONNTRACK_STATE_ESTABLISHED,
-    XT_CONNTRACK_STATE_MASK_AT, XT_CONNTRACK_STATE_RELATED, XT_MAX_COMMENT_LEN,
+    XT_CONNTRACK_INFO_LEN, XT_CONNTRACK_MATCH_FLAGS_AT, XT_CONNTRACK_REV, XT_CONNTRACK_STATE,
+    XT_CONNTRACK_STATE_DNAT, XT_CONNTRACK_STATE_ESTABLISHED, XT_CONNTRACK_STATE_MASK_AT,
+    XT_CONNTRACK_STATE_RELATED, XT_MAX_COMMENT_LEN,
 };
-use crate::netlink::nftables::expr::{cmp, counter, expr, verdict, xt_match};
-use crate::netlink::nftables::objects::{delete_rule, new_rule};
-use crate::netlink::{attributes, Attrs, Family, Nftables, NlResult, TableRule};
+use crate::netlink::nftables::model::{Change, CmpOp, Expr, MetaKey, Reg, Rule, Verdict};
+use crate::netlink::{Family, Nftables, NlResult, TableRule};
 
 const FILTER: &str = "filter";
 const FORWARD: &str = "FORWARD";
@@ -60,23 +57,26 @@ impl Accept {
     }
 
     /// The rule's expressions, in iptables-nft's order.
-    fn encode(self, list: &mut Attrs, bridge: &str) {
+    fn exprs(self, bridge: &str) -> Vec<Expr> {
+        let mut exprs = Vec::with_capacity(6);
         match self {
             Accept::Replies => {
-                interface(list, NFT_META_OIFNAME, bridge);
-                conntrack_state(
-                    list,
+                exprs.extend(interface(MetaKey::OifName, bridge));
+                exprs.push(conntrack_state(
                     XT_CONNTRACK_STATE_RELATED | XT_CONNTRACK_STATE_ESTABLISHED,
-                );
+                ));
             }
             Accept::Published => {
-                interface(list, NFT_META_OIFNAME, bridge);
-                conntrack_state(list, XT_CONNTRACK_STATE_DNAT);
+                exprs.extend(interface(MetaKey::OifName, bridge));
+                exprs.push(conntrack_state(XT_CONNTRACK_STATE_DNAT));
             }
-            Accept::FromBridge => interface(list, NFT_META_IIFNAME, bridge),
+            Accept::FromBridge => exprs.extend(interface(MetaKey::IifName, bridge)),
         }
-        comment_match(list, &self.comment(bridge));
-        counter_and_accept(list);
+        exprs.push(comment_match(&self.comment(bridge)));
+        // `counter; accept`, the counter zeroed as iptables-nft sends it.
+        exprs.push(Expr::counter());
+        exprs.push(Expr::Verdict(Verdict::Accept));
+        exprs
     }
 }
 
@@ -95,165 +95,158 @@ struct Found {
     ours: Vec<TableRule>,
 }
 
-impl Nftables {
-    /// Whether iptables' FORWARD chain of `family` exists and drops by policy.
-    pub fn forward_drops(&mut self, family: Family) -> NlResult<bool> {
-        let mut attrs = Attrs::default();
-        attrs.str(NFTA_CHAIN_TABLE, FILTER);
-        attrs.str(NFTA_CHAIN_NAME, FORWARD);
-        let (nfproto, _, _, _) = family.layout();
-        let what = format!("look up chain {FORWARD} of iptables' table {FILTER}");
-        let mut policy = None;
-        let result = self.get(nfproto, NFT_MSG_GETCHAIN, attrs, &what, |p| {
-            policy = attributes(p)
-                .find(|(kind, _)| *kind == NFTA_CHAIN_POLICY)
-                .and_then(|(_, v)| <[u8; 4]>::try_from(v).ok())
-                .map(u32::from_be_bytes);
-        });
-        match result {
-            Err(e) if e.is(libc::ENOENT) => Ok(false),
-            other => other.map(|()| policy == Some(NF_DROP)),
-        }
-    }
-
-    /// The comments of academy's accepts for `bridge` that iptables' FORWARD chain of
-    /// `family` lacks (one dump of the chain).
-    pub fn forward_missing(&mut self, family: Family, bridge: &str) -> NlResult<Vec<String>> {
-        let found = self.forward_found(family, bridge)?;
-        Ok(found.missing.iter().map(|a| a.comment(bridge)).collect())
-    }
-
-    /// Whether the chain differs from academy's three accepts for `bridge`, once each.
-    pub fn forward_incomplete(&mut self, family: Family, bridge: &str) -> NlResult<bool> {
-        let found = self.forward_found(family, bridge)?;
-        Ok(!found.missing.is_empty() || !found.surplus.is_empty())
-    }
-
-    /// Makes iptables' FORWARD chain of `family` hold academy's accepts for `bridge` once
-    /// each: one dump, then (only when something differs) one batch appending what is
-    /// missing and deleting outdated accepts and second copies. Returns what it changed,
-    /// in words (nothing when the chain was complete).
-    pub fn accept_forwarding(&mut self, family: Family, bridge: &str) -> NlResult<Vec<String>> {
-        let found = self.forward_found(family, bridge)?;
-        if found.missing.is_empty() && found.surplus.is_empty() {
-            return Ok(Vec::new());
-        }
-        let (table, mut changed, mut changes) = (iptables_filter(family), Vec::new(), Vec::new());
-        for accept in &found.missing {
-            let text = accept.comment(bridge);
-            changes.push(new_rule(
-                table,
-                FORWARD,
-                None,
-                |list| accept.encode(list, bridge),
-                format!("append {text:?} to iptables' chain {FILTER} {FORWARD}"),
-            ));
-            changed.push(format!("appended {text:?}"));
-        }
-        for rule in &found.surplus {
-            let what = format!(
-                "delete {:?} (handle {}) from iptables' chain {FILTER} {FORWARD}",
-                rule.comment, rule.handle
-            );
-            changes.push(delete_rule(table, FORWARD, rule.handle, what));
-            changed.push(format!(
-                "deleted {:?} (handle {})",
-                rule.comment, rule.handle
-            ));
-        }
-        self.commit(table.nfproto, changes).map(|()| changed)
-    }
-
-    /// academy's rules for `bridge` in iptables' FORWARD chain of `family`, outdated
-    /// ones and second copies included.
-    pub fn forward_rules(&mut self, family: Family, bridge: &str) -> NlResult<Vec<TableRule>> {
-        Ok(self.forward_found(family, bridge)?.ours)
-    }
-
-    fn forward_found(&mut self, family: Family, bridge: &str) -> NlResult<Found> {
-        let outdated = outdated_comment(bridge);
-        let current: Vec<(Accept, String)> = ACCEPTS.map(|a| (a, a.comment(bridge))).into();
-        let mut found = Found {
-            missing: Vec::new(),
-            surplus: Vec::new(),
-            ours: Vec::new(),
-        };
-        let mut seen = Vec::new();
-        for rule in self.iptables_rules(family, FILTER, Some(FORWARD))? {
-            let ours = rule.comments.iter().find_map(|c| {
-                if *c == outdated {
-                    return Some((None, c));
-                }
-                current
-                    .iter()
-                    .find(|(_, t)| t == c)
-                    .map(|(a, _)| (Some(*a), c))
-            });
-            let Some((accept, comment)) = ours else {
-                continue;
-            };
-            let table_rule = TableRule {
-                table: iptables_filter(family),
-                chain: rule.chain.clone(),
-                handle: rule.handle,
-                comment: comment.clone(),
-            };
-            match accept {
-                Some(accept) if !seen.contains(&accept) => seen.push(accept),
-                _ => found.surplus.push(table_rule.clone()),
-            }
-            found.ours.push(table_rule);
-        }
-        found.missing = ACCEPTS.into_iter().filter(|a| !seen.contains(a)).collect();
-        Ok(found)
-    }
+/// Whether iptables' FORWARD chain of `family` exists and drops by policy.
+pub fn forward_drops(nft: &mut Nftables, family: Family) -> NlResult<bool> {
+    let what = format!("look up chain {FORWARD} of iptables' table {FILTER}");
+    let chain = nft.chain_info(iptables_filter(family), FORWARD, &what)?;
+    Ok(chain.is_some_and(|c| c.policy == Some(Verdict::Drop)))
 }
 
-/// `meta iifname|oifname == NAME`, as iptables-nft encodes `-i`/`-o` (the name
-/// compared with its NUL, so no prefix of it matches).
-fn interface(list: &mut Attrs, key: u32, name: &str) {
-    expr(list, "meta", |e| {
-        e.be32(NFTA_META_KEY, key);
-        e.be32(NFTA_META_DREG, NFT_REG_1);
-    });
+/// The comments of academy's accepts for `bridge` that iptables' FORWARD chain of
+/// `family` lacks (one dump of the chain).
+pub fn forward_missing(nft: &mut Nftables, family: Family, bridge: &str) -> NlResult<Vec<String>> {
+    let found = forward_found(nft, family, bridge)?;
+    Ok(found.missing.iter().map(|a| a.comment(bridge)).collect())
+}
+
+/// Whether the chain differs from academy's three accepts for `bridge`, once each.
+pub fn forward_incomplete(nft: &mut Nftables, family: Family, bridge: &str) -> NlResult<bool> {
+    let found = forward_found(nft, family, bridge)?;
+    Ok(!found.missing.is_empty() || !found.surplus.is_empty())
+}
+
+/// Makes iptables' FORWARD chain of `family` hold academy's accepts for `bridge` once
+/// each: one dump, then (only when something differs) one batch appending what is
+/// missing and deleting outdated accepts and second copies. Returns what it changed,
+/// in words (nothing when the chain was complete).
+pub fn accept_forwarding(
+    nft: &mut Nftables,
+    family: Family,
+    bridge: &str,
+) -> NlResult<Vec<String>> {
+    let found = forward_found(nft, family, bridge)?;
+    if found.missing.is_empty() && found.surplus.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (table, mut changed, mut changes) = (iptables_filter(family), Vec::new(), Vec::new());
+    for accept in &found.missing {
+        let text = accept.comment(bridge);
+        let rule = Rule {
+            table,
+            chain: FORWARD.to_string(),
+            handle: 0,
+            comment: None,
+            exprs: accept.exprs(bridge),
+        };
+        let what = format!("append {text:?} to iptables' chain {FILTER} {FORWARD}");
+        changes.push(Change::add_rule(rule, what));
+        changed.push(format!("appended {text:?}"));
+    }
+    for rule in &found.surplus {
+        let what = format!(
+            "delete {:?} (handle {}) from iptables' chain {FILTER} {FORWARD}",
+            rule.comment, rule.handle
+        );
+        changes.push(Change::delete_rule(table, FORWARD, rule.handle, what));
+        changed.push(format!(
+            "deleted {:?} (handle {})",
+            rule.comment, rule.handle
+        ));
+    }
+    nft.run(changes).map(|()| changed)
+}
+
+/// academy's rules for `bridge` in iptables' FORWARD chain of `family`, outdated
+/// ones and second copies included.
+pub fn forward_rules(nft: &mut Nftables, family: Family, bridge: &str) -> NlResult<Vec<TableRule>> {
+    Ok(forward_found(nft, family, bridge)?.ours)
+}
+
+fn forward_found(nft: &mut Nftables, family: Family, bridge: &str) -> NlResult<Found> {
+    let outdated = outdated_comment(bridge);
+    let current: Vec<(Accept, String)> = ACCEPTS.map(|a| (a, a.comment(bridge))).into();
+    let mut found = Found {
+        missing: Vec::new(),
+        surplus: Vec::new(),
+        ours: Vec::new(),
+    };
+    let mut seen = Vec::new();
+    for rule in nft.iptables_rules(family, FILTER, Some(FORWARD))? {
+        let ours = rule.comments.iter().find_map(|c| {
+            if *c == outdated {
+                return Some((None, c));
+            }
+            current
+                .iter()
+                .find(|(_, t)| t == c)
+                .map(|(a, _)| (Some(*a), c))
+        });
+        let Some((accept, comment)) = ours else {
+            continue;
+        };
+        let table_rule = TableRule {
+            table: iptables_filter(family),
+            chain: rule.chain.clone(),
+            handle: rule.handle,
+            comment: comment.clone(),
+        };
+        match accept {
+            Some(accept) if !seen.contains(&accept) => seen.push(accept),
+            _ => found.surplus.push(table_rule.clone()),
+        }
+        found.ours.push(table_rule);
+    }
+    found.missing = ACCEPTS.into_iter().filter(|a| !seen.contains(a)).collect();
+    Ok(found)
+}
+
+/// `meta iifname|oifname == NAME`, as iptables-nft encodes `-i`/`-o` (its attribute
+/// order; the name compared with its NUL, so no prefix of it matches).
+fn interface(key: MetaKey, name: &str) -> [Expr; 2] {
     let mut bytes = name.as_bytes().to_vec();
     bytes.push(0);
-    cmp(list, NFT_REG_1, NFT_CMP_EQ, &bytes);
+    [
+        Expr::IptablesMeta { key, dreg: Reg::R1 },
+        Expr::cmp(Reg::R1, CmpOp::Eq, bytes),
+    ]
 }
 
 /// `-m conntrack --ctstate STATES`: struct xt_conntrack_mtinfo3 with only the state
 /// test set.
-fn conntrack_state(list: &mut Attrs, states: u16) {
-    let mut info = [0u8; XT_CONNTRACK_INFO_LEN];
+fn conntrack_state(states: u16) -> Expr {
+    let mut info = vec![0u8; XT_CONNTRACK_INFO_LEN];
     let flags = XT_CONNTRACK_MATCH_FLAGS_AT;
     info[flags..flags + 2].copy_from_slice(&XT_CONNTRACK_STATE.to_ne_bytes());
     let mask = XT_CONNTRACK_STATE_MASK_AT;
     info[mask..mask + 2].copy_from_slice(&states.to_ne_bytes());
-    xt_match(list, "conntrack", XT_CONNTRACK_REV, &info);
+    Expr::Match {
+        name: "conntrack".into(),
+        rev: XT_CONNTRACK_REV,
+        info,
+    }
 }
 
 /// `-m comment --comment TEXT`: struct xt_comment_info, the text NUL-padded.
-fn comment_match(list: &mut Attrs, text: &str) {
-    let mut info = [0u8; XT_MAX_COMMENT_LEN];
+fn comment_match(text: &str) -> Expr {
+    let mut info = vec![0u8; XT_MAX_COMMENT_LEN];
     let bytes = text.as_bytes();
     let len = bytes.len().min(XT_MAX_COMMENT_LEN - 1);
     info[..len].copy_from_slice(&bytes[..len]);
-    xt_match(list, "comment", 0, &info);
-}
-
-/// `counter; accept`, the counter zeroed as iptables-nft sends it.
-fn counter_and_accept(list: &mut Attrs) {
-    counter(list);
-    verdict(list, NF_ACCEPT);
+    Expr::Match {
+        name: "comment".into(),
+        rev: 0,
+        info,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::netlink::nftables::digest::{hex, sha256};
+    use crate::netlink::nftables::encode::expression_bytes;
 
     /// The expressions are those iptables-nft 1.8.9 sends for the same command, byte for
-    /// byte: the digests are of the NFTA_RULE_EXPRESSIONS payloads `strace -xx` showed
+    /// byte: the digests are of the rule's expression list payloads `strace -xx` showed
     /// for `iptables-nft -A FORWARD -o br0 -m conntrack --ctstate RELATED,ESTABLISHED -m
     /// comment --comment "academy: replies to bridge br0" -j ACCEPT`, the same with
     /// `--ctstate DNAT` and "academy: published ports of bridge br0", and `-i br0 -m
@@ -261,9 +254,8 @@ mod tests {
     #[test]
     fn the_accepts_encode_as_iptables_nft_encodes_them() {
         let digest = |accept: Accept| {
-            let mut list = Attrs::default();
-            accept.encode(&mut list, "br0");
-            (list.0.len(), hex(&sha256(&list.0)))
+            let list = expression_bytes(&accept.exprs("br0"));
+            (list.len(), hex(&sha256(&list)))
         };
         assert_eq!(
             digest(Accept::Replies),

@@ -18,6 +18,7 @@ use crate::netlink::{Nftables, Object};
 mod nft;
 
 pub use nft::isolated_object;
+use nft::{ensure_isolation, is_isolated, isolation_rule_missing};
 
 /// ADD's step, before the pair: nothing without `ingressPolicy` same-bridge.
 pub fn add(a: &mut Adding) -> Result<()> {
@@ -33,8 +34,8 @@ fn ensure(nft: &mut Nftables, conf: &Config) -> Result<()> {
     let lock = super::network::repair_lock;
     // A release deleting the table between the look and the batch: look again.
     for name in conf.forwarded_interfaces() {
-        match nft.ensure_isolation(&name, lock) {
-            Err(e) if e.is(libc::ENOENT) => nft.ensure_isolation(&name, lock).map(drop)?,
+        match ensure_isolation(nft, &name, lock) {
+            Err(e) if e.is(libc::ENOENT) => ensure_isolation(nft, &name, lock).map(drop)?,
             other => other.map(drop)?,
         }
     }
@@ -52,13 +53,13 @@ fn lacking(nft: &mut Nftables, conf: &Config) -> Result<Vec<String>> {
         "bridge {} (ingressPolicy same-bridge) is reachable from the other isolated networks",
         conf.bridge
     );
-    if nft.isolation_rule_missing()? {
+    if isolation_rule_missing(nft)? {
         lacking.push(format!(
             "the isolation rule is missing from nf_tables chain inet academy forward: {open}"
         ));
     }
     for b in conf.forwarded_interfaces() {
-        if !nft.is_isolated(&b)? {
+        if !is_isolated(nft, &b)? {
             lacking.push(format!(
                 "{b} . {b} is missing from nf_tables set inet academy _isolated: {open}"
             ));
@@ -105,7 +106,7 @@ pub fn objects(r: &mut Releasing) -> Result<Vec<Object>> {
     let (conf, nft) = (r.conf, r.nft.get()?);
     let mut objects = Vec::new();
     for name in conf.forwarded_interfaces() {
-        if conf.same_bridge_ingress || nft.is_isolated(&name)? {
+        if conf.same_bridge_ingress || is_isolated(nft, &name)? {
             objects.push(isolated_object(&name));
         }
     }

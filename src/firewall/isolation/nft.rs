@@ -28,18 +28,10 @@
 //! Both families (the table is inet); the reference writes its rules in the families of
 //! the network's addresses, which are the only ones its bridge routes.
 
-use netlink_packet_core::NLM_F_CREATE;
-
 use crate::firewall::ports::hairpin_key;
 use crate::firewall::tables::{bridge_pairs, forward, ACADEMY, FORWARD};
-use crate::netlink::nftables::batch::Change;
-use crate::netlink::nftables::consts::{
-    NFPROTO_INET, NFT_META_IIFNAME, NFT_META_OIFNAME, NFT_MSG_NEWSETELEM, NFT_REG_1, NFT_REG_2,
-    NF_DROP,
-};
-use crate::netlink::nftables::expr::{lookup, meta, verdict};
-use crate::netlink::nftables::objects::{delete_rule, element, element_list, new_rule, new_table};
-use crate::netlink::{Attrs, Nftables, NlResult, Object, Step};
+use crate::netlink::nftables::model::{Change, Element, Expr, MetaKey, Reg, Rule, Verdict};
+use crate::netlink::{Nftables, NlResult, Object};
 
 /// The set of isolated bridges (`ingressPolicy` same-bridge), as `bridge . bridge`.
 pub const ISOLATED_SET: &str = "_isolated";
@@ -50,67 +42,60 @@ pub const ISOLATION_RULE: &str = "academy isolation";
 /// The set's id in the batch that creates it, for the rule's lookups.
 const SET_ID: u32 = 1;
 
-impl Nftables {
-    /// Makes sure of the rule and puts `bridge . bridge` in `_isolated`: one small dump of
-    /// chain `forward`, then one batch. When the rule is there once, the batch only adds
-    /// the element (already there is success). Otherwise `lock` is taken (the host's
-    /// repair lock, so that concurrent first ADDs leave one rule), the chain looked at
-    /// again, and the batch also creates table, set and chain if missing (an identical
-    /// one is success) and replaces whatever copies of the rule are left. True when it
-    /// wrote the rule.
-    pub fn ensure_isolation<G>(
-        &mut self,
-        bridge: &str,
-        lock: impl FnOnce() -> G,
-    ) -> NlResult<bool> {
-        let mut present = self.isolation_rules()?;
-        let _held = match present.len() {
-            1 => None,
-            _ => {
-                let held = lock();
-                present = self.isolation_rules()?;
-                Some(held)
-            }
-        };
-        let repair = present.len() != 1;
-        let mut changes = match repair {
-            true => isolation_objects(&present),
-            false => Vec::new(),
-        };
-        changes.push(Change {
-            step: Step::AddElement,
-            kind: NFT_MSG_NEWSETELEM,
-            flags: NLM_F_CREATE,
-            attrs: element_list(ACADEMY, ISOLATED_SET, |list| {
-                element(list, &hairpin_key(bridge), None, "")
-            }),
-            description: format!(
-                "add {bridge} . {bridge} to nf_tables set {ACADEMY} {ISOLATED_SET}"
-            ),
-        });
-        self.commit(NFPROTO_INET, changes).map(|()| repair)
-    }
+/// Makes sure of the rule and puts `bridge . bridge` in `_isolated`: one small dump of
+/// chain `forward`, then one batch. When the rule is there once, the batch only adds
+/// the element (already there is success). Otherwise `lock` is taken (the host's
+/// repair lock, so that concurrent first ADDs leave one rule), the chain looked at
+/// again, and the batch also creates table, set and chain if missing (an identical
+/// one is success) and replaces whatever copies of the rule are left. True when it
+/// wrote the rule.
+pub fn ensure_isolation<G>(
+    nft: &mut Nftables,
+    bridge: &str,
+    lock: impl FnOnce() -> G,
+) -> NlResult<bool> {
+    let mut present = isolation_rules(nft)?;
+    let _held = match present.len() {
+        1 => None,
+        _ => {
+            let held = lock();
+            present = isolation_rules(nft)?;
+            Some(held)
+        }
+    };
+    let repair = present.len() != 1;
+    let mut changes = match repair {
+        true => isolation_objects(&present),
+        false => Vec::new(),
+    };
+    changes.push(Change::add_element(
+        ACADEMY,
+        ISOLATED_SET,
+        Element::key(hairpin_key(bridge)),
+        format!("add {bridge} . {bridge} to nf_tables set {ACADEMY} {ISOLATED_SET}"),
+    ));
+    nft.run(changes).map(|()| repair)
+}
 
-    /// Whether chain `forward` lacks the isolation rule.
-    pub fn isolation_rule_missing(&mut self) -> NlResult<bool> {
-        Ok(self.isolation_rules()?.is_empty())
-    }
+/// Whether chain `forward` lacks the isolation rule.
+pub fn isolation_rule_missing(nft: &mut Nftables) -> NlResult<bool> {
+    Ok(isolation_rules(nft)?.is_empty())
+}
 
-    /// Whether `_isolated` holds `bridge . bridge`.
-    pub fn is_isolated(&mut self, bridge: &str) -> NlResult<bool> {
-        let what = format!("look up {bridge} . {bridge} in nf_tables set {ACADEMY} {ISOLATED_SET}");
-        self.has_element(ACADEMY, ISOLATED_SET, &hairpin_key(bridge), &what)
-    }
+/// Whether `_isolated` holds `bridge . bridge`.
+pub fn is_isolated(nft: &mut Nftables, bridge: &str) -> NlResult<bool> {
+    let what = format!("look up {bridge} . {bridge} in nf_tables set {ACADEMY} {ISOLATED_SET}");
+    nft.has_element(ACADEMY, ISOLATED_SET, &hairpin_key(bridge), &what)
+}
 
-    /// The handles of the isolation rule's copies in chain `forward`; none when it is gone.
-    fn isolation_rules(&mut self) -> NlResult<Vec<u64>> {
-        Ok(self
-            .rules_of(ACADEMY, Some(FORWARD))?
-            .into_iter()
-            .filter(|r| r.comment == ISOLATION_RULE)
-            .map(|r| r.handle)
-            .collect())
-    }
+/// The handles of the isolation rule's copies in chain `forward`; none when it is gone.
+fn isolation_rules(nft: &mut Nftables) -> NlResult<Vec<u64>> {
+    Ok(nft
+        .rules_of(ACADEMY, Some(FORWARD))?
+        .into_iter()
+        .filter(|r| r.comment == ISOLATION_RULE)
+        .map(|r| r.handle)
+        .collect())
 }
 
 /// The bridge's element of `_isolated`, to delete with its network.
@@ -128,20 +113,24 @@ pub fn isolated_object(bridge: &str) -> Object {
 fn isolation_objects(present: &[u64]) -> Vec<Change> {
     // Port mapping's chain, with its hook and priority: whichever comes first makes it.
     let mut changes = vec![
-        new_table(ACADEMY),
+        Change::add_table(ACADEMY),
         bridge_pairs(ISOLATED_SET, SET_ID),
         forward(),
     ];
     for handle in present {
         let what =
             format!("delete the rule {ISOLATION_RULE:?} (handle {handle}) from chain {FORWARD}");
-        changes.push(delete_rule(ACADEMY, FORWARD, *handle, what));
+        changes.push(Change::delete_rule(ACADEMY, FORWARD, *handle, what));
     }
-    changes.push(new_rule(
-        ACADEMY,
-        FORWARD,
-        Some(ISOLATION_RULE),
-        |list| isolation_rule(list, SET_ID),
+    let rule = Rule {
+        table: ACADEMY,
+        chain: FORWARD.to_string(),
+        handle: 0,
+        comment: Some(ISOLATION_RULE.to_string()),
+        exprs: isolation_rule(SET_ID),
+    };
+    changes.push(Change::add_rule(
+        rule,
         format!("add the rule {ISOLATION_RULE:?} to chain {FORWARD}"),
     ));
     changes
@@ -151,19 +140,21 @@ fn isolation_objects(present: &[u64]) -> Vec<Change> {
 /// @_isolated drop`, expression for expression as `nft --debug=netlink` shows nft 1.0.6
 /// writing it: each pair of names loaded into registers 1 and 2 (16 bytes each, so the
 /// 32-byte key spans both) and looked up, the last lookup inverted.
-fn isolation_rule(list: &mut Attrs, set_id: u32) {
+fn isolation_rule(set_id: u32) -> Vec<Expr> {
     let pairs = [
-        (NFT_META_IIFNAME, NFT_META_IIFNAME, false),
-        (NFT_META_OIFNAME, NFT_META_OIFNAME, false),
-        (NFT_META_IIFNAME, NFT_META_OIFNAME, true),
+        (MetaKey::IifName, MetaKey::IifName, false),
+        (MetaKey::OifName, MetaKey::OifName, false),
+        (MetaKey::IifName, MetaKey::OifName, true),
     ];
+    let mut exprs = Vec::with_capacity(10);
     for (first, second, inverted) in pairs {
-        meta(list, NFT_REG_1, first);
-        meta(list, NFT_REG_2, second);
+        exprs.push(Expr::meta(first, Reg::R1));
+        exprs.push(Expr::meta(second, Reg::R2));
         // The set may be new in this batch.
-        lookup(list, ISOLATED_SET, NFT_REG_1, set_id, inverted);
+        exprs.push(Expr::lookup(ISOLATED_SET, Reg::R1, set_id, inverted));
     }
-    verdict(list, NF_DROP);
+    exprs.push(Expr::Verdict(Verdict::Drop));
+    exprs
 }
 
 #[cfg(test)]
@@ -171,16 +162,16 @@ mod tests {
     use super::*;
     use crate::netlink::nftables::consts::IFNAMSIZ;
     use crate::netlink::nftables::digest::{hex, sha256};
+    use crate::netlink::nftables::encode::expression_bytes;
 
     /// The rule's bytes, pinned as their digest: a refactor of the encoding that changes
     /// one byte on the wire fails here. (That they are nft's own expressions is held to
     /// the kernel by tests/it/isolation.rs, which reads the rule back with `nft`.)
     #[test]
     fn the_isolation_rule_encodes_as_before() {
-        let mut list = Attrs::default();
-        isolation_rule(&mut list, SET_ID);
+        let list = expression_bytes(&isolation_rule(SET_ID));
         assert_eq!(
-            hex(&sha256(&list.0)),
+            hex(&sha256(&list)),
             "dfff54ba3509fe13a34ec3540ad330f6c83062dd52b7538bc220f73266fc38cf"
         );
         let key = hairpin_key("br0");

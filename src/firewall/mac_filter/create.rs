@@ -4,13 +4,11 @@
 use super::names::{allowed_set, guarded_set, ports_map, rule_comment, BRIDGE_CHAIN, PAIR_LEN};
 use crate::firewall::tables::ACADEMY_BRIDGE;
 use crate::netlink::nftables::attrs::name_byteorder;
-use crate::netlink::nftables::consts::{
-    IFNAMSIZ, NFPROTO_BRIDGE, NFT_META_IIFNAME, NFT_PAYLOAD_LL_HEADER, NFT_REG_1, NFT_REG_2,
-    NF_BR_PRE_ROUTING, NF_BR_PRI_NAT_DST_BRIDGED, NF_DROP, TYPE_ETHERADDR, TYPE_IFNAME,
+use crate::netlink::nftables::consts::{IFNAMSIZ, TYPE_ETHERADDR, TYPE_IFNAME};
+use crate::netlink::nftables::model::{
+    Chain, ChainType, Change, Expr, Hook, MetaKey, PayloadBase, Priority, Reg, Rule, Set, Verdict,
 };
-use crate::netlink::nftables::expr::{lookup, meta, payload, verdict};
-use crate::netlink::nftables::objects::{new_chain, new_rule, new_table, BaseChain, NewSet};
-use crate::netlink::{Attrs, Nftables, NlResult};
+use crate::netlink::{Nftables, NlResult};
 
 /// The ids that name the map and sets within their creating batch (the rule's lookups
 /// refer to them so, before they exist).
@@ -23,55 +21,60 @@ const GUARDED_ID: u32 = 3;
 /// the kernel refuses the whole batch, which is success here.
 pub(super) fn create_guard(nft: &mut Nftables, network: &str) -> NlResult<()> {
     let (guarded, allowed) = (guarded_set(network), allowed_set(network));
-    let chain = BaseChain {
+    let chain = Chain {
+        table: ACADEMY_BRIDGE,
         name: BRIDGE_CHAIN,
-        hook: NF_BR_PRE_ROUTING,
-        priority: NF_BR_PRI_NAT_DST_BRIDGED,
-        kind: "filter",
+        hook: Hook::Prerouting,
+        priority: Priority::BRIDGE_NAT_DST_BRIDGED,
+        kind: ChainType::Filter,
     };
     // Keyed by interface name, the map and the guarded set say so in their userdata as
     // nft does (so `nft list` prints names, not bytes); the pair set's concatenated key
     // needs no such hint.
     let map = ports_map(network);
-    let guarded_names = NewSet {
+    let guarded_names = Set {
         id: GUARDED_ID,
-        name: &guarded,
+        name: guarded.clone(),
         data: None,
         ..map_of(&map)
     };
-    let pairs = NewSet {
+    let pairs = Set {
         id: ALLOWED_ID,
-        name: &allowed,
+        name: allowed.clone(),
         key: (TYPE_IFNAME << 6 | TYPE_ETHERADDR, PAIR_LEN as u32),
         data: None,
         userdata: None,
         ..map_of(&map)
     };
+    let rule = Rule {
+        table: ACADEMY_BRIDGE,
+        chain: BRIDGE_CHAIN.to_string(),
+        handle: 0,
+        comment: Some(rule_comment(network)),
+        exprs: drop_rule(&guarded, &allowed),
+    };
     let changes = vec![
-        new_table(ACADEMY_BRIDGE),
-        new_chain(ACADEMY_BRIDGE, chain),
-        map_of(&map).change(),
-        guarded_names.change(),
-        pairs.change(),
-        new_rule(
-            ACADEMY_BRIDGE,
-            BRIDGE_CHAIN,
-            Some(&rule_comment(network)),
-            |list| drop_rule(list, &guarded, &allowed),
+        Change::add_table(ACADEMY_BRIDGE),
+        Change::add_chain(chain),
+        Change::add_set(map_of(&map)),
+        Change::add_set(guarded_names),
+        Change::add_set(pairs),
+        Change::add_rule(
+            rule,
             format!("add the macspoofchk rule of network {network}"),
         ),
     ];
-    match nft.commit(NFPROTO_BRIDGE, changes) {
+    match nft.run(changes) {
         Err(e) if e.is(libc::EEXIST) => Ok(()),
         other => other,
     }
 }
 
 /// The network's map of guarded ports to their MAC (`name`: ports_map's).
-pub(super) fn map_of(name: &str) -> NewSet<'_> {
-    NewSet {
+pub(super) fn map_of(name: &str) -> Set {
+    Set {
         table: ACADEMY_BRIDGE,
-        name,
+        name: name.to_string(),
         id: PORTS_ID,
         key: (TYPE_IFNAME, IFNAMSIZ as u32),
         data: Some((TYPE_ETHERADDR, 6)),
@@ -82,16 +85,18 @@ pub(super) fn map_of(name: &str) -> NewSet<'_> {
 
 /// The rule, as `nft --debug=netlink` shows it for
 /// `iifname @GUARDED iifname . ether saddr != @ALLOWED drop`.
-pub(super) fn drop_rule(list: &mut Attrs, guarded: &str, set: &str) {
-    meta(list, NFT_REG_1, NFT_META_IIFNAME);
-    // Both sets are new in this batch.
-    lookup(list, guarded, NFT_REG_1, GUARDED_ID, false);
-    // The name fills register 1 (16 bytes); the MAC follows it in register 2, and the
-    // lookup reads both as one 24-byte key: the source address, after the
-    // destination's 6 bytes.
-    meta(list, NFT_REG_1, NFT_META_IIFNAME);
-    payload(list, NFT_PAYLOAD_LL_HEADER, 6, 6, NFT_REG_2);
-    // Not in the set.
-    lookup(list, set, NFT_REG_1, ALLOWED_ID, true);
-    verdict(list, NF_DROP);
+pub(super) fn drop_rule(guarded: &str, set: &str) -> Vec<Expr> {
+    vec![
+        Expr::meta(MetaKey::IifName, Reg::R1),
+        // Both sets are new in this batch.
+        Expr::lookup(guarded, Reg::R1, GUARDED_ID, false),
+        // The name fills register 1 (16 bytes); the MAC follows it in register 2, and
+        // the lookup reads both as one 24-byte key: the source address, after the
+        // destination's 6 bytes.
+        Expr::meta(MetaKey::IifName, Reg::R1),
+        Expr::payload(PayloadBase::LinkLayer, 6, 6, Reg::R2),
+        // Not in the set.
+        Expr::lookup(set, Reg::R1, ALLOWED_ID, true),
+        Expr::Verdict(Verdict::Drop),
+    ]
 }

@@ -22,6 +22,10 @@ mod names;
 mod nft;
 
 pub use names::{guard_sets, GuardedPort};
+use nft::{
+    guard_port, guard_rule, guard_set_exists, guarded_port, guarded_ports, has_guard_rule,
+    port_allows, port_guarded, unguard_ports,
+};
 
 /// Guards the attachment's host veth: only `mac` may be a source on it.
 pub fn add(a: &mut Adding) -> Result<()> {
@@ -38,21 +42,21 @@ fn guard(nft: &mut Nftables, conf: &Config, who: &Attachment, mac: [u8; 6]) -> R
         mac,
         comment: who.owner(),
     };
-    match nft.guard_port(&conf.name, &port) {
+    match guard_port(nft, &conf.name, &port) {
         // The port is guarded with another MAC: elements of an earlier pair under this
         // name (a killed ADD of this attachment, whose pair create_pair just replaced).
         // The name is this attachment's, so they are too.
         Err(e) if e.is(libc::EBUSY) || e.is(libc::EEXIST) => {
-            if let Some(old) = nft.guarded_port(&conf.name, &port.port)? {
+            if let Some(old) = guarded_port(nft, &conf.name, &port.port)? {
                 eprintln!(
                     "academy: replacing the stale MAC filter of {} ({}, {})",
                     old.port,
                     format_mac(old.mac),
                     old.comment
                 );
-                nft.unguard_ports(&conf.name, &[old])?;
+                unguard_ports(nft, &conf.name, &[old])?;
             }
-            nft.guard_port(&conf.name, &port)?;
+            guard_port(nft, &conf.name, &port)?;
         }
         other => other?,
     }
@@ -64,8 +68,8 @@ fn guard(nft: &mut Nftables, conf: &Config, who: &Attachment, mac: [u8; 6]) -> R
 /// says (macspoofchk taken out since ADD): one lookup, answered at once without the map.
 pub fn remove(r: &mut Removing) -> Result<()> {
     let (conf, nft) = (r.conf, r.nft.get()?);
-    match nft.guarded_port(&conf.name, &r.who.host_name())? {
-        Some(port) if r.who.owns(&port.comment) => Ok(nft.unguard_ports(&conf.name, &[port])?),
+    match guarded_port(nft, &conf.name, &r.who.host_name())? {
+        Some(port) if r.who.owns(&port.comment) => Ok(unguard_ports(nft, &conf.name, &[port])?),
         Some(port) => {
             eprintln!(
                 "academy: the MAC filter of {} on network {} belongs to {:?}, not {}; left alone",
@@ -90,14 +94,14 @@ pub fn check(c: &mut Checking) -> Result<Vec<Diff>> {
     let (nft, conf, who, mac) = (c.nft.get()?, c.conf, c.who, c.mac);
     let mut diffs = Vec::new();
     let mut diff = |text: String, restorable: bool| diffs.push(Diff { text, restorable });
-    if !nft.has_guard_rule(&conf.name)? {
+    if !has_guard_rule(nft, &conf.name)? {
         diff(format!(
             "the macspoofchk rule of network {} is missing from nf_tables chain bridge academy prerouting",
             conf.name
         ), true);
     }
     let name = who.host_name();
-    let Some(port) = nft.guarded_port(&conf.name, &name)? else {
+    let Some(port) = guarded_port(nft, &conf.name, &name)? else {
         diff(format!(
             "host veth {name} is not in nf_tables map bridge academy {}-ports: its source MACs are not checked",
             conf.name
@@ -124,13 +128,13 @@ pub fn check(c: &mut Checking) -> Result<Vec<Diff>> {
             false,
         );
     }
-    if !nft.port_guarded(&conf.name, &name)? {
+    if !port_guarded(nft, &conf.name, &name)? {
         diff(format!(
             "host veth {name} is missing from nf_tables set bridge academy {}-guarded: its source MACs are not checked",
             conf.name
         ), true);
     }
-    if !nft.port_allows(&conf.name, &name, port.mac)? {
+    if !port_allows(nft, &conf.name, &name, port.mac)? {
         diff(format!(
             "{name} . {allowed} is missing from nf_tables set bridge academy {}-allowed: every frame from it is dropped",
             conf.name
@@ -146,14 +150,14 @@ pub fn sweep(s: &mut Sweeping) {
         Ok(nft) => nft,
         Err(e) => return errors.push(e.into()),
     };
-    let stale: Vec<GuardedPort> = match nft.guarded_ports(&conf.name) {
+    let stale: Vec<GuardedPort> = match guarded_ports(nft, &conf.name) {
         Ok(all) => all.into_iter().filter(|p| !live.owns(&p.comment)).collect(),
         Err(e) => return errors.push(e.into()),
     };
     if stale.is_empty() {
         return;
     }
-    match nft.unguard_ports(&conf.name, &stale) {
+    match unguard_ports(nft, &conf.name, &stale) {
         Ok(()) => stale.iter().for_each(|p| {
             crate::log::debug(format_args!(
                 "GC removed the MAC filter of {} ({}, held by {})",
@@ -177,7 +181,7 @@ pub fn missing(l: &mut Looking) -> Result<Vec<String>> {
     }
     let nft = l.nft.get()?;
     let mut missing = Vec::new();
-    if !nft.has_guard_rule(&conf.name)? {
+    if !has_guard_rule(nft, &conf.name)? {
         missing.push(format!(
             "the macspoofchk rule of network {} (every guarded port accepts any source MAC)",
             conf.name
@@ -198,9 +202,9 @@ fn unguarded(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<Str
     let mut found = Vec::new();
     for a in &wired.attachments {
         let veth = a.who(conf).host_name();
-        let complete = match nft.guarded_port(&conf.name, &veth)? {
+        let complete = match guarded_port(nft, &conf.name, &veth)? {
             Some(p) => {
-                nft.port_guarded(&conf.name, &veth)? && nft.port_allows(&conf.name, &veth, p.mac)?
+                port_guarded(nft, &conf.name, &veth)? && port_allows(nft, &conf.name, &veth, p.mac)?
             }
             None => false,
         };
@@ -221,7 +225,7 @@ pub fn restore(l: &mut Looking) -> Result<Vec<String>> {
         return Ok(missing);
     }
     let (conf, wired, nft) = (l.conf, l.wired, l.nft.get()?);
-    let rule_gone = !nft.has_guard_rule(&conf.name)?;
+    let rule_gone = !has_guard_rule(nft, &conf.name)?;
     if rule_gone {
         // Sets without their rule (an admin deleted the rule alone) would make the
         // guard's creation, which makes the sets and the rule together, refuse.
@@ -230,7 +234,7 @@ pub fn restore(l: &mut Looking) -> Result<Vec<String>> {
             .into_iter()
             .map(|set| Object::Set(ACADEMY_BRIDGE, set))
             .collect();
-        objects.extend(nft.guard_rule(&conf.name)?.map(Object::Rule));
+        objects.extend(guard_rule(nft, &conf.name)?.map(Object::Rule));
         nft.delete_objects(&objects)?;
     }
     let veths = match rule_gone {
@@ -254,8 +258,8 @@ pub fn restore(l: &mut Looking) -> Result<Vec<String>> {
             );
             continue;
         };
-        if let Some(old) = nft.guarded_port(&conf.name, &who.host_name())? {
-            nft.unguard_ports(&conf.name, &[old])?;
+        if let Some(old) = guarded_port(nft, &conf.name, &who.host_name())? {
+            unguard_ports(nft, &conf.name, &[old])?;
         }
         guard(nft, conf, &who, mac)?;
     }
@@ -268,17 +272,16 @@ pub fn restore(l: &mut Looking) -> Result<Vec<String>> {
 pub fn objects(r: &mut Releasing) -> Result<Option<Vec<Object>>> {
     let conf = r.conf;
     let nft = r.nft.get()?;
-    if !nft.guarded_ports(&conf.name)?.is_empty() {
+    if !guarded_ports(nft, &conf.name)?.is_empty() {
         return Ok(None);
     }
-    let mut objects: Vec<Object> = nft
-        .guard_rule(&conf.name)?
+    let mut objects: Vec<Object> = guard_rule(nft, &conf.name)?
         .into_iter()
         .map(Object::Rule)
         .collect();
     // Only those there: a network that never had the key has none to report deleted.
     for set in guard_sets(&conf.name) {
-        if nft.guard_set_exists(&set)? {
+        if guard_set_exists(nft, &set)? {
             objects.push(Object::Set(ACADEMY_BRIDGE, set));
         }
     }

@@ -20,8 +20,6 @@
 //! in the map itself: kernels before 6.5 (Debian 12 runs 6.1) refuse a lookup in a map
 //! that does not load its value (EINVAL; "relax set/map validation checks", May 2023).
 
-use netlink_packet_core::NLM_F_CREATE;
-
 use super::create::create_guard;
 use super::names::{
     allowed_set, cut_rule_comment, guard_sets, guarded_set, pair_key, ports_map, rule_comment,
@@ -29,157 +27,152 @@ use super::names::{
 };
 use crate::firewall::tables::ACADEMY_BRIDGE;
 use crate::netlink::nftables::attrs::ifname_bytes;
-use crate::netlink::nftables::batch::Change;
-use crate::netlink::nftables::consts::{
-    NFPROTO_BRIDGE, NFTA_SET_NAME, NFTA_SET_TABLE, NFT_MSG_DELSETELEM, NFT_MSG_GETSET,
-    NFT_MSG_NEWSETELEM,
-};
-use crate::netlink::nftables::dump::RawElement;
-use crate::netlink::nftables::objects::{element, element_list};
-use crate::netlink::{Attrs, Nftables, NlResult, Step, TableRule};
+use crate::netlink::nftables::model::{Change, Element, Op};
+use crate::netlink::{Nftables, NlResult, TableRule};
 
-impl Nftables {
-    /// Guards `port`: its three elements in one batch, creating the network's table,
-    /// chain, map, sets and rule first when missing. A port already guarded with another
-    /// MAC is refused by the kernel (EBUSY): the caller decides whether it is stale.
-    pub fn guard_port(&mut self, network: &str, port: &GuardedPort) -> NlResult<()> {
-        let ports = std::slice::from_ref(port);
-        match self.commit(
-            NFPROTO_BRIDGE,
-            change_ports(NFT_MSG_NEWSETELEM, network, ports),
-        ) {
-            Err(e) if e.is(libc::ENOENT) => {
-                create_guard(self, network)?;
-                self.commit(
-                    NFPROTO_BRIDGE,
-                    change_ports(NFT_MSG_NEWSETELEM, network, ports),
-                )
-            }
-            other => other,
+/// Guards `port`: its three elements in one batch, creating the network's table,
+/// chain, map, sets and rule first when missing. A port already guarded with another
+/// MAC is refused by the kernel (EBUSY): the caller decides whether it is stale.
+pub fn guard_port(nft: &mut Nftables, network: &str, port: &GuardedPort) -> NlResult<()> {
+    let ports = std::slice::from_ref(port);
+    match nft.run(change_ports(Guard::Add, network, ports)) {
+        Err(e) if e.is(libc::ENOENT) => {
+            create_guard(nft, network)?;
+            nft.run(change_ports(Guard::Add, network, ports))
         }
-    }
-
-    /// Removes the ports' elements. Elements already gone are success.
-    pub fn unguard_ports(&mut self, network: &str, ports: &[GuardedPort]) -> NlResult<()> {
-        match self.commit(
-            NFPROTO_BRIDGE,
-            change_ports(NFT_MSG_DELSETELEM, network, ports),
-        ) {
-            // One missing element fails the whole batch (a removal repeated, a table
-            // never made): then each element alone, missing ones skipped.
-            Err(e) if e.is(libc::ENOENT) => {
-                for port in ports {
-                    for (set, key, _) in elements_of(network, port) {
-                        let remove = Change {
-                            step: Step::RemoveElement,
-                            kind: NFT_MSG_DELSETELEM,
-                            flags: 0,
-                            attrs: element_list(ACADEMY_BRIDGE, &set, |l| {
-                                element(l, &key, None, "")
-                            }),
-                            description: format!("remove {} from {set}", port.port),
-                        };
-                        match self.commit(NFPROTO_BRIDGE, vec![remove]) {
-                            Err(e) if !e.is(libc::ENOENT) => return Err(e),
-                            _ => {}
-                        }
-                    }
-                }
-                Ok(())
-            }
-            other => other,
-        }
-    }
-
-    /// The map's element for host veth `port`; None when absent.
-    pub fn guarded_port(&mut self, network: &str, port: &str) -> NlResult<Option<GuardedPort>> {
-        let map = ports_map(network);
-        let what = format!("look up {port} in nf_tables map {ACADEMY_BRIDGE} {map}");
-        let found = self.element_of(ACADEMY_BRIDGE, &map, &ifname_bytes(port), &what)?;
-        Ok(found.as_ref().and_then(guarded_port))
-    }
-
-    /// Every guarded port of a network; none when its map does not exist.
-    pub fn guarded_ports(&mut self, network: &str) -> NlResult<Vec<GuardedPort>> {
-        let found = self.elements_of(ACADEMY_BRIDGE, &ports_map(network))?;
-        Ok(found.iter().filter_map(guarded_port).collect())
-    }
-
-    /// Whether the guarded set holds `port`.
-    pub fn port_guarded(&mut self, network: &str, port: &str) -> NlResult<bool> {
-        self.bridge_has_element(&guarded_set(network), &ifname_bytes(port), port)
-    }
-
-    /// Whether the allowed set holds `port` with `mac`.
-    pub fn port_allows(&mut self, network: &str, port: &str, mac: [u8; 6]) -> NlResult<bool> {
-        self.bridge_has_element(&allowed_set(network), &pair_key(port, mac), port)
-    }
-
-    fn bridge_has_element(&mut self, set: &str, key: &[u8], port: &str) -> NlResult<bool> {
-        let what = format!("look up {port} in nf_tables set {ACADEMY_BRIDGE} {set}");
-        self.has_element(ACADEMY_BRIDGE, set, key, &what)
-    }
-
-    /// Whether set (or map) `set` of `bridge academy` exists: one lookup.
-    pub fn guard_set_exists(&mut self, set: &str) -> NlResult<bool> {
-        let mut attrs = Attrs::default();
-        attrs.str(NFTA_SET_TABLE, ACADEMY_BRIDGE.name);
-        attrs.str(NFTA_SET_NAME, set);
-        let what = format!("look up nf_tables set {ACADEMY_BRIDGE} {set}");
-        match self.get(NFPROTO_BRIDGE, NFT_MSG_GETSET, attrs, &what, |_| {}) {
-            Ok(()) => Ok(true),
-            Err(e) if e.is(libc::ENOENT) => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// The network's MAC filter rule, if it is there.
-    pub fn guard_rule(&mut self, network: &str) -> NlResult<Option<TableRule>> {
-        let wanted = [rule_comment(network), cut_rule_comment(network)];
-        Ok(self
-            .rules_of(ACADEMY_BRIDGE, Some(BRIDGE_CHAIN))?
-            .into_iter()
-            .find(|r| wanted.contains(&r.comment)))
-    }
-
-    /// Whether chain prerouting holds the network's drop rule.
-    pub fn has_guard_rule(&mut self, network: &str) -> NlResult<bool> {
-        self.guard_rule(network).map(|rule| rule.is_some())
+        other => other,
     }
 }
 
-/// One batch's messages: one per map or set, each with the ports' elements in it.
-fn change_ports(kind: u8, network: &str, ports: &[GuardedPort]) -> Vec<Change> {
-    let (verb, step) = if kind == NFT_MSG_NEWSETELEM {
-        ("add", Step::AddElement)
-    } else {
-        ("remove", Step::RemoveElement)
-    };
-    let names: Vec<&str> = ports.iter().map(|p| p.port.as_str()).collect();
-    let mut changes = Vec::new();
-    for (i, set) in guard_sets(network).iter().enumerate() {
-        let attrs = element_list(ACADEMY_BRIDGE, set, |list| {
+/// Removes the ports' elements. Elements already gone are success.
+pub fn unguard_ports(nft: &mut Nftables, network: &str, ports: &[GuardedPort]) -> NlResult<()> {
+    match nft.run(change_ports(Guard::Remove, network, ports)) {
+        // One missing element fails the whole batch (a removal repeated, a table
+        // never made): then each element alone, missing ones skipped.
+        Err(e) if e.is(libc::ENOENT) => {
             for port in ports {
-                let (_, key, data) = elements_of(network, port).swap_remove(i);
-                // A removal names the key alone, as `nft delete element` does.
-                match kind {
-                    NFT_MSG_NEWSETELEM => element(list, &key, data.as_deref(), &port.comment),
-                    _ => element(list, &key, None, ""),
+                for (set, key, _) in elements_of(network, port) {
+                    let description = format!("remove {} from {set}", port.port);
+                    let op = Op::DeleteElements {
+                        table: ACADEMY_BRIDGE,
+                        set,
+                        keys: vec![key],
+                        publish: false,
+                    };
+                    match nft.run(vec![Change::new(op, description)]) {
+                        Err(e) if !e.is(libc::ENOENT) => return Err(e),
+                        _ => {}
+                    }
                 }
             }
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+/// The map's element for host veth `port`; None when absent.
+pub fn guarded_port(
+    nft: &mut Nftables,
+    network: &str,
+    port: &str,
+) -> NlResult<Option<GuardedPort>> {
+    let map = ports_map(network);
+    let what = format!("look up {port} in nf_tables map {ACADEMY_BRIDGE} {map}");
+    let found = nft.element_of(ACADEMY_BRIDGE, &map, &ifname_bytes(port), &what)?;
+    Ok(found.as_ref().and_then(port_of))
+}
+
+/// Every guarded port of a network; none when its map does not exist.
+pub fn guarded_ports(nft: &mut Nftables, network: &str) -> NlResult<Vec<GuardedPort>> {
+    let found = nft.elements_of(ACADEMY_BRIDGE, &ports_map(network))?;
+    Ok(found.iter().filter_map(port_of).collect())
+}
+
+/// Whether the guarded set holds `port`.
+pub fn port_guarded(nft: &mut Nftables, network: &str, port: &str) -> NlResult<bool> {
+    bridge_has_element(nft, &guarded_set(network), &ifname_bytes(port), port)
+}
+
+/// Whether the allowed set holds `port` with `mac`.
+pub fn port_allows(nft: &mut Nftables, network: &str, port: &str, mac: [u8; 6]) -> NlResult<bool> {
+    bridge_has_element(nft, &allowed_set(network), &pair_key(port, mac), port)
+}
+
+fn bridge_has_element(nft: &mut Nftables, set: &str, key: &[u8], port: &str) -> NlResult<bool> {
+    let what = format!("look up {port} in nf_tables set {ACADEMY_BRIDGE} {set}");
+    nft.has_element(ACADEMY_BRIDGE, set, key, &what)
+}
+
+/// Whether set (or map) `set` of `bridge academy` exists: one lookup.
+pub fn guard_set_exists(nft: &mut Nftables, set: &str) -> NlResult<bool> {
+    Ok(nft.set_info(ACADEMY_BRIDGE, set)?.is_some())
+}
+
+/// The network's MAC filter rule, if it is there.
+pub fn guard_rule(nft: &mut Nftables, network: &str) -> NlResult<Option<TableRule>> {
+    let wanted = [rule_comment(network), cut_rule_comment(network)];
+    Ok(nft
+        .rules_of(ACADEMY_BRIDGE, Some(BRIDGE_CHAIN))?
+        .into_iter()
+        .find(|r| wanted.contains(&r.comment)))
+}
+
+/// Whether chain prerouting holds the network's drop rule.
+pub fn has_guard_rule(nft: &mut Nftables, network: &str) -> NlResult<bool> {
+    guard_rule(nft, network).map(|rule| rule.is_some())
+}
+
+/// Whether a batch adds the ports' elements or removes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Guard {
+    Add,
+    Remove,
+}
+
+/// One batch's messages: one per map or set, each with the ports' elements in it.
+fn change_ports(what: Guard, network: &str, ports: &[GuardedPort]) -> Vec<Change> {
+    let names: Vec<&str> = ports.iter().map(|p| p.port.as_str()).collect();
+    let mut changes = Vec::new();
+    for (i, set) in guard_sets(network).into_iter().enumerate() {
+        let mut elements = ports.iter().map(|port| {
+            let (_, key, data) = elements_of(network, port).swap_remove(i);
+            (port, key, data)
         });
+        let (verb, op) = match what {
+            // An element that exists already, same data (an ADD repeated), is fine.
+            Guard::Add => (
+                "add",
+                Op::AddElements {
+                    table: ACADEMY_BRIDGE,
+                    set: set.clone(),
+                    elements: elements
+                        .map(|(port, key, data)| Element {
+                            key,
+                            data,
+                            comment: port.comment.clone(),
+                        })
+                        .collect(),
+                    exclusive: false,
+                    publish: false,
+                },
+            ),
+            // A removal names the key alone, as `nft delete element` does.
+            Guard::Remove => (
+                "remove",
+                Op::DeleteElements {
+                    table: ACADEMY_BRIDGE,
+                    set: set.clone(),
+                    keys: elements.by_ref().map(|(_, key, _)| key).collect(),
+                    publish: false,
+                },
+            ),
+        };
         let what = format!(
             "{verb} {} in nf_tables {ACADEMY_BRIDGE} {set}",
             names.join(", ")
         );
-        // An element that exists already, same data (an ADD repeated), is fine.
-        changes.push(Change {
-            step,
-            kind,
-            flags: NLM_F_CREATE,
-            attrs,
-            description: what,
-        });
+        changes.push(Change::new(op, what));
     }
     changes
 }
@@ -198,7 +191,7 @@ fn elements_of(network: &str, port: &GuardedPort) -> Vec<(String, Vec<u8>, Optio
 }
 
 /// A map element as a guarded port: an interface name key and a MAC value.
-fn guarded_port(raw: &RawElement) -> Option<GuardedPort> {
+fn port_of(raw: &Element) -> Option<GuardedPort> {
     let name = raw.key.split(|b| *b == 0).next().unwrap_or(&[]);
     Some(GuardedPort {
         port: String::from_utf8_lossy(name).into_owned(),
@@ -211,23 +204,21 @@ fn guarded_port(raw: &RawElement) -> Option<GuardedPort> {
 mod tests {
     use super::super::create::{drop_rule, map_of};
     use super::*;
-    use crate::netlink::nftables::consts::{NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_TABLE};
     use crate::netlink::nftables::digest::{hex, sha256};
     use crate::netlink::nftables::dump::decode_elements;
-    use crate::netlink::Attrs;
+    use crate::netlink::nftables::encode::{self, element_bytes, element_reply, expression_bytes};
 
     /// The rule's and sets' bytes, pinned as their digest: a refactor of the encoding that
     /// changes one byte on the wire fails here.
     #[test]
     fn the_guard_encodes_as_before() {
-        let mut list = Attrs::default();
-        drop_rule(&mut list, "n-guarded", "n-allowed");
+        let list = expression_bytes(&drop_rule("n-guarded", "n-allowed"));
         assert_eq!(
-            hex(&sha256(&list.0)),
+            hex(&sha256(&list)),
             "eb4617dd366842f6d14afa4744516320cafec8019c087cfcea599eaf5eda84a3"
         );
         assert_eq!(
-            hex(&sha256(&map_of("n-ports").change().attrs.0)),
+            hex(&sha256(&encode::op(&Op::AddSet(map_of("n-ports"))).attrs.0)),
             "4a9c1e9230ad7c16b81beb0ba9d9c181127a9c0852c050f4772d8f0488fbb6ef"
         );
         let port = GuardedPort {
@@ -235,12 +226,13 @@ mod tests {
             mac: [2, 0, 0, 0, 0, 9],
             comment: "n:c:eth0".into(),
         };
-        let mut list = Attrs::default();
+        let mut list = Vec::new();
         for (_, key, data) in elements_of("n", &port) {
-            element(&mut list, &key, data.as_deref(), &port.comment);
+            let comment = port.comment.clone();
+            list.extend(element_bytes(&Element { key, data, comment }));
         }
         assert_eq!(
-            hex(&sha256(&list.0)),
+            hex(&sha256(&list)),
             "7d0bd1d2e2c2f05e046bb6041ef0998cae51b2e9f0bda6080c559f8da383c67e"
         );
     }
@@ -257,22 +249,14 @@ mod tests {
 
     #[test]
     fn ports_decode_from_a_map_element_reply() {
-        let mut reply = Attrs::default();
-        reply.str(NFTA_SET_ELEM_LIST_TABLE, "academy");
-        reply.nested(NFTA_SET_ELEM_LIST_ELEMENTS, |list| {
-            element(
-                list,
-                &ifname_bytes("vethab"),
-                Some(&[2, 1, 2, 3, 4, 5]),
-                "c:eth0",
-            );
-            // An element without data is not a port (never in the map): skipped.
-            element(list, &ifname_bytes("x"), None, "");
-        });
-        let ports: Vec<GuardedPort> = decode_elements(&reply.0)
-            .iter()
-            .filter_map(guarded_port)
-            .collect();
+        let port = Element {
+            key: ifname_bytes("vethab"),
+            data: Some(vec![2, 1, 2, 3, 4, 5]),
+            comment: "c:eth0".into(),
+        };
+        // An element without data is not a port (never in the map): skipped.
+        let reply = element_reply("n-ports", &[port, Element::key(ifname_bytes("x"))]);
+        let ports: Vec<GuardedPort> = decode_elements(&reply).iter().filter_map(port_of).collect();
         assert_eq!(
             ports,
             vec![GuardedPort {

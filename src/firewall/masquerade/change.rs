@@ -3,8 +3,6 @@
 //! taken over. Everything is idempotent but the elements added exclusively, so the same
 //! change can be sent again after a concurrent one.
 
-use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
-
 use std::net::IpAddr;
 
 use super::nft::{set_name, MasqElement, MasqNetwork};
@@ -13,12 +11,10 @@ use crate::firewall::ports::port_changes;
 use crate::firewall::ports::PortElement;
 use crate::firewall::tables::{postrouting, ACADEMY, POSTROUTING};
 use crate::netlink::nftables::attrs::address_bytes;
-use crate::netlink::nftables::batch::{element_groups, named, Change};
-use crate::netlink::nftables::consts::{
-    NFPROTO_INET, NFT_MSG_DELSETELEM, NFT_MSG_NEWSETELEM, TYPE_IPV4_ADDR, TYPE_IPV6_ADDR,
-};
-use crate::netlink::nftables::objects::{delete_rule, element, new_rule, new_table, NewSet};
-use crate::netlink::{Family, Nftables, NlResult, Step};
+use crate::netlink::nftables::batch::named;
+use crate::netlink::nftables::consts::{TYPE_IPV4_ADDR, TYPE_IPV6_ADDR};
+use crate::netlink::nftables::model::{Change, Element, Op, Rule, Set};
+use crate::netlink::{Family, Nftables, NlResult};
 
 /// An element of a set, by set name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,89 +63,77 @@ impl NatChange {
     }
 }
 
-impl Nftables {
-    pub fn apply(&mut self, change: &NatChange) -> NlResult<()> {
-        let mut changes = Vec::new();
-        if !change.ensure.is_empty() || !change.rules.is_empty() {
-            changes.push(new_table(ACADEMY));
-            if !change.chain_present {
-                changes.push(postrouting());
-            }
+pub fn apply(nft: &mut Nftables, change: &NatChange) -> NlResult<()> {
+    let mut changes = Vec::new();
+    if !change.ensure.is_empty() || !change.rules.is_empty() {
+        changes.push(Change::add_table(ACADEMY));
+        // Re-sending an existing base chain is an update, whose old copy the kernel
+        // frees after an RCU grace period that the socket's close then waits out.
+        if !change.chain_present {
+            changes.push(postrouting());
         }
-        for (id, network) in change.ensure.iter().enumerate() {
-            changes.push(set(network, id as u32 + 1));
-        }
-        for handle in &change.drop_rules {
-            changes.push(delete_rule(
-                ACADEMY,
-                POSTROUTING,
-                *handle,
-                format!(
-                    "delete academy's outdated rule (handle {handle}) from chain {POSTROUTING}"
-                ),
-            ));
-        }
-        for network in &change.rules {
-            let id = change
-                .ensure
-                .iter()
-                .position(|n| n.set_name() == network.set_name())
-                .map_or(0, |i| i as u32 + 1);
-            changes.push(rule(network, id));
-        }
-        element_changes(&mut changes, NFT_MSG_DELSETELEM, 0, &change.retake);
-        element_changes(
-            &mut changes,
-            NFT_MSG_NEWSETELEM,
-            NLM_F_CREATE | NLM_F_EXCL,
-            &change.exclusive,
-        );
-        element_changes(
-            &mut changes,
-            NFT_MSG_NEWSETELEM,
-            NLM_F_CREATE,
-            &change.if_missing,
-        );
-        let hairpin = !change.hairpin_bridge.is_empty();
-        changes.extend(port_changes(&change.ports, &change.hairpin_bridge, hairpin));
-        self.commit(NFPROTO_INET, changes)
     }
+    for (id, network) in change.ensure.iter().enumerate() {
+        changes.push(set(network, id as u32 + 1));
+    }
+    for handle in &change.drop_rules {
+        changes.push(Change::delete_rule(
+            ACADEMY,
+            POSTROUTING,
+            *handle,
+            format!("delete academy's outdated rule (handle {handle}) from chain {POSTROUTING}"),
+        ));
+    }
+    for network in &change.rules {
+        let id = change
+            .ensure
+            .iter()
+            .position(|n| n.set_name() == network.set_name())
+            .map_or(0, |i| i as u32 + 1);
+        changes.push(rule(network, id));
+    }
+    element_changes(&mut changes, Elements::Remove, &change.retake);
+    element_changes(&mut changes, Elements::AddExclusive, &change.exclusive);
+    element_changes(&mut changes, Elements::AddIfMissing, &change.if_missing);
+    let hairpin = !change.hairpin_bridge.is_empty();
+    changes.extend(port_changes(&change.ports, &change.hairpin_bridge, hairpin));
+    nft.run(changes)
+}
 
-    /// Removes the addresses from the network's sets. Nothing to remove is success.
-    pub fn delete_elements(&mut self, network: &str, addresses: &[IpAddr]) -> NlResult<()> {
-        match self.change_elements(network, addresses) {
-            // One batch is all or nothing: one missing element (or set, or table) keeps
-            // the others. Rare (a DEL repeated, a crash undone), so one at a time.
-            Err(e) if e.is(libc::ENOENT) => {
-                for address in addresses {
-                    match self.change_elements(network, std::slice::from_ref(address)) {
-                        Err(e) if !e.is(libc::ENOENT) => return Err(e),
-                        _ => {}
-                    }
+/// Removes the addresses from the network's sets. Nothing to remove is success.
+pub fn delete_elements(nft: &mut Nftables, network: &str, addresses: &[IpAddr]) -> NlResult<()> {
+    match change_elements(nft, network, addresses) {
+        // One batch is all or nothing: one missing element (or set, or table) keeps
+        // the others. Rare (a DEL repeated, a crash undone), so one at a time.
+        Err(e) if e.is(libc::ENOENT) => {
+            for address in addresses {
+                match change_elements(nft, network, std::slice::from_ref(address)) {
+                    Err(e) if !e.is(libc::ENOENT) => return Err(e),
+                    _ => {}
                 }
-                Ok(())
             }
-            other => other,
+            Ok(())
         }
+        other => other,
     }
+}
 
-    /// One batch removing `addresses` from the network's sets (all or nothing).
-    fn change_elements(&mut self, network: &str, addresses: &[IpAddr]) -> NlResult<()> {
-        let change = NatChange {
-            retake: addresses
-                .iter()
-                .map(|a| SetElement {
-                    set: set_name(network, Family::of(*a)),
-                    element: MasqElement {
-                        address: *a,
-                        comment: String::new(),
-                    },
-                })
-                .collect(),
-            ..NatChange::default()
-        };
-        self.apply(&change)
-    }
+/// One batch removing `addresses` from the network's sets (all or nothing).
+fn change_elements(nft: &mut Nftables, network: &str, addresses: &[IpAddr]) -> NlResult<()> {
+    let change = NatChange {
+        retake: addresses
+            .iter()
+            .map(|a| SetElement {
+                set: set_name(network, Family::of(*a)),
+                element: MasqElement {
+                    address: *a,
+                    comment: String::new(),
+                },
+            })
+            .collect(),
+        ..NatChange::default()
+    };
+    apply(nft, &change)
 }
 
 /// Without NLM_F_EXCL: an identical set is success, any other set of the name EEXIST.
@@ -159,34 +143,46 @@ fn set(network: &MasqNetwork, id: u32) -> Change {
         Family::V4 => TYPE_IPV4_ADDR,
         Family::V6 => TYPE_IPV6_ADDR,
     };
-    NewSet {
+    Change::add_set(Set {
         table: ACADEMY,
-        name: &network.set_name(),
+        name: network.set_name(),
         id,
         key: (key_type, len),
         data: None,
         userdata: None,
         exclusive: false,
-    }
-    .change()
+    })
 }
 
 fn rule(network: &MasqNetwork, set_id: u32) -> Change {
-    new_rule(
-        ACADEMY,
-        POSTROUTING,
-        Some(&network.rule_comment()),
-        |list| masquerade_rule(list, network, set_id),
+    let rule = Rule {
+        table: ACADEMY,
+        chain: POSTROUTING.to_string(),
+        handle: 0,
+        comment: Some(network.rule_comment()),
+        exprs: masquerade_rule(network, set_id),
+    };
+    Change::add_rule(
+        rule,
         format!("add the masquerade rule of set {}", network.set_name()),
     )
 }
 
+/// What is done with a list of elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Elements {
+    Remove,
+    /// Added, and the batch refused (EEXIST) if one is already there.
+    AddExclusive,
+    /// Added if missing, left alone if present.
+    AddIfMissing,
+}
+
 /// One message per set and ELEMENT_LIST_BYTES of elements.
-fn element_changes(out: &mut Vec<Change>, kind: u8, flags: u16, elements: &[SetElement]) {
-    let (verb, step) = if kind == NFT_MSG_NEWSETELEM {
-        ("add", Step::AddElement)
-    } else {
-        ("remove", Step::RemoveElement)
+fn element_changes(out: &mut Vec<Change>, what: Elements, elements: &[SetElement]) {
+    let verb = match what {
+        Elements::Remove => "remove",
+        Elements::AddExclusive | Elements::AddIfMissing => "add",
     };
     let mut sets: Vec<&str> = elements.iter().map(|e| e.set.as_str()).collect();
     sets.sort_unstable();
@@ -197,27 +193,36 @@ fn element_changes(out: &mut Vec<Change>, kind: u8, flags: u16, elements: &[SetE
             .filter(|e| e.set == set)
             .map(|e| &e.element)
             .collect();
-        let groups = element_groups(&mine, |list, e| {
-            let comment = if kind == NFT_MSG_NEWSETELEM {
-                e.comment.as_str()
-            } else {
-                ""
-            };
-            element(list, &address_bytes(e.address), None, comment)
-        });
-        for (encoded, range) in groups {
-            let attrs = crate::netlink::nftables::objects::element_list(ACADEMY, set, |list| {
-                list.0.extend_from_slice(&encoded)
-            });
-            let addresses = named(mine[range].iter().map(|e| e.address.to_string()));
-            out.push(Change {
-                step,
-                kind,
-                flags,
-                attrs,
-                description: format!("{verb} {addresses} in nf_tables set {ACADEMY} {set}"),
-            });
-        }
+        out.extend(Change::elements(
+            &mine,
+            |e| Element {
+                key: address_bytes(e.address),
+                data: None,
+                comment: match what {
+                    Elements::Remove => String::new(),
+                    Elements::AddExclusive | Elements::AddIfMissing => e.comment.clone(),
+                },
+            },
+            |elements| match what {
+                Elements::Remove => Op::DeleteElements {
+                    table: ACADEMY,
+                    set: set.to_string(),
+                    keys: elements.into_iter().map(|e| e.key).collect(),
+                    publish: false,
+                },
+                Elements::AddExclusive | Elements::AddIfMissing => Op::AddElements {
+                    table: ACADEMY,
+                    set: set.to_string(),
+                    elements,
+                    exclusive: what == Elements::AddExclusive,
+                    publish: false,
+                },
+            },
+            |part| {
+                let addresses = named(part.iter().map(|e| e.address.to_string()));
+                format!("{verb} {addresses} in nf_tables set {ACADEMY} {set}")
+            },
+        ));
     }
 }
 
@@ -225,6 +230,8 @@ fn element_changes(out: &mut Vec<Change>, kind: u8, flags: u16, elements: &[SetE
 mod tests {
     use super::*;
     use crate::netlink::nftables::digest::{hex, sha256};
+    use crate::netlink::nftables::encode;
+    use crate::netlink::Step;
 
     /// The messages' bytes, pinned as their digest (kind, flags, attributes): a refactor
     /// of the encoding that changes one byte on the wire fails here.
@@ -244,18 +251,17 @@ mod tests {
             },
         };
         let mut changes = vec![
-            new_table(ACADEMY),
+            Change::add_table(ACADEMY),
             postrouting(),
             set(&network, 1),
             rule(&network, 1),
         ];
         element_changes(
             &mut changes,
-            NFT_MSG_NEWSETELEM,
-            NLM_F_CREATE,
+            Elements::AddIfMissing,
             std::slice::from_ref(&element),
         );
-        element_changes(&mut changes, NFT_MSG_DELSETELEM, 0, &[element]);
+        element_changes(&mut changes, Elements::Remove, &[element]);
         let port = PortElement {
             key: crate::firewall::ports::PortKey {
                 family: Family::V6,
@@ -271,14 +277,15 @@ mod tests {
         let digests: Vec<String> = changes
             .iter()
             .map(|c| {
-                let mut bytes = vec![c.kind];
-                bytes.extend_from_slice(&c.flags.to_ne_bytes());
-                bytes.extend_from_slice(&c.attrs.0);
+                let wire = encode::op(&c.op);
+                let mut bytes = vec![wire.kind];
+                bytes.extend_from_slice(&wire.flags.to_ne_bytes());
+                bytes.extend_from_slice(&wire.attrs.0);
                 bytes.extend_from_slice(c.description.as_bytes());
                 hex(&sha256(&bytes))
             })
             .collect();
-        let steps: Vec<Step> = changes.iter().map(|c| c.step).collect();
+        let steps: Vec<Step> = changes.iter().map(|c| c.op.step()).collect();
         assert_eq!(
             steps,
             [

@@ -26,8 +26,11 @@ pub mod nat;
 mod nft;
 mod rule;
 
+use change::{apply, delete_elements};
 pub use change::{NatChange, SetElement};
+use inspect::{element, masquerade_rules, set_shape};
 pub use inspect::{MasqRule, SetShape};
+use nft::elements;
 pub use nft::{set_name, MasqElement, MasqNetwork};
 
 /// ADD, for the one batch: the attachment's addresses go in its network's sets (ipMasq).
@@ -72,7 +75,7 @@ pub fn remove(r: &mut Removing) -> Result<()> {
 /// with ipMasq off, whether a removal has elements to look for at all.
 pub fn has_sets(nft: &mut Nftables, conf: &Config) -> Result<bool> {
     for family in [Family::V4, Family::V6] {
-        if nft.set_shape(&conf.name, family)? == SetShape::Ours {
+        if set_shape(nft, &conf.name, family)? == SetShape::Ours {
             return Ok(true);
         }
     }
@@ -87,14 +90,14 @@ fn remove_if(
 ) -> Result<()> {
     let mut mine = Vec::new();
     for address in addresses {
-        match nft.element(&conf.name, *address) {
+        match element(nft, &conf.name, *address) {
             Ok(Some(e)) if owned(&e.comment) => mine.push(*address),
             Ok(Some(e)) => eprintln!(
                 "academy: left {address} in the masquerade: its element is {:?}'s, not this attachment's",
                 e.comment
             ),
             Ok(None) => {}
-            Err(e) => match nft.set_shape(&conf.name, Family::of(*address)) {
+            Err(e) => match set_shape(nft, &conf.name, Family::of(*address)) {
                 Ok(SetShape::Foreign(why)) => eprintln!(
                     "academy: nf_tables set inet academy {} is not academy's ({why}): nothing of this attachment's is in it, left alone",
                     set_name(&conf.name, Family::of(*address))
@@ -106,7 +109,7 @@ fn remove_if(
     if mine.is_empty() {
         return Ok(());
     }
-    Ok(nft.delete_elements(&conf.name, &mine)?)
+    Ok(delete_elements(nft, &conf.name, &mine)?)
 }
 
 /// The addresses in this network's sets whose comment names `who`: for a removal that
@@ -115,10 +118,10 @@ fn remove_if(
 fn owned_by(nft: &mut Nftables, conf: &Config, who: &Attachment) -> Result<Vec<IpAddr>> {
     let mut found = Vec::new();
     for family in [Family::V4, Family::V6] {
-        if let SetShape::Foreign(_) = nft.set_shape(&conf.name, family)? {
+        if let SetShape::Foreign(_) = set_shape(nft, &conf.name, family)? {
             continue;
         }
-        let elements = nft.elements(&conf.name, family)?;
+        let elements = elements(nft, &conf.name, family)?;
         found.extend(
             elements
                 .into_iter()
@@ -140,10 +143,10 @@ pub fn check(c: &mut Checking) -> Result<Vec<Diff>> {
     let nft = c.nft.get()?;
     let mut diffs = Vec::new();
     let mut diff = |text: String, restorable: bool| diffs.push(Diff { text, restorable });
-    let rules = nft.masquerade_rules()?;
+    let rules = masquerade_rules(nft)?;
     for network in networks(conf, addresses) {
         let set = network.set_name();
-        if let SetShape::Foreign(why) = nft.set_shape(&conf.name, network.family)? {
+        if let SetShape::Foreign(why) = set_shape(nft, &conf.name, network.family)? {
             diff(
                 format!("nf_tables set inet academy {set} is not academy's: it has {why}"),
                 false,
@@ -165,7 +168,7 @@ pub fn check(c: &mut Checking) -> Result<Vec<Diff>> {
     }
     for address in addresses {
         let set = set_name(&conf.name, Family::of(address.ip()));
-        match nft.element(&conf.name, address.ip()) {
+        match element(nft, &conf.name, address.ip()) {
             Ok(Some(e)) if who.owns(&e.comment) => {}
             Ok(Some(e)) => diff(format!(
                 "address {}'s element in nf_tables set inet academy {set} is {:?}'s, not this attachment's",
@@ -205,7 +208,7 @@ pub fn sweep(s: &mut Sweeping) {
         Err(e) => return errors.push(e.into()),
     };
     for family in [Family::V4, Family::V6] {
-        match nft.set_shape(&conf.name, family) {
+        match set_shape(nft, &conf.name, family) {
             Ok(SetShape::Foreign(why)) => {
                 eprintln!(
                     "academy: GC left nf_tables set inet academy {} alone: it is not academy's ({why})",
@@ -220,7 +223,7 @@ pub fn sweep(s: &mut Sweeping) {
                 continue;
             }
         }
-        let stale: Vec<_> = match nft.elements(&conf.name, family) {
+        let stale: Vec<_> = match elements(nft, &conf.name, family) {
             Ok(all) => all.into_iter().filter(|e| !live.owns(&e.comment)).collect(),
             Err(e) => {
                 errors.push(e.into());
@@ -231,7 +234,7 @@ pub fn sweep(s: &mut Sweeping) {
             continue;
         }
         let addresses: Vec<IpAddr> = stale.iter().map(|e| e.address).collect();
-        match nft.delete_elements(&conf.name, &addresses) {
+        match delete_elements(nft, &conf.name, &addresses) {
             Ok(()) => stale.iter().for_each(|e| {
                 crate::log::debug(format_args!(
                     "GC removed {} from the masquerade (held by {})",
@@ -260,11 +263,11 @@ pub fn restore(l: &mut Looking) -> Result<Vec<String>> {
 pub fn objects(r: &mut Releasing) -> Result<Option<Vec<Object>>> {
     let (conf, nft) = (r.conf, r.nft.get()?);
     let mut objects = Vec::new();
-    let rules = nft.masquerade_rules()?;
+    let rules = masquerade_rules(nft)?;
     for family in [Family::V4, Family::V6] {
         let set = set_name(&conf.name, family);
-        let shape = nft.set_shape(&conf.name, family)?;
-        if shape == SetShape::Ours && !nft.elements(&conf.name, family)?.is_empty() {
+        let shape = set_shape(nft, &conf.name, family)?;
+        if shape == SetShape::Ours && !elements(nft, &conf.name, family)?.is_empty() {
             return Ok(None);
         }
         objects.extend(rules.iter().filter(|r| r.set == set).map(|r| {

@@ -10,6 +10,7 @@ use std::net::IpAddr;
 use ipnetwork::IpNetwork;
 use nix::fcntl::Flock;
 
+use super::{apply, element, elements, masquerade_rules, set_shape};
 use super::{
     is_current, networks, set_name, MasqElement, MasqNetwork, MasqRule, NatChange, SetElement,
     SetShape,
@@ -115,7 +116,7 @@ fn send(
     loop {
         attempt += 1;
         let rules = match masquerade {
-            true => nft.masquerade_rules()?,
+            true => masquerade_rules(nft)?,
             false => Vec::new(),
         };
         let mut change = NatChange {
@@ -163,7 +164,7 @@ fn send(
                 change.exclusive.push(element);
             }
         }
-        match nft.apply(&change) {
+        match apply(nft, &change) {
             Ok(()) => {
                 if repaired || !change.if_missing.is_empty() {
                     eprintln!(
@@ -255,7 +256,7 @@ pub(super) fn repair_of(
     if ours.len() == 1 && is_current(conf, ours[0], network) {
         return Ok(None);
     }
-    match nft.set_shape(&conf.name, network.family)? {
+    match set_shape(nft, &conf.name, network.family)? {
         SetShape::Foreign(why) => Err(foreign_set(&set, &why)),
         SetShape::Missing => Ok(Some(true)),
         SetShape::Ours => Ok(Some(false)),
@@ -286,7 +287,7 @@ fn existing(
 ) -> Result<(Vec<IpAddr>, Vec<IpAddr>)> {
     let (mut present, mut retake) = (Vec::new(), Vec::new());
     for address in own {
-        match nft.element(&conf.name, *address)? {
+        match element(nft, &conf.name, *address)? {
             Some(e) if who.owns(&e.comment) => present.push(*address),
             Some(e) => {
                 if !reserved_to(conf, &who.holder(), *address)? {
@@ -413,7 +414,7 @@ pub struct Repair {
 
 /// Compares the network's NAT with what its store says should be there.
 pub fn plan(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Repair> {
-    let rules = &nft.masquerade_rules()?;
+    let rules = &masquerade_rules(nft)?;
     let mut repair = Repair {
         change: NatChange::default(),
         missing: Vec::new(),
@@ -447,7 +448,7 @@ pub fn plan(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Repair> 
         let present: Vec<IpAddr> = if set_missing {
             Vec::new()
         } else {
-            nft.elements(&conf.name, network.family)?
+            elements(nft, &conf.name, network.family)?
                 .into_iter()
                 .map(|e| e.address)
                 .collect()
@@ -474,7 +475,7 @@ pub fn restore(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<S
     let _lock = repair_lock();
     let repair = plan(nft, conf, wired)?;
     if !repair.change.is_empty() {
-        nft.apply(&repair.change)?;
+        apply(nft, &repair.change)?;
     }
     Ok(repair.missing)
 }

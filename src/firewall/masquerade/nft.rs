@@ -112,15 +112,13 @@ pub struct MasqElement {
     pub comment: String,
 }
 
-impl Nftables {
-    /// Every element of a network's set; none when the set does not exist.
-    pub fn elements(&mut self, network: &str, family: Family) -> NlResult<Vec<MasqElement>> {
-        let found = self.elements_of(ACADEMY, &set_name(network, family))?;
-        Ok(found
-            .iter()
-            .filter_map(|e| masq_element(e, family))
-            .collect())
-    }
+/// Every element of a network's set; none when the set does not exist.
+pub fn elements(nft: &mut Nftables, network: &str, family: Family) -> NlResult<Vec<MasqElement>> {
+    let found = nft.elements_of(ACADEMY, &set_name(network, family))?;
+    Ok(found
+        .iter()
+        .filter_map(|e| masq_element(e, family))
+        .collect())
 }
 
 /// A set element as a masquerade element: its key an address of the family.

@@ -2,41 +2,50 @@
 
 use super::MasqNetwork;
 use crate::netlink::nftables::attrs::address_bytes;
-use crate::netlink::nftables::consts::{
-    NFT_CMP_EQ, NFT_CMP_NEQ, NFT_META_NFPROTO, NFT_PAYLOAD_NETWORK_HEADER, NFT_REG_1, NFT_REG_2,
-};
-use crate::netlink::nftables::expr::{bitwise, cmp, expr, lookup, meta, payload};
-use crate::netlink::Attrs;
+use crate::netlink::nftables::model::{CmpOp, Expr, MetaKey, PayloadBase, Reg};
 
 /// The rule, as `nft --debug=netlink` shows it for
 /// `meta nfproto ipv4 ip saddr @set ip daddr != SUBNET ... ip daddr != NONMASQ ...
 /// ip daddr != 224.0.0.0/4 masquerade`.
-/// `set_id` is the set's NFTA_SET_ID when the same batch creates it (0: it exists).
+/// `set_id` is the set's id in its batch when the same batch creates it (0: it exists).
 ///
 /// One bitwise and one cmp per excluded prefix. A nat chain sees only the first packet
 /// of each connection (conntrack keeps the verdict for the rest), and the list is the
 /// config's, not the node's containers', so the rule costs O(prefixes in the config)
 /// per new connection and nothing per later packet.
-pub(super) fn masquerade_rule(list: &mut Attrs, network: &MasqNetwork, set_id: u32) {
+pub(super) fn masquerade_rule(network: &MasqNetwork, set_id: u32) -> Vec<Expr> {
     let (nfproto, len, saddr, daddr) = network.family.layout();
-    meta(list, NFT_REG_1, NFT_META_NFPROTO);
-    cmp(list, NFT_REG_1, NFT_CMP_EQ, &[nfproto]);
-    payload(list, NFT_PAYLOAD_NETWORK_HEADER, saddr, len, NFT_REG_1);
-    lookup(list, &network.set_name(), NFT_REG_1, set_id, false);
-    payload(list, NFT_PAYLOAD_NETWORK_HEADER, daddr, len, NFT_REG_1);
-    for subnet in &network.excluded() {
-        let mask = address_bytes(subnet.mask());
-        bitwise(list, NFT_REG_1, NFT_REG_2, &mask, &vec![0; len as usize]);
-        let network = address_bytes(subnet.network());
-        cmp(list, NFT_REG_2, NFT_CMP_NEQ, &network);
+    let excluded = network.excluded();
+    let mut exprs = Vec::with_capacity(6 + 2 * excluded.len());
+    exprs.extend([
+        Expr::meta(MetaKey::NfProto, Reg::R1),
+        Expr::cmp(Reg::R1, CmpOp::Eq, [nfproto]),
+        Expr::payload(PayloadBase::Network, saddr, len, Reg::R1),
+        Expr::lookup(network.set_name(), Reg::R1, set_id, false),
+        Expr::payload(PayloadBase::Network, daddr, len, Reg::R1),
+    ]);
+    for subnet in &excluded {
+        exprs.push(Expr::Bitwise {
+            sreg: Reg::R1,
+            dreg: Reg::R2,
+            mask: address_bytes(subnet.mask()),
+            xor: vec![0; len as usize],
+        });
+        exprs.push(Expr::cmp(
+            Reg::R2,
+            CmpOp::Neq,
+            address_bytes(subnet.network()),
+        ));
     }
-    expr(list, "masq", |_| {});
+    exprs.push(Expr::Masq);
+    exprs
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::netlink::nftables::digest::{hex, sha256};
+    use crate::netlink::nftables::encode::expression_bytes;
     use crate::netlink::Family;
 
     /// The rule's bytes, pinned as their digest: a refactor of the encoding that changes
@@ -50,9 +59,8 @@ mod tests {
                 subnets: subnets.iter().map(|s| s.parse().unwrap()).collect(),
                 non_masquerade: Vec::new(),
             };
-            let mut list = Attrs::default();
-            masquerade_rule(&mut list, &network, set_id);
-            hex(&sha256(&list.0))
+            let list = expression_bytes(&masquerade_rule(&network, set_id));
+            hex(&sha256(&list))
         };
         assert_eq!(
             digest(Family::V4, &["10.1.0.0/16"], 1),
@@ -77,9 +85,7 @@ mod tests {
                 subnets: parse(subnets),
                 non_masquerade: parse(kept),
             };
-            let mut list = Attrs::default();
-            masquerade_rule(&mut list, &network, 0);
-            list.0
+            expression_bytes(&masquerade_rule(&network, 0))
         };
         let with_kept = bytes(&["10.244.1.0/24"], &["10.244.0.0/16", "10.96.0.0/12"]);
         assert_eq!(

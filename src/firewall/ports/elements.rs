@@ -193,8 +193,8 @@ fn decode_ports(payload: &[u8], map: PortMap) -> Vec<PortElement> {
 mod tests {
     use super::super::nft::{hairpin_key, port_changes};
     use super::*;
-    use crate::firewall::tables::ACADEMY;
-    use crate::netlink::nftables::objects::element_list;
+    use crate::netlink::nftables::encode::element_reply;
+    use crate::netlink::nftables::model::Element;
 
     /// 65,535 mappings of both families: every message's element list fits netlink's
     /// 16-bit attribute length, no element is lost or doubled, and each description
@@ -222,14 +222,15 @@ mod tests {
         let changes = port_changes(&ports, "br0", false);
         let mut decoded = Vec::new();
         for change in &changes[..changes.len() - 1] {
-            assert!(change.attrs.0.len() < 60_000, "{}", change.attrs.0.len());
+            let attrs = crate::netlink::nftables::encode::op(&change.op).attrs;
+            assert!(attrs.0.len() < 60_000, "{}", attrs.0.len());
             assert!(change.description.len() < 600, "{}", change.description);
             let map = if change.description.ends_with("_ports-v4") {
                 PortMap::ALL[1]
             } else {
                 PortMap::ALL[3]
             };
-            decoded.extend(decode_ports(&change.attrs.0, map));
+            decoded.extend(decode_ports(&attrs.0, map));
         }
         assert_eq!(decoded.len(), ports.len());
         assert_eq!(
@@ -269,11 +270,15 @@ mod tests {
         let map = element.key.map();
         assert_eq!(map.name(), "_ports-hostip-v6");
         assert_eq!(map.key(), ((8 << 12) | (12 << 6) | 13, 24));
-        let reply = element_list(ACADEMY, &map.name(), |list| {
-            let (key, data) = (element.key.bytes(), element.data());
-            crate::netlink::nftables::objects::element(list, &key, Some(&data), &element.comment)
-        });
-        assert_eq!(decode_ports(&reply.0, map), vec![element]);
+        let reply = element_reply(
+            &map.name(),
+            &[Element {
+                key: element.key.bytes(),
+                data: Some(element.data()),
+                comment: element.comment.clone(),
+            }],
+        );
+        assert_eq!(decode_ports(&reply, map), vec![element]);
     }
 
     #[test]

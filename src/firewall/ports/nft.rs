@@ -24,8 +24,6 @@
 //! A host port is held once: adding a key the map has with other data is refused by the
 //! kernel (EEXIST) and, the batch being atomic, nothing of the ADD is applied.
 
-use netlink_packet_core::NLM_F_CREATE;
-
 use super::elements::{
     describe, key_text, port_element, PortElement, PortKey, PortMap, HAIRPIN_SET,
 };
@@ -34,15 +32,11 @@ use crate::firewall::tables::{
     bridge_pairs, forward, postrouting, ACADEMY, FORWARD, OUTPUT, POSTROUTING, PREROUTING,
 };
 use crate::netlink::nftables::attrs::ifname_bytes;
-use crate::netlink::nftables::batch::{element_groups, named, Change};
-use crate::netlink::nftables::consts::{
-    NFPROTO_INET, NFT_MSG_DELSETELEM, NFT_MSG_NEWSETELEM, NF_INET_LOCAL_OUT, NF_INET_PRE_ROUTING,
-    NF_IP_PRI_NAT_DST,
+use crate::netlink::nftables::batch::named;
+use crate::netlink::nftables::model::{
+    Chain, ChainType, Change, Element, Expr, Hook, Op, Priority, Rule, Set,
 };
-use crate::netlink::nftables::objects::{
-    delete_rule, element, element_list, new_chain, new_rule, new_table, BaseChain, NewSet,
-};
-use crate::netlink::{Attrs, Family, Nftables, NlResult, Object, Step};
+use crate::netlink::{Family, Nftables, NlResult, Object};
 
 /// Keys per batch of a removal: a key is at most 36 bytes encoded (a v6 host address,
 /// protocol and port), so a batch stays below BATCH_BYTES.
@@ -93,12 +87,12 @@ impl Nftables {
     /// 10,000 stale ports is a few batches).
     pub fn delete_port_elements(&mut self, keys: &[PortKey]) -> NlResult<()> {
         for part in keys.chunks(DELETE_KEYS_PER_BATCH) {
-            match self.commit(NFPROTO_INET, unpublish(part)) {
+            match self.run(unpublish(part)) {
                 // All or nothing: one key gone already keeps the others. Rare (a DEL
                 // repeated, a GC racing), so one at a time.
                 Err(e) if e.is(libc::ENOENT) => {
                     for key in part {
-                        match self.commit(NFPROTO_INET, unpublish(std::slice::from_ref(key))) {
+                        match self.run(unpublish(std::slice::from_ref(key))) {
                             Err(e) if !e.is(libc::ENOENT) => return Err(e),
                             _ => {}
                         }
@@ -130,7 +124,7 @@ impl Nftables {
         if complete {
             return Ok(false);
         }
-        self.commit(NFPROTO_INET, portmap_objects(&present))?;
+        self.run(portmap_objects(&present))?;
         Ok(true)
     }
 
@@ -153,12 +147,12 @@ impl Nftables {
     /// Publishes `ports` and marks `bridge` for hairpin in one batch, as ADD's batch
     /// does (the restore of ports a flush took; the maps must exist: ensure_portmap).
     pub fn publish_ports(&mut self, ports: &[PortElement], bridge: &str) -> NlResult<()> {
-        self.commit(NFPROTO_INET, port_changes(ports, bridge, true))
+        self.run(port_changes(ports, bridge, true))
     }
 
     /// Marks `bridge`'s hairpin traffic (its element in `_hairpin`), as ADD's batch does.
     pub fn mark_hairpin(&mut self, bridge: &str) -> NlResult<()> {
-        self.commit(NFPROTO_INET, port_changes(&[], bridge, true))
+        self.run(port_changes(&[], bridge, true))
     }
 
     /// Whether `_hairpin` holds `bridge . bridge`.
@@ -173,22 +167,23 @@ fn unpublish(keys: &[PortKey]) -> Vec<Change> {
     let mut changes = Vec::new();
     for map in PortMap::ALL {
         let mine: Vec<&PortKey> = keys.iter().filter(|k| k.map() == map).collect();
-        let groups = element_groups(&mine, |list, key| element(list, &key.bytes(), None, ""));
-        for (encoded, range) in groups {
-            changes.push(Change {
-                step: Step::Unpublish,
-                kind: NFT_MSG_DELSETELEM,
-                flags: 0,
-                attrs: element_list(ACADEMY, &map.name(), |list| {
-                    list.0.extend_from_slice(&encoded)
-                }),
-                description: format!(
+        changes.extend(Change::elements(
+            &mine,
+            |key| Element::key(key.bytes()),
+            |elements| Op::DeleteElements {
+                table: ACADEMY,
+                set: map.name(),
+                keys: elements.into_iter().map(|e| e.key).collect(),
+                publish: true,
+            },
+            |part| {
+                format!(
                     "unpublish {} from nf_tables map {ACADEMY} {}",
-                    named(mine[range].iter().map(|k| key_text(k))),
+                    named(part.iter().map(|k| key_text(k))),
                     map.name()
-                ),
-            });
-        }
+                )
+            },
+        ));
     }
     changes
 }
@@ -196,54 +191,51 @@ fn unpublish(keys: &[PortKey]) -> Vec<Change> {
 /// Port mapping's table, chains, maps, set and rules; the rules `present` (chain,
 /// comment, handle) deleted first, since they are added back whole, in their order.
 fn portmap_objects(present: &[(String, String, u64)]) -> Vec<Change> {
-    let mut changes = vec![new_table(ACADEMY)];
-    for (name, hook) in [
-        (PREROUTING, NF_INET_PRE_ROUTING),
-        (OUTPUT, NF_INET_LOCAL_OUT),
-    ] {
-        let chain = BaseChain {
+    let mut changes = vec![Change::add_table(ACADEMY)];
+    for (name, hook) in [(PREROUTING, Hook::Prerouting), (OUTPUT, Hook::Output)] {
+        changes.push(Change::add_chain(Chain {
+            table: ACADEMY,
             name,
             hook,
-            priority: NF_IP_PRI_NAT_DST,
-            kind: "nat",
-        };
-        changes.push(new_chain(ACADEMY, chain));
+            priority: Priority::NAT_DST,
+            kind: ChainType::Nat,
+        }));
     }
     changes.push(forward());
     changes.push(postrouting());
     for (id, map) in (1..).zip(PortMap::ALL) {
-        let name = map.name();
-        let set = NewSet {
+        changes.push(Change::add_set(Set {
             table: ACADEMY,
-            name: &name,
+            name: map.name(),
             id,
             key: map.key(),
             data: Some(map.data()),
             userdata: None,
             exclusive: false,
-        };
-        changes.push(set.change());
+        }));
     }
     let hairpin_id = PortMap::ALL.len() as u32 + 1;
     changes.push(bridge_pairs(HAIRPIN_SET, hairpin_id));
     for (chain, comment, handle) in present {
         let what = format!("delete the rule {comment:?} (handle {handle}) from chain {chain}");
-        changes.push(delete_rule(ACADEMY, chain, *handle, what));
+        changes.push(Change::delete_rule(ACADEMY, chain, *handle, what));
     }
     for chain in [PREROUTING, OUTPUT] {
         for (id, map) in (1..).zip(PortMap::ALL) {
             let comment = format!("{RULE_PREFIX} {}", map.name());
-            changes.push(rule(chain, &comment, |list| dnat_rule(list, map, id)));
+            changes.push(rule(chain, comment, dnat_rule(map, id)));
         }
     }
     let hairpin_rule_comment = format!("{RULE_PREFIX} hairpin");
-    changes.push(rule(FORWARD, &hairpin_rule_comment, |list| {
-        hairpin_rule(list, hairpin_id)
-    }));
+    changes.push(rule(
+        FORWARD,
+        hairpin_rule_comment,
+        hairpin_rule(hairpin_id),
+    ));
     let marked = format!("{RULE_PREFIX} masquerade marked");
-    changes.push(rule(POSTROUTING, &marked, masquerade_marked));
+    changes.push(rule(POSTROUTING, marked, masquerade_marked()));
     let localhost = format!("{RULE_PREFIX} localhost");
-    changes.push(rule(POSTROUTING, &localhost, localhost_rule));
+    changes.push(rule(POSTROUTING, localhost, localhost_rule()));
     changes
 }
 
@@ -264,9 +256,16 @@ fn wanted_rules() -> Vec<(&'static str, String)> {
 /// Every port mapping rule's comment starts so.
 const RULE_PREFIX: &str = "academy portmap";
 
-fn rule(chain: &str, comment: &str, expressions: impl FnOnce(&mut Attrs)) -> Change {
+fn rule(chain: &str, comment: String, exprs: Vec<Expr>) -> Change {
     let what = format!("add the rule {comment:?} to chain {chain}");
-    new_rule(ACADEMY, chain, Some(comment), expressions, what)
+    let rule = Rule {
+        table: ACADEMY,
+        chain: chain.to_string(),
+        handle: 0,
+        comment: Some(comment),
+        exprs,
+    };
+    Change::add_rule(rule, what)
 }
 
 /// The changes of ADD's batch that publish `ports` and mark `bridge` for hairpin (they
@@ -276,41 +275,38 @@ pub fn port_changes(ports: &[PortElement], bridge: &str, hairpin: bool) -> Vec<C
     let mut changes = Vec::new();
     for map in PortMap::ALL {
         let mine: Vec<&PortElement> = ports.iter().filter(|p| p.key.map() == map).collect();
-        let groups = element_groups(&mine, |list, p| {
-            element(list, &p.key.bytes(), Some(&p.data()), &p.comment)
-        });
-        for (encoded, range) in groups {
-            let attrs = element_list(ACADEMY, &map.name(), |list| {
-                list.0.extend_from_slice(&encoded)
-            });
-            // No EXCL: the same element again (an ADD repeated) is fine; the same key
-            // with other data (another container's port) is EEXIST all the same.
-            changes.push(Change {
-                step: Step::Publish,
-                kind: NFT_MSG_NEWSETELEM,
-                flags: NLM_F_CREATE,
-                attrs,
-                description: format!(
+        // Not exclusive: the same element again (an ADD repeated) is fine; the same key
+        // with other data (another container's port) is EEXIST all the same.
+        changes.extend(Change::elements(
+            &mine,
+            |p| Element {
+                key: p.key.bytes(),
+                data: Some(p.data()),
+                comment: p.comment.clone(),
+            },
+            |elements| Op::AddElements {
+                table: ACADEMY,
+                set: map.name(),
+                elements,
+                exclusive: false,
+                publish: true,
+            },
+            |part| {
+                format!(
                     "publish {} in nf_tables map {ACADEMY} {}",
-                    named(mine[range].iter().map(|p| describe(p))),
+                    named(part.iter().map(|p| describe(p))),
                     map.name()
-                ),
-            });
-        }
+                )
+            },
+        ));
     }
     if hairpin || !ports.is_empty() {
-        let attrs = element_list(ACADEMY, HAIRPIN_SET, |list| {
-            element(list, &hairpin_key(bridge), None, "")
-        });
-        changes.push(Change {
-            step: Step::AddElement,
-            kind: NFT_MSG_NEWSETELEM,
-            flags: NLM_F_CREATE,
-            attrs,
-            description: format!(
-                "add {bridge} . {bridge} to nf_tables set {ACADEMY} {HAIRPIN_SET}"
-            ),
-        });
+        changes.push(Change::add_element(
+            ACADEMY,
+            HAIRPIN_SET,
+            Element::key(hairpin_key(bridge)),
+            format!("add {bridge} . {bridge} to nf_tables set {ACADEMY} {HAIRPIN_SET}"),
+        ));
     }
     changes
 }

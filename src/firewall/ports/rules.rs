@@ -2,17 +2,11 @@
 //! shows for the rules quoted on each function).
 
 use super::elements::{PortMap, HAIRPIN_SET};
-use crate::netlink::nftables::consts::{
-    IPS_DST_NAT, NFTA_FIB_DREG, NFTA_FIB_FLAGS, NFTA_FIB_F_DADDR, NFTA_FIB_RESULT,
-    NFTA_LOOKUP_DREG, NFTA_LOOKUP_SET, NFTA_LOOKUP_SET_ID, NFTA_LOOKUP_SREG, NFTA_META_KEY,
-    NFTA_META_SREG, NFTA_NAT_FAMILY, NFTA_NAT_REG_ADDR_MIN, NFTA_NAT_REG_PROTO_MIN, NFTA_NAT_TYPE,
-    NFT_CMP_EQ, NFT_CMP_NEQ, NFT_CT_STATUS, NFT_FIB_RESULT_ADDRTYPE, NFT_META_IIFNAME,
-    NFT_META_L4PROTO, NFT_META_MARK, NFT_META_NFPROTO, NFT_META_OIFNAME, NFT_NAT_DNAT,
-    NFT_PAYLOAD_NETWORK_HEADER, NFT_PAYLOAD_TRANSPORT_HEADER, NFT_REG32_00, NFT_REG_1, NFT_REG_2,
-    RTN_LOCAL,
+use crate::netlink::nftables::consts::{IPS_DST_NAT, RTN_LOCAL};
+use crate::netlink::nftables::model::{
+    CmpOp, CtKey, Expr, FibFlags, FibResult, MetaKey, NatType, PayloadBase, Reg,
 };
-use crate::netlink::nftables::expr::{self, cmp, ct, expr, lookup, meta, payload};
-use crate::netlink::{Attrs, Family};
+use crate::netlink::Family;
 
 /// The packet mark bit asking for masquerade (the reference portmap's default, 13).
 const MASQ_MARK: u32 = 1 << 13;
@@ -21,42 +15,45 @@ const MASQ_MARK: u32 = 1 << 13;
 /// map @MAP`: traffic to one of the host's own addresses (127.0.0.1 included, in
 /// output) whose protocol and port (and address, for the hostIP map) are published goes
 /// to the container address and port the map gives; a miss ends the rule.
-pub(super) fn dnat_rule(list: &mut Attrs, map: PortMap, set_id: u32) {
+pub(super) fn dnat_rule(map: PortMap, set_id: u32) -> Vec<Expr> {
     let (nfproto, len, _, daddr) = map.family.layout();
-    meta(list, NFT_REG_1, NFT_META_NFPROTO);
-    cmp(list, NFT_REG_1, NFT_CMP_EQ, &[nfproto]);
-    expr(list, "fib", |e| {
-        e.be32(NFTA_FIB_DREG, NFT_REG_1);
-        e.be32(NFTA_FIB_RESULT, NFT_FIB_RESULT_ADDRTYPE);
-        e.be32(NFTA_FIB_FLAGS, NFTA_FIB_F_DADDR);
-    });
-    cmp(list, NFT_REG_1, NFT_CMP_EQ, &RTN_LOCAL.to_ne_bytes());
-    // The key, one field after another in 32-bit registers from NFT_REG_1 on.
-    let mut next = NFT_REG32_00;
+    let mut exprs = vec![
+        Expr::meta(MetaKey::NfProto, Reg::R1),
+        Expr::cmp(Reg::R1, CmpOp::Eq, [nfproto]),
+        Expr::Fib {
+            dreg: Reg::R1,
+            result: FibResult::AddrType,
+            flags: FibFlags::DADDR,
+        },
+        Expr::cmp(Reg::R1, CmpOp::Eq, RTN_LOCAL.to_ne_bytes()),
+    ];
+    // The key, one field after another in 32-bit registers from R1 on.
+    let mut next = Reg::r32(0);
     if map.by_host_ip {
-        payload(list, NFT_PAYLOAD_NETWORK_HEADER, daddr, len, NFT_REG_1);
-        next += len / 4;
-        meta(list, next, NFT_META_L4PROTO);
+        exprs.push(Expr::payload(PayloadBase::Network, daddr, len, Reg::R1));
+        next = Reg::r32(len / 4);
+        exprs.push(Expr::meta(MetaKey::L4Proto, next));
     } else {
-        meta(list, NFT_REG_1, NFT_META_L4PROTO);
+        exprs.push(Expr::meta(MetaKey::L4Proto, Reg::R1));
     }
-    payload(list, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2, next + 1);
-    expr(list, "lookup", |e| {
-        e.str(NFTA_LOOKUP_SET, &map.name());
-        e.be32(NFTA_LOOKUP_SREG, NFT_REG_1);
+    exprs.push(Expr::payload(PayloadBase::Transport, 2, 2, Reg(next.0 + 1)));
+    exprs.push(Expr::Lookup {
+        set: map.name(),
+        sreg: Reg::R1,
         // address . port
-        e.be32(NFTA_LOOKUP_DREG, NFT_REG_1);
+        dreg: Some(Reg::R1),
         // The map may be new in this batch.
-        e.be32(NFTA_LOOKUP_SET_ID, set_id);
+        set_id,
+        inverted: false,
     });
-    // The data: the address from NFT_REG_1, the port in the register after it.
-    let port_register = NFT_REG32_00 + len / 4;
-    expr(list, "nat", |e| {
-        e.be32(NFTA_NAT_TYPE, NFT_NAT_DNAT);
-        e.be32(NFTA_NAT_FAMILY, u32::from(nfproto));
-        e.be32(NFTA_NAT_REG_ADDR_MIN, NFT_REG_1);
-        e.be32(NFTA_NAT_REG_PROTO_MIN, port_register);
+    // The data: the address from R1, the port in the register after it.
+    exprs.push(Expr::Nat {
+        kind: NatType::Dnat,
+        family: map.family,
+        addr: Reg::R1,
+        proto: Some(Reg::r32(len / 4)),
     });
+    exprs
 }
 
 /// `ct status dnat iifname . oifname @_hairpin meta mark set meta mark | 0x2000`, in
@@ -66,76 +63,90 @@ pub(super) fn dnat_rule(list: &mut Attrs, map: PortMap, set_id: u32) {
 /// so the answer comes back through the host's conntrack. Only here are both
 /// interfaces known: postrouting has no input interface. The bit is the reference
 /// portmap's, with the same meaning, so the two never contradict each other.
-pub(super) fn hairpin_rule(list: &mut Attrs, set_id: u32) {
-    ct_dnat(list);
-    meta(list, NFT_REG_1, NFT_META_IIFNAME);
-    meta(list, NFT_REG_2, NFT_META_OIFNAME);
-    lookup(list, HAIRPIN_SET, NFT_REG_1, set_id, false);
-    meta(list, NFT_REG_1, NFT_META_MARK);
-    bitwise(list, !MASQ_MARK, MASQ_MARK);
-    expr(list, "meta", |e| {
-        e.be32(NFTA_META_KEY, NFT_META_MARK);
-        e.be32(NFTA_META_SREG, NFT_REG_1);
-    });
+pub(super) fn hairpin_rule(set_id: u32) -> Vec<Expr> {
+    let mut exprs = ct_dnat();
+    exprs.extend([
+        Expr::meta(MetaKey::IifName, Reg::R1),
+        Expr::meta(MetaKey::OifName, Reg::R2),
+        Expr::lookup(HAIRPIN_SET, Reg::R1, set_id, false),
+        Expr::meta(MetaKey::Mark, Reg::R1),
+        bitwise(!MASQ_MARK, MASQ_MARK),
+        Expr::MetaSet {
+            key: MetaKey::Mark,
+            sreg: Reg::R1,
+        },
+    ]);
+    exprs
 }
 
 /// `meta mark & 0x2000 == 0x2000 masquerade`, in postrouting.
-pub(super) fn masquerade_marked(list: &mut Attrs) {
-    meta(list, NFT_REG_1, NFT_META_MARK);
-    bitwise(list, MASQ_MARK, 0);
-    cmp(list, NFT_REG_1, NFT_CMP_EQ, &MASQ_MARK.to_ne_bytes());
-    expr(list, "masq", |_| {});
+pub(super) fn masquerade_marked() -> Vec<Expr> {
+    vec![
+        Expr::meta(MetaKey::Mark, Reg::R1),
+        bitwise(MASQ_MARK, 0),
+        Expr::cmp(Reg::R1, CmpOp::Eq, MASQ_MARK.to_ne_bytes()),
+        Expr::Masq,
+    ]
 }
 
 /// `meta nfproto ipv4 ct status dnat ip saddr 127.0.0.0/8 masquerade`: a connection to
 /// 127.0.0.1:hostPort, sent on to a container, must leave with an address the container
 /// can answer (the reference portmap's localhost masquerade).
-pub(super) fn localhost_rule(list: &mut Attrs) {
+pub(super) fn localhost_rule() -> Vec<Expr> {
     let (nfproto, _, saddr, _) = Family::V4.layout();
-    meta(list, NFT_REG_1, NFT_META_NFPROTO);
-    cmp(list, NFT_REG_1, NFT_CMP_EQ, &[nfproto]);
-    ct_dnat(list);
-    payload(list, NFT_PAYLOAD_NETWORK_HEADER, saddr, 1, NFT_REG_1);
-    cmp(list, NFT_REG_1, NFT_CMP_EQ, &[127]);
-    expr(list, "masq", |_| {});
+    let mut exprs = vec![
+        Expr::meta(MetaKey::NfProto, Reg::R1),
+        Expr::cmp(Reg::R1, CmpOp::Eq, [nfproto]),
+    ];
+    exprs.extend(ct_dnat());
+    exprs.extend([
+        Expr::payload(PayloadBase::Network, saddr, 1, Reg::R1),
+        Expr::cmp(Reg::R1, CmpOp::Eq, [127]),
+        Expr::Masq,
+    ]);
+    exprs
 }
 
 /// `ct status dnat`
-pub(super) fn ct_dnat(list: &mut Attrs) {
-    ct(list, NFT_REG_1, NFT_CT_STATUS);
-    bitwise(list, IPS_DST_NAT, 0);
-    cmp(list, NFT_REG_1, NFT_CMP_NEQ, &[0; 4]);
+fn ct_dnat() -> Vec<Expr> {
+    vec![
+        Expr::Ct {
+            key: CtKey::Status,
+            dreg: Reg::R1,
+        },
+        bitwise(IPS_DST_NAT, 0),
+        Expr::cmp(Reg::R1, CmpOp::Neq, [0; 4]),
+    ]
 }
 
 /// `reg 1 = (reg 1 & mask) ^ xor` on a 32-bit host-order value.
-fn bitwise(list: &mut Attrs, mask: u32, xor: u32) {
-    expr::bitwise(
-        list,
-        NFT_REG_1,
-        NFT_REG_1,
-        &mask.to_ne_bytes(),
-        &xor.to_ne_bytes(),
-    );
+fn bitwise(mask: u32, xor: u32) -> Expr {
+    Expr::Bitwise {
+        sreg: Reg::R1,
+        dreg: Reg::R1,
+        mask: mask.to_ne_bytes().to_vec(),
+        xor: xor.to_ne_bytes().to_vec(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::netlink::nftables::digest::{hex, sha256};
+    use crate::netlink::nftables::encode::expression_bytes;
 
     /// The rules' bytes, pinned as their digest: a refactor of the encoding that changes
     /// one byte on the wire fails here.
     #[test]
     fn the_port_mapping_rules_encode_as_before() {
-        let digest = |rule: &dyn Fn(&mut Attrs)| {
-            let mut list = Attrs::default();
-            rule(&mut list);
-            hex(&sha256(&list.0))
+        let digest = |rule: Vec<Expr>| {
+            let list = expression_bytes(&rule);
+            hex(&sha256(&list))
         };
         let dnat: Vec<String> = PortMap::ALL
             .iter()
             .zip(1..)
-            .map(|(map, id)| digest(&|l| dnat_rule(l, *map, id)))
+            .map(|(map, id)| digest(dnat_rule(*map, id)))
             .collect();
         assert_eq!(
             dnat,
@@ -147,15 +158,15 @@ mod tests {
             ]
         );
         assert_eq!(
-            digest(&|l| hairpin_rule(l, 5)),
+            digest(hairpin_rule(5)),
             "fc9ebd84fe0099c444da13b45cc1b80cb0f786576a38d3955e629666c27548e8"
         );
         assert_eq!(
-            digest(&masquerade_marked),
+            digest(masquerade_marked()),
             "b565d61d1ec701f191267f9e7da1d1490a01fb79d405ebffac83c3cd83193673"
         );
         assert_eq!(
-            digest(&localhost_rule),
+            digest(localhost_rule()),
             "bfa3933e3347e78ac0c0c93673c658a1222dc8c266463f33ef4efc12d0988072"
         );
     }

@@ -33,7 +33,9 @@ use crate::cni::{Error, Result};
 use crate::config::Config;
 use crate::ipam::store::StoreDir;
 use crate::ipam::Store;
-use crate::netlink::{Expr, Family, IptablesRemoval, IptablesRule, Netlink, Nftables, Verdict};
+use crate::netlink::{
+    CmpOp, Expr, Family, IptablesRemoval, IptablesRule, Netlink, Nftables, PayloadBase, Verdict,
+};
 use crate::wire;
 
 const NAT: &str = "nat";
@@ -165,7 +167,7 @@ fn describe(r: &Removed) -> String {
 fn apply(
     nft: &mut Nftables,
     family: Family,
-    table: &str,
+    table: &'static str,
     plan: IptablesRemoval,
     removed: &mut Removed,
 ) -> Result<()> {
@@ -252,12 +254,30 @@ fn firewall_address(r: &IptablesRule, family: Family) -> Option<IpAddr> {
     };
     let shape = r.shape();
     let (offset, bytes) = match shape.as_slice() {
-        [Expr::NetworkPayload { offset, len: l }, Expr::CmpEq(bytes), Expr::Match(m), Expr::Verdict(Verdict::Accept)]
+        [Expr::Payload {
+            base: PayloadBase::Network,
+            offset,
+            len: l,
+            ..
+        }, Expr::Cmp {
+            op: CmpOp::Eq,
+            data: bytes,
+            ..
+        }, Expr::Match { name: m, .. }, Expr::Verdict(Verdict::Accept)]
             if *offset == daddr && *l == len && m == "conntrack" =>
         {
             (*offset, bytes)
         }
-        [Expr::NetworkPayload { offset, len: l }, Expr::CmpEq(bytes), Expr::Verdict(Verdict::Accept)]
+        [Expr::Payload {
+            base: PayloadBase::Network,
+            offset,
+            len: l,
+            ..
+        }, Expr::Cmp {
+            op: CmpOp::Eq,
+            data: bytes,
+            ..
+        }, Expr::Verdict(Verdict::Accept)]
             if *offset == saddr && *l == len =>
         {
             (*offset, bytes)
@@ -387,6 +407,7 @@ pub fn firewall_accepts(nft: &mut Nftables) -> Result<Vec<IpAddr>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netlink::nftables::model::Reg;
 
     const NET: &str = "expnet";
     const CID: &str = "cnitool-767de159e706b79ef4ea";
@@ -399,6 +420,23 @@ mod tests {
             handle,
             comments: comment.map(str::to_string).into_iter().collect(),
             exprs,
+        }
+    }
+
+    /// An xt target or match by name (what telling the reference's rules apart reads).
+    fn target(name: &str) -> Expr {
+        Expr::Target {
+            name: name.into(),
+            rev: 0,
+            info: Vec::new(),
+        }
+    }
+
+    fn xt_match(name: &str) -> Expr {
+        Expr::Match {
+            name: name.into(),
+            rev: 0,
+            info: Vec::new(),
         }
     }
 
@@ -420,16 +458,16 @@ mod tests {
             ),
             rule("POSTROUTING", 5, Some(&c), vec![jump(MASQ)]),
             rule(MASQ, 2, Some(&c), vec![Expr::Verdict(Verdict::Accept)]),
-            rule(MASQ, 3, Some(&c), vec![Expr::Target("MASQUERADE".into())]),
+            rule(MASQ, 3, Some(&c), vec![target("MASQUERADE")]),
             rule("PREROUTING", 13, None, vec![jump("CNI-HOSTPORT-DNAT")]),
             rule(
                 "CNI-HOSTPORT-DNAT",
                 20,
                 Some(&d),
-                vec![Expr::Match("multiport".into()), jump(DN)],
+                vec![xt_match("multiport"), jump(DN)],
             ),
             rule(DN, 17, None, vec![jump("CNI-HOSTPORT-SETMARK")]),
-            rule(DN, 19, None, vec![Expr::Target("DNAT".into())]),
+            rule(DN, 19, None, vec![target("DNAT")]),
             rule(
                 "CNI-HOSTPORT-SETMARK",
                 7,
@@ -497,10 +535,10 @@ mod tests {
             6,
             None,
             vec![
-                Expr::NetworkPayload { offset: 16, len: 4 },
-                Expr::CmpEq(a.clone()),
-                Expr::Match("conntrack".into()),
-                Expr::Other("counter".into()),
+                Expr::payload(PayloadBase::Network, 16, 4, Reg::R1),
+                Expr::cmp(Reg::R1, CmpOp::Eq, a.clone()),
+                xt_match("conntrack"),
+                Expr::counter(),
                 Expr::Verdict(Verdict::Accept),
             ],
         );
@@ -509,9 +547,9 @@ mod tests {
             7,
             None,
             vec![
-                Expr::NetworkPayload { offset: 12, len: 4 },
-                Expr::CmpEq(a.clone()),
-                Expr::Other("counter".into()),
+                Expr::payload(PayloadBase::Network, 12, 4, Reg::R1),
+                Expr::cmp(Reg::R1, CmpOp::Eq, a.clone()),
+                Expr::counter(),
                 Expr::Verdict(Verdict::Accept),
             ],
         );
@@ -525,7 +563,7 @@ mod tests {
         dropping.exprs[3] = Expr::Verdict(Verdict::Drop);
         assert_eq!(firewall_address(&dropping, Family::V4), None);
         let mut to_without_state = from;
-        to_without_state.exprs[0] = Expr::NetworkPayload { offset: 16, len: 4 };
+        to_without_state.exprs[0] = Expr::payload(PayloadBase::Network, 16, 4, Reg::R1);
         assert_eq!(firewall_address(&to_without_state, Family::V4), None);
     }
 

@@ -24,7 +24,6 @@ struct Batch<'a> {
     descriptions: Vec<(String, Step)>,
     /// A change whose attributes could not be encoded (an attribute over 64 KiB).
     too_long: Option<(String, Step)>,
-    family: u8,
 }
 
 /// Bytes per sendmsg, well below the socket's default send buffer (212,992 bytes: a
@@ -34,37 +33,9 @@ struct Batch<'a> {
 /// transaction, and one batch is one sendmsg. How a split ADD stays whole: nat.rs.
 pub const BATCH_BYTES: usize = 128 * 1024;
 
-/// Bytes of one message's element list (NFTA_SET_ELEM_LIST_ELEMENTS): an attribute's
-/// length is 16 bits, so a longer list cannot be sent at all; this leaves room for the
-/// rest of the message and keeps a few messages in one batch.
-pub const ELEMENT_LIST_BYTES: usize = 48 * 1024;
-
 /// How many items a description names before "and N more": an error names its request,
 /// and a request of thousands of elements must not make an error of hundreds of KB.
 pub const NAMED_IN_DESCRIPTION: usize = 8;
-
-/// `items` grouped so that each group's encoded elements (`encode` writes one
-/// NFTA_LIST_ELEM) fit ELEMENT_LIST_BYTES: (the encoded list, the group's range).
-pub fn element_groups<T>(
-    items: &[T],
-    encode: impl Fn(&mut Attrs, &T),
-) -> Vec<(Vec<u8>, std::ops::Range<usize>)> {
-    let mut groups = Vec::new();
-    let (mut bytes, mut start) = (Vec::new(), 0);
-    for (i, item) in items.iter().enumerate() {
-        let mut one = Attrs::default();
-        encode(&mut one, item);
-        if !bytes.is_empty() && bytes.len() + one.0.len() > ELEMENT_LIST_BYTES {
-            groups.push((std::mem::take(&mut bytes), start..i));
-            start = i;
-        }
-        bytes.extend_from_slice(&one.0);
-    }
-    if !bytes.is_empty() {
-        groups.push((bytes, start..items.len()));
-    }
-    groups
-}
 
 /// "a, b, c" for a few, "a, b, ... and 598 more" for many.
 pub fn named(items: impl ExactSizeIterator<Item = String>) -> String {
@@ -76,8 +47,8 @@ pub fn named(items: impl ExactSizeIterator<Item = String>) -> String {
     names.join(", ")
 }
 
-/// One change of a batch, not yet encoded.
-pub struct Change {
+/// One message of a batch: a change (model.rs) as encode.rs wrote it.
+pub(super) struct Message {
     pub step: Step,
     pub kind: u8,
     pub flags: u16,
@@ -87,16 +58,20 @@ pub struct Change {
 
 /// Sends `changes` in as few batches as fit BATCH_BYTES (one in every usual case), in
 /// order; stops at the first refused batch.
-pub(super) fn commit_all(socket: &mut NlSocket, family: u8, changes: Vec<Change>) -> NlResult<()> {
-    let mut batch = Batch::in_family(socket, family);
-    for change in changes {
+pub(super) fn commit_all(
+    socket: &mut NlSocket,
+    changes: impl IntoIterator<Item = (u8, Message)>,
+) -> NlResult<()> {
+    let mut batch = Batch::new(socket);
+    for (family, change) in changes {
         if !batch.descriptions.is_empty()
             && batch.bytes.len() + change.attrs.0.len() + 64 > BATCH_BYTES
         {
             let socket = batch.commit_keep()?;
-            batch = Batch::in_family(socket, family);
+            batch = Batch::new(socket);
         }
         batch.add(
+            family,
             change.step,
             change.kind,
             change.flags,
@@ -108,13 +83,7 @@ pub(super) fn commit_all(socket: &mut NlSocket, family: u8, changes: Vec<Change>
 }
 
 impl<'a> Batch<'a> {
-    #[cfg(test)]
     fn new(socket: &'a mut NlSocket) -> Batch<'a> {
-        Batch::in_family(socket, NFPROTO_INET)
-    }
-
-    /// A batch whose changes address tables of `family` (nfproto).
-    fn in_family(socket: &'a mut NlSocket, family: u8) -> Batch<'a> {
         let mut bytes = Vec::with_capacity(1024);
         let sequence = socket.next_sequence();
         let res_id = NFNL_SUBSYS_NFTABLES;
@@ -133,11 +102,19 @@ impl<'a> Batch<'a> {
             bytes,
             descriptions: Vec::new(),
             too_long: None,
-            family,
         }
     }
 
-    fn add(&mut self, step: Step, kind: u8, flags: u16, attrs: Attrs, description: String) {
+    /// A message to tables of `family` (nfproto).
+    fn add(
+        &mut self,
+        family: u8,
+        step: Step,
+        kind: u8,
+        flags: u16,
+        attrs: Attrs,
+        description: String,
+    ) {
         if attrs.too_long() {
             self.too_long.get_or_insert((description, step));
             return;
@@ -149,7 +126,7 @@ impl<'a> Batch<'a> {
             nftables_type(kind),
             flags,
             sequence,
-            self.family,
+            family,
             0,
             attrs.0,
         );
@@ -216,8 +193,16 @@ mod tests {
         let mut too_long = Attrs::default();
         too_long.put(1, &vec![0; 70_000]);
         let mut batch = Batch::new(&mut socket);
-        batch.add(Step::CreateTable, 0, 0, fits, "create table".into());
-        batch.add(Step::Publish, 12, 0, too_long, "publish tcp/80".into());
+        let inet = NFPROTO_INET;
+        batch.add(inet, Step::CreateTable, 0, 0, fits, "create table".into());
+        batch.add(
+            inet,
+            Step::Publish,
+            12,
+            0,
+            too_long,
+            "publish tcp/80".into(),
+        );
         let e = batch.commit().unwrap_err();
         assert_eq!(e.request, "publish tcp/80");
         assert!(e.is(libc::EMSGSIZE));

@@ -262,3 +262,14 @@ pub const NFTA_GEN_PROC_NAME: u16 = 3;
 /// enum nft_counter_attributes
 pub const NFTA_COUNTER_BYTES: u16 = 1;
 pub const NFTA_COUNTER_PACKETS: u16 = 2;
+// Added for the typed model (model.rs): the rest of the enums its expressions name.
+/// enum nft_cmp_ops
+pub const NFT_CMP_LT: u32 = 2;
+pub const NFT_CMP_LTE: u32 = 3;
+pub const NFT_CMP_GT: u32 = 4;
+pub const NFT_CMP_GTE: u32 = 5;
+/// enum nft_nat_types
+pub const NFT_NAT_SNAT: u32 = 0;
+/// enum nft_target_attributes
+pub const NFTA_TARGET_REV: u16 = 2;
+pub const NFTA_TARGET_INFO: u16 = 3;

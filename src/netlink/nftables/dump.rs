@@ -1,29 +1,32 @@
-//! Reading objects back: a table's commented rules, a set's elements, one element.
-//! A table, chain or set that is gone reads as empty (an admin's flush is not an error).
+//! Reading objects back, as the typed model (decode.rs): a table's or chain's rules, a
+//! set's elements, one element, a set's or a chain's shape. A table, chain or set that is
+//! gone reads as empty (an admin's flush is not an error).
 
-use super::attrs::comment_of;
 use super::consts::{
-    NFTA_DATA_VALUE, NFTA_LIST_ELEM, NFTA_RULE_CHAIN, NFTA_RULE_HANDLE, NFTA_RULE_TABLE,
-    NFTA_RULE_USERDATA, NFTA_SET_ELEM_DATA, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_LIST_ELEMENTS,
-    NFTA_SET_ELEM_USERDATA, NFT_MSG_GETRULE, NFT_MSG_GETSETELEM,
+    NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_RULE_CHAIN, NFTA_RULE_TABLE, NFTA_SET_NAME,
+    NFTA_SET_TABLE, NFT_MSG_GETCHAIN, NFT_MSG_GETRULE, NFT_MSG_GETSET, NFT_MSG_GETSETELEM,
 };
-use super::objects::{element, element_list, Table, TableRule};
+use super::decode;
+use super::encode::{element, element_list};
+use super::model::{ChainInfo, Element, Rule, SetInfo, Table};
+use super::objects::TableRule;
 use super::Nftables;
-use crate::netlink::nfnetlink::{attributes, Attrs};
+use crate::netlink::nfnetlink::Attrs;
 use crate::netlink::socket::{Await, NlResult};
 
-/// One element as the kernel lists it: its key, a map's value, its comment ("" if none).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RawElement {
-    pub key: Vec<u8>,
-    pub data: Option<Vec<u8>>,
-    pub comment: String,
+/// One element as the kernel lists it (the model's element).
+pub type RawElement = Element;
+
+/// The elements of one NEWSETELEM reply (attributes after the nfgenmsg).
+#[cfg(test)]
+pub fn decode_elements(payload: &[u8]) -> Vec<Element> {
+    decode::elements(payload)
 }
 
 impl Nftables {
-    /// The commented rules of `table` (of one chain when given), in one dump; none when
-    /// the table or chain is gone.
-    pub fn rules_of(&mut self, table: Table, chain: Option<&str>) -> NlResult<Vec<TableRule>> {
+    /// The rules of `table` (of one chain when given), expressions and all, in one dump;
+    /// none when the table or chain is gone.
+    pub fn rules(&mut self, table: Table, chain: Option<&str>) -> NlResult<Vec<Rule>> {
         let mut attrs = Attrs::default();
         attrs.str(NFTA_RULE_TABLE, table.name);
         if let Some(chain) = chain {
@@ -34,20 +37,38 @@ impl Nftables {
             None => format!("list the rules of nf_tables table {table}"),
         };
         self.dump(table.nfproto, NFT_MSG_GETRULE, attrs, &what, |p, found| {
-            found.extend(decode_rule(p, table))
+            found.extend(decode::rule(p, table))
         })
     }
 
+    /// The commented rules of `table` (of one chain when given), in one dump; none when
+    /// the table or chain is gone.
+    pub fn rules_of(&mut self, table: Table, chain: Option<&str>) -> NlResult<Vec<TableRule>> {
+        Ok(self
+            .rules(table, chain)?
+            .into_iter()
+            .filter_map(|rule| {
+                Some(TableRule {
+                    comment: rule.comment?,
+                    table,
+                    chain: rule.chain,
+                    handle: rule.handle,
+                })
+            })
+            .collect())
+    }
+
     /// Every element of `set`; none when the set (or its table) is gone.
-    pub fn elements_of(&mut self, table: Table, set: &str) -> NlResult<Vec<RawElement>> {
-        let attrs = element_list(table, set, |_| {});
+    pub fn elements_of(&mut self, table: Table, set: &str) -> NlResult<Vec<Element>> {
+        let mut attrs = Attrs::default();
+        element_list(&mut attrs, table.name, set, |_| {});
         let what = format!("list the elements of nf_tables set {table} {set}");
         self.dump(
             table.nfproto,
             NFT_MSG_GETSETELEM,
             attrs,
             &what,
-            |p, found| found.extend(decode_elements(p)),
+            |p, found| found.extend(decode::elements(p)),
         )
     }
 
@@ -59,18 +80,11 @@ impl Nftables {
         set: &str,
         key: &[u8],
         what: &str,
-    ) -> NlResult<Option<RawElement>> {
-        let attrs = element_list(table, set, |list| element(list, key, None, ""));
+    ) -> NlResult<Option<Element>> {
         let mut found = None;
-        let result = self.request_in(
-            table.nfproto,
-            NFT_MSG_GETSETELEM,
-            0,
-            attrs,
-            Await::One,
-            what,
-            |p| found = decode_elements(p).into_iter().next(),
-        );
+        let result = self.get_element(table, set, key, what, |p| {
+            found = decode::elements(p).into_iter().next()
+        });
         match result {
             Ok(()) => Ok(found),
             Err(e) if e.is(libc::ENOENT) => Ok(None),
@@ -86,98 +100,67 @@ impl Nftables {
         key: &[u8],
         what: &str,
     ) -> NlResult<bool> {
-        let attrs = element_list(table, set, |list| element(list, key, None, ""));
-        match self.request_in(
+        match self.get_element(table, set, key, what, |_| {}) {
+            Ok(()) => Ok(true),
+            Err(e) if e.is(libc::ENOENT) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn get_element(
+        &mut self,
+        table: Table,
+        set: &str,
+        key: &[u8],
+        what: &str,
+        on_reply: impl FnMut(&[u8]),
+    ) -> NlResult<()> {
+        let mut attrs = Attrs::default();
+        element_list(&mut attrs, table.name, set, |list| {
+            element(list, &Element::key(key.to_vec()))
+        });
+        self.request_in(
             table.nfproto,
             NFT_MSG_GETSETELEM,
             0,
             attrs,
             Await::One,
             what,
-            |_| {},
-        ) {
-            Ok(()) => Ok(true),
-            Err(e) if e.is(libc::ENOENT) => Ok(false),
-            Err(e) => Err(e),
+            on_reply,
+        )
+    }
+
+    /// The set (or map) `name` of `table` as the kernel shows it; None when it is missing.
+    pub fn set_info(&mut self, table: Table, name: &str) -> NlResult<Option<SetInfo>> {
+        let mut attrs = Attrs::default();
+        attrs.str(NFTA_SET_TABLE, table.name);
+        attrs.str(NFTA_SET_NAME, name);
+        let what = format!("look up nf_tables set {table} {name}");
+        let mut info = None;
+        match self.get(table.nfproto, NFT_MSG_GETSET, attrs, &what, |p| {
+            info = Some(decode::set(p))
+        }) {
+            Err(e) if e.is(libc::ENOENT) => Ok(None),
+            other => other.map(|()| info),
         }
     }
-}
 
-/// A rule of a NEWRULE reply that carries a comment.
-fn decode_rule(payload: &[u8], table: Table) -> Option<TableRule> {
-    let (mut chain, mut comment, mut handle) = (None, None, None);
-    for (kind, data) in attributes(payload) {
-        match kind {
-            NFTA_RULE_CHAIN => {
-                let name = data.split(|b| *b == 0).next().unwrap_or(data);
-                chain = Some(String::from_utf8_lossy(name).into_owned());
-            }
-            NFTA_RULE_USERDATA => comment = comment_of(data),
-            NFTA_RULE_HANDLE => handle = <[u8; 8]>::try_from(data).ok().map(u64::from_be_bytes),
-            _ => {}
+    /// The chain `name` of `table` as the kernel shows it; None when it is missing.
+    pub fn chain_info(
+        &mut self,
+        table: Table,
+        name: &str,
+        what: &str,
+    ) -> NlResult<Option<ChainInfo>> {
+        let mut attrs = Attrs::default();
+        attrs.str(NFTA_CHAIN_TABLE, table.name);
+        attrs.str(NFTA_CHAIN_NAME, name);
+        let mut info = None;
+        match self.get(table.nfproto, NFT_MSG_GETCHAIN, attrs, what, |p| {
+            info = Some(decode::chain(p))
+        }) {
+            Err(e) if e.is(libc::ENOENT) => Ok(None),
+            other => other.map(|()| info),
         }
-    }
-    Some(TableRule {
-        table,
-        chain: chain?,
-        handle: handle?,
-        comment: comment?,
-    })
-}
-
-/// The elements of one NEWSETELEM reply (attributes after the nfgenmsg).
-pub fn decode_elements(payload: &[u8]) -> Vec<RawElement> {
-    let mut found = Vec::new();
-    let lists = attributes(payload).filter(|(k, _)| *k == NFTA_SET_ELEM_LIST_ELEMENTS);
-    for (_, list) in lists {
-        for (_, element) in attributes(list).filter(|(k, _)| *k == NFTA_LIST_ELEM) {
-            let (mut key, mut data, mut comment) = (None, None, String::new());
-            for (kind, value) in attributes(element) {
-                let inner = || {
-                    attributes(value)
-                        .find(|(k, _)| *k == NFTA_DATA_VALUE)
-                        .map(|(_, b)| b.to_vec())
-                };
-                match kind {
-                    NFTA_SET_ELEM_KEY => key = inner(),
-                    NFTA_SET_ELEM_DATA => data = inner(),
-                    NFTA_SET_ELEM_USERDATA => comment = comment_of(value).unwrap_or_default(),
-                    _ => {}
-                }
-            }
-            if let Some(key) = key {
-                found.push(RawElement { key, data, comment });
-            }
-        }
-    }
-    found
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::netlink::nftables::attrs::comment_udata;
-    use crate::netlink::nftables::consts::NFTA_SET_ELEM_LIST_TABLE;
-
-    #[test]
-    fn elements_decode_from_a_set_element_reply() {
-        let mut reply = Attrs::default();
-        reply.str(NFTA_SET_ELEM_LIST_TABLE, "t");
-        reply.nested(NFTA_SET_ELEM_LIST_ELEMENTS, |list| {
-            list.nested(NFTA_LIST_ELEM, |e| {
-                e.nested(NFTA_SET_ELEM_KEY, |k| {
-                    k.put(NFTA_DATA_VALUE, &[10, 1, 2, 3])
-                });
-                e.put(NFTA_SET_ELEM_USERDATA, &comment_udata("owner"));
-            });
-        });
-        assert_eq!(
-            decode_elements(&reply.0),
-            vec![RawElement {
-                key: vec![10, 1, 2, 3],
-                data: None,
-                comment: "owner".into()
-            }]
-        );
     }
 }

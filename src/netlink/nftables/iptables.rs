@@ -7,55 +7,10 @@
 //! info is `struct xt_comment_info { char comment[256]; }`, not as rule user data (nft
 //! lists such rules without their comment); both forms are read, for newer iptables.
 
-use super::attrs::comment_of;
-use super::batch::Change;
-use super::consts::{
-    NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_CMP_DATA, NFTA_CMP_OP, NFTA_DATA_VALUE,
-    NFTA_DATA_VERDICT, NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_IMMEDIATE_DATA, NFTA_LIST_ELEM,
-    NFTA_MATCH_INFO, NFTA_MATCH_NAME, NFTA_PAYLOAD_BASE, NFTA_PAYLOAD_LEN, NFTA_PAYLOAD_OFFSET,
-    NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE, NFTA_RULE_TABLE, NFTA_RULE_USERDATA,
-    NFTA_TARGET_NAME, NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE, NFT_CMP_EQ, NFT_GOTO, NFT_JUMP,
-    NFT_MSG_DELCHAIN, NFT_MSG_DELRULE, NFT_MSG_GETRULE, NFT_PAYLOAD_NETWORK_HEADER, NFT_RETURN,
-    NF_ACCEPT, NF_DROP,
-};
-use super::step::Step;
+use super::model::{Change, Expr, Op, Table, Verdict};
 use super::Nftables;
-use crate::netlink::nfnetlink::{attributes, Attrs, Family};
+use crate::netlink::nfnetlink::Family;
 use crate::netlink::socket::NlResult;
-
-/// The verdict codes as the kernel stores them, signed beside NFT_JUMP and the others.
-const ACCEPT: i32 = NF_ACCEPT as i32;
-const DROP: i32 = NF_DROP as i32;
-
-/// One expression of an iptables-nft rule, as far as telling the reference's rules apart
-/// needs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Expr {
-    /// `payload load LEN @ network header + OFFSET`.
-    NetworkPayload {
-        offset: u32,
-        len: u32,
-    },
-    /// `cmp eq` against these bytes.
-    CmpEq(Vec<u8>),
-    /// An xt match (`comment`, `conntrack`, `multiport`, ...).
-    Match(String),
-    /// An xt target (`MASQUERADE`, `DNAT`, ...).
-    Target(String),
-    Verdict(Verdict),
-    /// Any other expression, by name (`counter`, `meta`, `bitwise`, ...).
-    Other(String),
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    Accept,
-    Drop,
-    Return,
-    Jump(String),
-    Goto(String),
-    Other(i32),
-}
 
 /// A rule of an iptables-nft table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +23,25 @@ pub struct IptablesRule {
 }
 
 impl IptablesRule {
+    /// The rule read back (decode.rs), its comments gathered from both forms.
+    fn of(rule: super::model::Rule) -> IptablesRule {
+        let mut comments: Vec<String> = rule.comment.into_iter().collect();
+        for expr in &rule.exprs {
+            if let Expr::Match { name, info, .. } = expr {
+                if name == "comment" {
+                    let text = info.split(|b| *b == 0).next().unwrap_or(info);
+                    comments.push(String::from_utf8_lossy(text).into_owned());
+                }
+            }
+        }
+        IptablesRule {
+            chain: rule.chain,
+            handle: rule.handle,
+            comments,
+            exprs: rule.exprs,
+        }
+    }
+
     /// The chain it jumps or goes to.
     pub fn target_chain(&self) -> Option<&str> {
         self.exprs.iter().find_map(|e| match e {
@@ -80,7 +54,7 @@ impl IptablesRule {
     pub fn shape(&self) -> Vec<&Expr> {
         self.exprs
             .iter()
-            .filter(|e| !matches!(e, Expr::Other(n) if n == "counter"))
+            .filter(|e| e.name() != "counter")
             .collect()
     }
 }
@@ -100,32 +74,17 @@ impl IptablesRemoval {
     }
 }
 
-fn nfproto(family: Family) -> u8 {
-    family.layout().0
-}
-
 impl Nftables {
     /// Every rule of iptables' `table` in `family` (of one chain when given), in one dump;
     /// none when the table or chain does not exist.
     pub fn iptables_rules(
         &mut self,
         family: Family,
-        table: &str,
+        table: &'static str,
         chain: Option<&str>,
     ) -> NlResult<Vec<IptablesRule>> {
-        let mut attrs = Attrs::default();
-        attrs.str(NFTA_RULE_TABLE, table);
-        if let Some(chain) = chain {
-            attrs.str(NFTA_RULE_CHAIN, chain);
-        }
-        let what = format!("list the rules of iptables' table {table} ({family:?})");
-        self.dump(
-            nfproto(family),
-            NFT_MSG_GETRULE,
-            attrs,
-            &what,
-            |p, found| found.extend(decode_rule(p)),
-        )
+        let rules = self.rules(Table::ip(family, table), chain)?;
+        Ok(rules.into_iter().map(IptablesRule::of).collect())
     }
 
     /// One batch: the rules, then each chain emptied and deleted. All or nothing; EBUSY
@@ -133,146 +92,49 @@ impl Nftables {
     pub fn remove_iptables(
         &mut self,
         family: Family,
-        table: &str,
+        table: &'static str,
         removal: &IptablesRemoval,
     ) -> NlResult<()> {
         if removal.is_empty() {
             return Ok(());
         }
+        let ip = Table::ip(family, table);
         let mut changes = Vec::new();
-        let change = |step, kind, attrs, description| Change {
-            step,
-            kind,
-            flags: 0,
-            attrs,
-            description,
-        };
         for (chain, handle) in &removal.rules {
-            let mut rule = Attrs::default();
-            rule.str(NFTA_RULE_TABLE, table);
-            rule.str(NFTA_RULE_CHAIN, chain);
-            rule.be64(NFTA_RULE_HANDLE, *handle);
             let what = format!("delete rule {handle} of iptables' chain {table} {chain}");
-            changes.push(change(Step::DeleteRule, NFT_MSG_DELRULE, rule, what));
+            changes.push(Change::delete_rule(ip, chain, *handle, what));
         }
         for chain in &removal.chains {
             // A DELRULE naming a chain and no handle deletes every rule of the chain.
-            let mut flush = Attrs::default();
-            flush.str(NFTA_RULE_TABLE, table);
-            flush.str(NFTA_RULE_CHAIN, chain);
+            let flush = Op::DeleteRule {
+                table: ip,
+                chain: chain.clone(),
+                handle: None,
+            };
             let what = format!("empty iptables' chain {table} {chain}");
-            changes.push(change(Step::DeleteRule, NFT_MSG_DELRULE, flush, what));
-            let mut del = Attrs::default();
-            del.str(NFTA_CHAIN_TABLE, table);
-            del.str(NFTA_CHAIN_NAME, chain);
+            changes.push(Change::new(flush, what));
+            let delete = Op::DeleteChain {
+                table: ip,
+                chain: chain.clone(),
+            };
             let what = format!("delete iptables' chain {table} {chain}");
-            changes.push(change(Step::DeleteChain, NFT_MSG_DELCHAIN, del, what));
+            changes.push(Change::new(delete, what));
         }
-        self.commit(nfproto(family), changes)
-    }
-}
-
-fn text(bytes: &[u8]) -> String {
-    let bytes = bytes.split(|b| *b == 0).next().unwrap_or(bytes);
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn be32(bytes: &[u8]) -> Option<u32> {
-    bytes.try_into().ok().map(u32::from_be_bytes)
-}
-
-fn find(bytes: &[u8], kind: u16) -> Option<&[u8]> {
-    attributes(bytes).find(|(k, _)| *k == kind).map(|(_, v)| v)
-}
-
-fn decode_rule(payload: &[u8]) -> Option<IptablesRule> {
-    let (mut chain, mut handle) = (None, None);
-    let mut comments = Vec::new();
-    let mut exprs = Vec::new();
-    for (kind, value) in attributes(payload) {
-        match kind {
-            NFTA_RULE_CHAIN => chain = Some(text(value)),
-            NFTA_RULE_HANDLE => handle = value.try_into().ok().map(u64::from_be_bytes),
-            NFTA_RULE_USERDATA => comments.extend(comment_of(value)),
-            NFTA_RULE_EXPRESSIONS => {
-                for (_, e) in attributes(value).filter(|(k, _)| *k == NFTA_LIST_ELEM) {
-                    let expr = decode_expr(e);
-                    if let Some(Expr::Match(name)) = &expr {
-                        if name == "comment" {
-                            let data = find(e, NFTA_EXPR_DATA).unwrap_or_default();
-                            comments.extend(find(data, NFTA_MATCH_INFO).map(text));
-                        }
-                    }
-                    exprs.extend(expr);
-                }
-            }
-            _ => {}
-        }
-    }
-    Some(IptablesRule {
-        chain: chain?,
-        handle: handle?,
-        comments,
-        exprs,
-    })
-}
-
-fn decode_expr(e: &[u8]) -> Option<Expr> {
-    let name = text(find(e, NFTA_EXPR_NAME)?);
-    let data = find(e, NFTA_EXPR_DATA).unwrap_or_default();
-    let expr = match name.as_str() {
-        "match" => Expr::Match(find(data, NFTA_MATCH_NAME).map(text).unwrap_or_default()),
-        "target" => Expr::Target(find(data, NFTA_TARGET_NAME).map(text).unwrap_or_default()),
-        "payload"
-            if find(data, NFTA_PAYLOAD_BASE).and_then(be32) == Some(NFT_PAYLOAD_NETWORK_HEADER) =>
-        {
-            match (
-                find(data, NFTA_PAYLOAD_OFFSET).and_then(be32),
-                find(data, NFTA_PAYLOAD_LEN).and_then(be32),
-            ) {
-                (Some(offset), Some(len)) => Expr::NetworkPayload { offset, len },
-                _ => Expr::Other(name),
-            }
-        }
-        "cmp" if find(data, NFTA_CMP_OP).and_then(be32) == Some(NFT_CMP_EQ) => {
-            match find(data, NFTA_CMP_DATA).and_then(|d| find(d, NFTA_DATA_VALUE)) {
-                Some(value) => Expr::CmpEq(value.to_vec()),
-                None => Expr::Other(name),
-            }
-        }
-        "immediate" => {
-            match find(data, NFTA_IMMEDIATE_DATA).and_then(|d| find(d, NFTA_DATA_VERDICT)) {
-                Some(v) => Expr::Verdict(verdict(v)),
-                None => Expr::Other(name),
-            }
-        }
-        _ => Expr::Other(name),
-    };
-    Some(expr)
-}
-
-fn verdict(v: &[u8]) -> Verdict {
-    let code = find(v, NFTA_VERDICT_CODE).and_then(be32).map(|c| c as i32);
-    let chain = find(v, NFTA_VERDICT_CHAIN).map(text).unwrap_or_default();
-    match code {
-        Some(ACCEPT) => Verdict::Accept,
-        Some(DROP) => Verdict::Drop,
-        Some(NFT_RETURN) => Verdict::Return,
-        Some(NFT_JUMP) => Verdict::Jump(chain),
-        Some(NFT_GOTO) => Verdict::Goto(chain),
-        Some(other) => Verdict::Other(other),
-        None => Verdict::Other(i32::MIN),
+        self.run(changes)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netlink::nfnetlink::Attrs;
     use crate::netlink::nftables::attrs::comment_udata;
-    use crate::netlink::nftables::consts::{
-        NFTA_CMP_SREG, NFTA_IMMEDIATE_DREG, NFTA_MATCH_REV, NFTA_PAYLOAD_DREG, NFT_REG_1,
-        NFT_REG_VERDICT,
-    };
+    use crate::netlink::nftables::consts::*;
+    use crate::netlink::nftables::model::{CmpOp, PayloadBase, Reg};
+
+    fn decode_rule(payload: &[u8]) -> Option<IptablesRule> {
+        super::super::decode::rule(payload, Table::ip(Family::V4, "nat")).map(IptablesRule::of)
+    }
 
     fn expr(list: &mut Attrs, name: &str, data: impl FnOnce(&mut Attrs)) {
         list.nested(NFTA_LIST_ELEM, |e| {
@@ -333,11 +195,12 @@ mod tests {
         assert_eq!(
             rule.shape()[..2],
             [
-                &Expr::NetworkPayload { offset: 12, len: 4 },
-                &Expr::CmpEq(vec![10, 199, 7, 2])
+                &Expr::payload(PayloadBase::Network, 12, 4, Reg::R1),
+                &Expr::cmp(Reg::R1, CmpOp::Eq, vec![10, 199, 7, 2])
             ]
         );
-        assert!(!rule.shape().contains(&&Expr::Other("counter".into())));
+        assert_eq!(rule.exprs.len(), 5);
+        assert_eq!(rule.shape().len(), 4);
     }
 
     #[test]

@@ -4,12 +4,15 @@
 //! expressions, a batch and a dump; it knows nothing of what academy keeps in them
 //! (src/firewall/ says which tables, names and comments are academy's, and why).
 //!
-//! - `objects`: tables, base chains, sets and maps, elements, rules to create, and any of
-//!   them to delete (by table, kind and name, handle or key);
-//! - `expr`: the expressions rules are made of;
-//! - `batch`: changes sent together in one sendmsg and applied all or nothing;
-//! - `dump`: reading rules, sets and elements back; `iptables`: iptables-nft's rules
-//!   read back with their expressions, and deleted;
+//! - `model`: tables, base chains, sets and maps, elements, rules as lists of typed
+//!   expressions, and the typed changes of a batch: what src/firewall/ builds;
+//! - `encode`: the one encoder (a change as its message, expressions attribute for
+//!   attribute as nft or iptables-nft writes them); `decode`: the one decoder (replies
+//!   as the model, unknown expressions kept as bytes);
+//! - `batch`: changes sent together in one sendmsg and applied all or nothing
+//!   (`Nftables::run`);
+//! - `dump`: reading rules, sets, chains and elements back; `objects`: academy's objects
+//!   to delete; `iptables`: iptables-nft's rules as the model reads them, and deleted;
 //! - `attrs`: what attributes hold beyond TLVs (addresses, libnftnl's comments);
 //! - `consts`: every uapi number, once; `step`: what kind of change a message is, so a
 //!   refusal says which; `digest`: SHA-256 (comments capped, wire bytes pinned);
@@ -23,19 +26,22 @@ use super::socket::{Await, NlError, NlResult, NlSocket, Subsystem};
 pub mod attrs;
 pub mod batch;
 pub mod consts;
+mod decode;
 pub mod digest;
 pub mod dump;
-pub mod expr;
+pub mod encode;
 mod iptables;
+pub mod model;
 mod monitor;
 pub mod objects;
 pub mod step;
 
 pub use attrs::stored_comment;
 use batch::nftables_type;
-use batch::Change;
+use batch::Message;
 use consts::{NFPROTO_IPV4, NFPROTO_IPV6, NFT_MSG_GETGEN};
-pub use iptables::{Expr, IptablesRemoval, IptablesRule, Verdict};
+pub use iptables::{IptablesRemoval, IptablesRule};
+pub use model::{CmpOp, Expr, PayloadBase, Verdict};
 pub use monitor::{Commit, Monitor, Notice};
 pub use objects::{Object, Table, TableRule};
 pub use step::Step;
@@ -78,10 +84,21 @@ impl Nftables {
         })
     }
 
-    /// Sends `changes` to tables of `family` (nfproto) in as few batches as fit a
-    /// sendmsg (one in every usual case), in order; stops at the first refused batch.
-    pub fn commit(&mut self, family: u8, changes: Vec<Change>) -> NlResult<()> {
-        batch::commit_all(&mut self.socket, family, changes)
+    /// Applies `changes` in one batch (split only past BATCH_BYTES), in order, each to
+    /// the table it names: all or nothing; stops at the first refused batch.
+    pub fn run(&mut self, changes: Vec<model::Change>) -> NlResult<()> {
+        let changes = changes.into_iter().map(|change| {
+            let encoded = encode::op(&change.op);
+            let message = Message {
+                step: change.op.step(),
+                kind: encoded.kind,
+                flags: encoded.flags,
+                attrs: encoded.attrs,
+                description: change.description,
+            };
+            (change.op.table().nfproto, message)
+        });
+        batch::commit_all(&mut self.socket, changes)
     }
 
     /// One GET request outside a batch, its reply's attributes (after the nfgenmsg)
@@ -166,5 +183,75 @@ impl Nftables {
             }
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    /// The uapi's names (NFTA_ attributes, NFT_MSG_ messages, any other NFT_ number)
+    /// stay in this layer: src/firewall/ and the rest build the typed model (model.rs)
+    /// and never see an attribute. Comments may name them; code may not.
+    #[test]
+    fn no_nf_tables_constant_is_named_outside_src_netlink() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut found = Vec::new();
+        let mut files = vec![src.clone()];
+        while let Some(path) = files.pop() {
+            if path.is_dir() {
+                if path == src.join("netlink") {
+                    continue;
+                }
+                let entries = std::fs::read_dir(&path).expect("a readable source folder");
+                files.extend(entries.map(|e| e.expect("a folder entry").path()));
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("a readable source file");
+            for (i, line) in text.lines().enumerate() {
+                if line.trim_start().starts_with("//") {
+                    continue;
+                }
+                if let Some(name) = uapi_name(line) {
+                    let file = path.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap();
+                    found.push(format!("{}:{}: {name}", file.display(), i + 1));
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "nf_tables constants used outside src/netlink/ (build the typed model instead):\n{}",
+            found.join("\n")
+        );
+    }
+
+    /// The first identifier of `line` that starts with NFT_ or NFTA_ (NFT_MSG_ included).
+    fn uapi_name(line: &str) -> Option<&str> {
+        let bytes = line.as_bytes();
+        let ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+        for (at, _) in line.match_indices("NFT") {
+            let rest = &line[at..];
+            let starts = at == 0 || !ident(bytes[at - 1]);
+            if starts && (rest.starts_with("NFT_") || rest.starts_with("NFTA_")) {
+                let end = rest.find(|c: char| !c.is_ascii_alphanumeric() && c != '_');
+                return Some(&rest[..end.unwrap_or(rest.len())]);
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn uapi_names_are_told_from_other_words() {
+        assert_eq!(
+            uapi_name("use c::{NFTA_SET_NAME, X};"),
+            Some("NFTA_SET_NAME")
+        );
+        assert_eq!(uapi_name("kind: NFT_MSG_NEWRULE,"), Some("NFT_MSG_NEWRULE"));
+        assert_eq!(uapi_name("(NFT_REG_1)"), Some("NFT_REG_1"));
+        assert_eq!(uapi_name("let nft = NftablesOnDemand;"), None);
+        assert_eq!(uapi_name("XNFT_A"), None);
     }
 }
