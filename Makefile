@@ -55,8 +55,16 @@ setup:
 # The static release binary (the installer image test needs it), unit tests (no root
 # needed), the Python of scripts/ and bench/, and the root
 # integration tests against real namespaces: one binary, tests/it (`cargo test --test it`).
+# The longest tests of tests/it, minutes each on one core (the VM tests of vlan.rs emulate
+# a machine): started first, beside the rest, instead of last and alone (libtest runs
+# tests in name order). Their output follows the rest's.
+LONG_TESTS      := in_a_vm
 test: setup build pyunit
-	$(CARGO) test --all-targets -- --test-threads=$${TEST_THREADS:-4}
+	$(CARGO) test --all-targets --no-run
+	$(CARGO) test --test it -- $(LONG_TESTS) --test-threads=4 > target/long-tests.log 2>&1 & long=$$!; \
+	$(CARGO) test --all-targets -- --test-threads=$${TEST_THREADS:-4} $(addprefix --skip ,$(LONG_TESTS)); rest=$$?; \
+	wait $$long; long=$$?; echo "--- the longest tests, run beside (target/long-tests.log):"; cat target/long-tests.log; \
+	[ $$rest -eq 0 ] && [ $$long -eq 0 ]
 
 # The docs tooling and the bench's report logic (standard library only, no root).
 pyunit:
