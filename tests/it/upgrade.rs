@@ -120,7 +120,8 @@ impl Release {
 }
 
 /// The previous release's binary, built in release mode from `git archive` of its
-/// commit, under target/upgrade-from-<commit> (a second run's cargo finds it fresh).
+/// commit in target/upgrade-builds (one target folder for every old release), copied to
+/// target/upgrade-from-<commit>/academy, where a second run finds it.
 fn previous_binary(commit: &str) -> PathBuf {
     let target = Path::new(plugin())
         .parent()
@@ -128,7 +129,15 @@ fn previous_binary(commit: &str) -> PathBuf {
         .expect("the plugin is under target/<profile>/");
     let dir = target.join(format!("upgrade-from-{commit}"));
     std::fs::create_dir_all(&dir).unwrap();
-    let _one_build = lock_file(dir.join(".lock").to_str().unwrap());
+    // One build at a time, all in one target folder: the old releases pin the same
+    // dependencies, which are then compiled once per machine, not once per release.
+    let builds = target.join("upgrade-builds");
+    std::fs::create_dir_all(&builds).unwrap();
+    let _one_build = lock_file(builds.join(".lock").to_str().unwrap());
+    let binary = dir.join("academy");
+    if binary.is_file() {
+        return binary;
+    }
     let src = dir.join("src");
     if !src.join("Cargo.toml").exists() {
         // Extracted beside, then renamed: a killed extraction is never taken for a tree.
@@ -148,7 +157,7 @@ fn previous_binary(commit: &str) -> PathBuf {
     let mut build = Command::new(cargo);
     build
         .args(["build", "--release", "--locked", "--target-dir"])
-        .arg(dir.join("target"))
+        .arg(builds.join("target"))
         .current_dir(&src);
     // The test's own cargo environment (its package, manifest, profile) is not the
     // old build's.
@@ -163,8 +172,13 @@ fn previous_binary(commit: &str) -> PathBuf {
         out.code, 0,
         "building the previous release {commit}:\n{out}"
     );
-    let binary = dir.join("target/release/academy");
-    assert!(binary.is_file(), "no {}", binary.display());
+    // Copied out (by rename, so a half copy is never taken for it): the next
+    // release's build overwrites the shared target's binary.
+    let built = builds.join("target/release/academy");
+    assert!(built.is_file(), "no {}", built.display());
+    let partial = dir.join("academy.partial");
+    std::fs::copy(&built, &partial).unwrap();
+    std::fs::rename(&partial, &binary).unwrap();
     binary
 }
 
