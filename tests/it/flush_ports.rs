@@ -535,3 +535,47 @@ fn flush_a_running_containers_port_is_never_handed_to_another() {
     }
     assert_eq!(lab.reservations(), Vec::<String>::new());
 }
+
+/// A flush of the map's elements alone leaves port mapping's rules, so the ADD after it
+/// cannot know (it reads records only when it re-makes the maps) and c2 gets the port;
+/// the restore then leaves c1's wildcard out rather than put it back beside c2's, and
+/// says why, as it says of any port taken since (exit 0).
+#[test]
+fn flush_the_restore_says_which_container_holds_a_lost_port() {
+    let lab = Lab::new("flhold");
+    let node = Node::new(&lab);
+    let far = Far::new(&lab, &node);
+    let c1_config = network(&lab, &[mapping(HELD, None)]);
+    let c2_config = network(&lab, &[mapping(HELD, Some(&far.node_v4))]);
+    let (c1, c2) = (lab.attachment("c1"), lab.attachment("c2"));
+    node.call("ADD", &c1, &c1_config)
+        .expect_result("c1's ADD publishing the port on every address");
+    node.nft(&["flush", "map", "inet", "academy", "_ports-v4"]);
+    node.call("ADD", &c2, &c2_config)
+        .expect_result("c2's ADD after a flush of the map's elements");
+    let held = nft::published_in(Some(&node.ns), &lab.network);
+
+    let conf_dir = lab.conf_dir.to_str().unwrap();
+    let out = node.academy(&["restore", "--conf-dir", conf_dir]);
+    println!("flush_ports restore of a port c2 holds:\n{}", out.stderr);
+    assert_eq!(out.code, 0, "a port taken since is not an error: {out}");
+    let line = format!(
+        "network {net}: could not put back: host port tcp/{HELD} (v4) of {c1}/eth0, because container {c2} (interface eth0, network {net}) holds it as tcp/{addr}:{HELD}",
+        net = lab.network,
+        c1 = c1.cid,
+        c2 = c2.cid,
+        addr = far.node_v4,
+    );
+    assert!(out.stderr.contains(&line), "{out}");
+    assert!(!out.stderr.contains("put back: published ports"), "{out}");
+    assert_eq!(
+        nft::published_in(Some(&node.ns), &lab.network),
+        held,
+        "the maps after the restore: c1's wildcard not beside c2's"
+    );
+
+    for (a, config) in [(&c1, &c1_config), (&c2, &c2_config)] {
+        node.call("DEL", a, config).expect_silent_success("DEL");
+    }
+    assert_eq!(lab.reservations(), Vec::<String>::new());
+}
