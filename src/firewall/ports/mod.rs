@@ -4,7 +4,9 @@
 //! nft.rs (maps, chains, rules), rules.rs (their expressions), elements.rs
 //! (keys and values) and guard.rs (the loopback guard); this module decides what goes in and who holds it.
 //! lost.rs finds the ports a flush took, from the runtime records ADD wrote
-//! (src/ipam/store/runtime.rs), for STATUS and the restore.
+//! (src/ipam/store/runtime.rs), for STATUS and the restore; wants.rs reads the same
+//! records node-wide when ADD finds the maps re-made, so a flush never frees a running
+//! container's port for another.
 //!
 //! ADD sends the attachment's masquerade elements and its ports in one batch, so one
 //! sendmsg and all or nothing: a port another attachment holds fails the batch, and the
