@@ -427,3 +427,155 @@ fn flush_records_go_with_del_and_gc() {
         BTreeSet::new()
     );
 }
+
+/// Port of the conflict tests (issue 35 finding 5): c1 publishes it on every address,
+/// c2 asks for it on the node's address the far side reaches.
+const HELD: u16 = 18450;
+
+/// A listener in `netns` on 8080 answering `word` to one connection, reached from the
+/// far side at the node's address and HELD: what came back ("" for nothing).
+fn who_answers(far: &Far, listeners: &[(&str, &str)]) -> String {
+    let mut servers: Vec<std::process::Child> = listeners
+        .iter()
+        .map(|(netns, word)| {
+            let script = format!(
+                "import socket\n\
+                 s = socket.socket(socket.AF_INET)\n\
+                 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+                 s.bind(('0.0.0.0', 8080)); s.listen(4); s.settimeout(15)\n\
+                 c, peer = s.accept(); c.sendall(b'{word}'); c.close()\n"
+            );
+            std::process::Command::new("ip")
+                .args(["netns", "exec", netns, "python3", "-c", &script])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("python3")
+        })
+        .collect();
+    let got = crate::portmap::reach(Some(&far.netns), &far.node_v4, HELD, Duration::from_secs(5));
+    for s in &mut servers {
+        let _ = s.kill();
+        let _ = s.wait();
+    }
+    got
+}
+
+/// The 105 refusal of c2's ADD: its message.
+fn refused(out: &Out, what: &str) -> String {
+    assert_ne!(out.code, 0, "{what} succeeded: {out}");
+    let err = out.json();
+    assert_eq!(err["code"], 105, "{what}: {out}");
+    err["msg"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn flush_a_running_containers_port_is_never_handed_to_another() {
+    let lab = Lab::new("flwant");
+    let node = Node::new(&lab);
+    let far = Far::new(&lab, &node);
+    let c1_config = network(&lab, &[mapping(HELD, None)]);
+    let c2_config = network(&lab, &[mapping(HELD, Some(&far.node_v4))]);
+    let c3_config = network(&lab, &[mapping(HELD + 1, None)]);
+    let (c1, c2, c3) = (
+        lab.attachment("c1"),
+        lab.attachment("c2"),
+        lab.attachment("c3"),
+    );
+    node.call("ADD", &c1, &c1_config)
+        .expect_result("c1's ADD publishing the port on every address");
+    let want = nft::published_in(Some(&node.ns), &lab.network);
+    let before = refused(
+        &node.call("ADD", &c2, &c2_config),
+        "c2's ADD before a flush",
+    );
+    let conf_dir = lab.conf_dir.to_str().unwrap();
+    let listeners = [(c1.netns.as_str(), "c1"), (c2.netns.as_str(), "c2")];
+
+    // The first ADD after the flush is c2's: judged against c1's record.
+    node.nft(&["delete", "table", "inet", "academy"]);
+    let after = refused(
+        &node.call("ADD", &c2, &c2_config),
+        "c2's ADD after nft delete table inet academy",
+    );
+    assert_eq!(after, before, "the refusal after the flush");
+    assert_eq!(
+        nft::published_in(Some(&node.ns), &lab.network),
+        want,
+        "the maps after c2's refused ADD (c1's port put back by it)"
+    );
+    let out = node.academy(&["restore", "--conf-dir", conf_dir]);
+    println!("flush_ports restore after c2's refusal:\n{}", out.stderr);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(!out.stderr.contains("could not"), "{out}");
+    assert_eq!(nft::published_in(Some(&node.ns), &lab.network), want);
+    assert_eq!(who_answers(&far, &listeners), "c1", "after the restore");
+
+    // Another container's ADD re-makes the maps first: c2's still meets c1's port.
+    node.nft(&["delete", "table", "inet", "academy"]);
+    node.call("ADD", &c3, &c3_config)
+        .expect_result("c3's ADD of another port after the flush");
+    let after = refused(
+        &node.call("ADD", &c2, &c2_config),
+        "c2's ADD after another ADD re-made the maps",
+    );
+    assert_eq!(after, before, "the refusal after another ADD");
+    assert_eq!(who_answers(&far, &listeners), "c1", "after c2's refusal");
+    let out = node.academy(&["restore", "--conf-dir", conf_dir]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(!out.stderr.contains("could not"), "{out}");
+    assert_eq!(
+        who_answers(&far, &listeners),
+        "c1",
+        "after the second restore"
+    );
+
+    for (a, config) in [(&c1, &c1_config), (&c2, &c2_config), (&c3, &c3_config)] {
+        node.call("DEL", a, config).expect_silent_success("DEL");
+    }
+    assert_eq!(lab.reservations(), Vec::<String>::new());
+}
+
+/// A flush of the map's elements alone leaves port mapping's rules, so the ADD after it
+/// cannot know (it reads records only when it re-makes the maps) and c2 gets the port;
+/// the restore then leaves c1's wildcard out rather than put it back beside c2's, and
+/// says why, as it says of any port taken since (exit 0).
+#[test]
+fn flush_the_restore_says_which_container_holds_a_lost_port() {
+    let lab = Lab::new("flhold");
+    let node = Node::new(&lab);
+    let far = Far::new(&lab, &node);
+    let c1_config = network(&lab, &[mapping(HELD, None)]);
+    let c2_config = network(&lab, &[mapping(HELD, Some(&far.node_v4))]);
+    let (c1, c2) = (lab.attachment("c1"), lab.attachment("c2"));
+    node.call("ADD", &c1, &c1_config)
+        .expect_result("c1's ADD publishing the port on every address");
+    node.nft(&["flush", "map", "inet", "academy", "_ports-v4"]);
+    node.call("ADD", &c2, &c2_config)
+        .expect_result("c2's ADD after a flush of the map's elements");
+    let held = nft::published_in(Some(&node.ns), &lab.network);
+
+    let conf_dir = lab.conf_dir.to_str().unwrap();
+    let out = node.academy(&["restore", "--conf-dir", conf_dir]);
+    println!("flush_ports restore of a port c2 holds:\n{}", out.stderr);
+    assert_eq!(out.code, 0, "a port taken since is not an error: {out}");
+    let line = format!(
+        "network {net}: could not put back: host port tcp/{HELD} (v4) of {c1}/eth0, because container {c2} (interface eth0, network {net}) holds it as tcp/{addr}:{HELD}",
+        net = lab.network,
+        c1 = c1.cid,
+        c2 = c2.cid,
+        addr = far.node_v4,
+    );
+    assert!(out.stderr.contains(&line), "{out}");
+    assert!(!out.stderr.contains("put back: published ports"), "{out}");
+    assert_eq!(
+        nft::published_in(Some(&node.ns), &lab.network),
+        held,
+        "the maps after the restore: c1's wildcard not beside c2's"
+    );
+
+    for (a, config) in [(&c1, &c1_config), (&c2, &c2_config)] {
+        node.call("DEL", a, config).expect_silent_success("DEL");
+    }
+    assert_eq!(lab.reservations(), Vec::<String>::new());
+}

@@ -95,16 +95,8 @@ fn send(
     // Whether the ADD publishes at all: its ports may all be left to the same
     // container's other network (resolve_published), its bridge's hairpin mark not.
     let publishes = !published.is_empty();
-    if !published.is_empty() {
-        // Port mapping's rules as an admin's flush may have left them (one small dump);
-        // a concurrent repair's deletions make one attempt fail with ENOENT.
-        if let Err(e) = nft.ensure_portmap() {
-            if !e.is(libc::ENOENT) {
-                return Err(e.into());
-            }
-            nft.ensure_portmap()?;
-        }
-    }
+    // Port mapping's rules and maps were made sure of by its `add` (ports/mod.rs),
+    // which judges its ports against the records when a flush took them.
     // Elements found already there: this attachment's (a retried ADD), or a stale one of
     // a holder whose reservation is gone (the address is this attachment's now).
     let mut present: Vec<IpAddr> = Vec::new();

@@ -109,17 +109,31 @@ pub(crate) fn cross_conflict(
     who: &Attachment,
     ports: &[PortElement],
 ) -> Result<Option<Error>> {
+    Ok(cross_held(nft, who, ports)?
+        .first()
+        .map(|(port, holder)| taken_error(port, holder)))
+}
+
+/// Each of `ports` another container holds in the other map than its own (see
+/// `cross_conflict`), with the holder's element: ADD refuses the first, the restore
+/// leaves each out and says so.
+pub(crate) fn cross_held(
+    nft: &mut Nftables,
+    who: &Attachment,
+    ports: &[PortElement],
+) -> Result<Vec<(PortElement, PortElement)>> {
     let wildcard_of = |k: &PortKey| PortKey {
         host_ip: None,
         ..k.clone()
     };
+    let mut found = Vec::new();
     let specific: Vec<&PortElement> = ports.iter().filter(|p| p.key.host_ip.is_some()).collect();
     let wildcards: Vec<PortKey> = specific.iter().map(|p| wildcard_of(&p.key)).collect();
     let now = held(nft, &wildcards)?;
     for (port, wildcard) in specific.iter().zip(&wildcards) {
         if let Some(holder) = now.get(wildcard) {
             if other_container(who, &holder.comment) {
-                return Ok(Some(taken_error(port, holder)));
+                found.push(((*port).clone(), holder.clone()));
             }
         }
     }
@@ -141,11 +155,11 @@ pub(crate) fn cross_conflict(
         }
         for port in mine {
             if let Some(holder) = by_port.get(&(port.key.protocol, port.key.host_port)) {
-                return Ok(Some(taken_error(port, holder)));
+                found.push((port.clone(), holder.clone()));
             }
         }
     }
-    Ok(None)
+    Ok(found)
 }
 
 /// Whether `comment` names another container than `who`'s.

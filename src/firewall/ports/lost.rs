@@ -5,7 +5,8 @@
 //! and put back as ADD made them (same keys, same data, same owner comment).
 //!
 //! What cannot be put back is said, never skipped: a key another container has taken
-//! since, a record that does not read, and an attachment added by an academy older than
+//! since (under the same key, or in the other map: a hostIP mapping against a wildcard
+//! one), a key two lost records both ask for, a record that does not read, and an attachment added by an academy older than
 //! records (its mappings are unknown; whether its ports are in place is told apart).
 //!
 //! A DEL that removes its ports between the restore's look at the wired attachments and
@@ -18,6 +19,8 @@ use std::net::IpAddr;
 use ipnetwork::IpNetwork;
 
 use super::elements::describe;
+use super::holders::cross_held;
+use super::wants::wanted_by_other;
 use super::{describe_holder, elements_of, held, key_text, same_container, PortElement, LOGGED};
 use crate::cni::Result;
 use crate::config::Config;
@@ -98,6 +101,7 @@ pub(super) fn lost(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<L
         nft,
         wanted.iter().flat_map(|(_, e)| e.iter().map(|p| &p.key)),
     )?;
+    let mut gones: Vec<(usize, Vec<PortElement>)> = Vec::new();
     for (i, elements) in wanted {
         let a = &wired.attachments[i];
         let who = a.who(conf);
@@ -115,13 +119,47 @@ pub(super) fn lost(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<L
                     format!("host port {} of {name}", key_text(&want.key)),
                     match who.owns(&h.comment) {
                         true => format!("its element goes to {} instead", describe(h)),
-                        false => format!("it is published by {}", describe_holder(&h.comment)),
+                        false => holds_it(&want, h),
                     },
                 )),
             }
         }
         if !gone.is_empty() {
-            found.ports.push((name, gone));
+            gones.push((i, gone));
+        }
+    }
+    // A key no map holds is not free for that: another container may hold it in the
+    // other map (a hostIP mapping against a wildcard), or want it too. The maps cannot
+    // tell which came first after a flush, so neither of two lost wants is put back.
+    let everyone: Vec<PortElement> = gones.iter().flat_map(|(_, g)| g.clone()).collect();
+    for (i, gone) in gones {
+        let a = &wired.attachments[i];
+        let who = a.who(conf);
+        let name = format!("{}/{}", a.container_id, a.ifname);
+        let taken = cross_held(nft, &who, &gone)?;
+        let mut put = Vec::new();
+        for want in gone {
+            let why = match taken.iter().find(|(p, _)| p.key == want.key) {
+                Some((_, h)) => Some(holds_it(&want, h)),
+                None => wanted_by_other(&who, std::slice::from_ref(&want), &everyone).map(
+                    |(_, h)| {
+                        format!(
+                            "{} asks for it too as {}, and both were lost to the same flush; DEL one of the two containers",
+                            describe_holder(&h.comment),
+                            key_text(&h.key)
+                        )
+                    },
+                ),
+            };
+            match why {
+                Some(why) => found
+                    .not
+                    .push((format!("host port {} of {name}", key_text(&want.key)), why)),
+                None => put.push(want),
+            }
+        }
+        if !put.is_empty() {
+            found.ports.push((name, put));
         }
     }
     if !older.is_empty() {
@@ -143,6 +181,16 @@ pub(super) fn lost(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<L
         }
     }
     Ok(found)
+}
+
+/// Why `want` is not put back: "container C (interface I, network N) holds it", with
+/// the holder's key when it is the other map's.
+fn holds_it(want: &PortElement, holder: &PortElement) -> String {
+    let mut why = format!("{} holds it", describe_holder(&holder.comment));
+    if holder.key != want.key {
+        why.push_str(&format!(" as {}", key_text(&holder.key)));
+    }
+    why
 }
 
 /// An address as elements_of takes it: only its address and family are read.

@@ -4,7 +4,9 @@
 //! nft.rs (maps, chains, rules), rules.rs (their expressions), elements.rs
 //! (keys and values) and guard.rs (the loopback guard); this module decides what goes in and who holds it.
 //! lost.rs finds the ports a flush took, from the runtime records ADD wrote
-//! (src/ipam/store/runtime.rs), for STATUS and the restore.
+//! (src/ipam/store/runtime.rs), for STATUS and the restore; wants.rs reads the same
+//! records node-wide when ADD finds the maps re-made, so a flush never frees a running
+//! container's port for another.
 //!
 //! ADD sends the attachment's masquerade elements and its ports in one batch, so one
 //! sendmsg and all or nothing: a port another attachment holds fails the batch, and the
@@ -26,11 +28,13 @@ use crate::netlink::{flush_udp_conntrack, Family, Flushed, Nftables, Object, Udp
 mod holders;
 mod localnet;
 mod lost;
+mod wants;
 
 use holders::*;
 pub(super) use holders::{cross_conflict, holders, publish_lock};
 pub(super) use localnet::allow_localhost;
 use localnet::*;
+use wants::{node_wants, put_back_wants, wanted_by_other};
 
 mod elements;
 mod guard;
@@ -95,8 +99,26 @@ pub fn add(a: &mut Adding) -> Result<()> {
         allow_localhost(nft, &a.conf.routed_interface())?;
     }
     a.batch.publish_lock = publish_lock();
+    // Port mapping's maps and rules as an admin's flush may have left them (one small
+    // dump); a concurrent repair's deletions make one attempt fail with ENOENT.
+    let remade = match nft.ensure_portmap() {
+        Err(e) if e.is(libc::ENOENT) => nft.ensure_portmap()?,
+        other => other?,
+    };
+    // A flush took the maps with the other containers' ports: the maps cannot say who
+    // holds what, their records can (wants.rs). Read only then, so a steady ADD reads
+    // no record but its own; and what the records ask for is put back at once, so the
+    // next ADD finds it in the maps (this one may not be the one that conflicts).
+    let wants = match remade {
+        true => node_wants(a.conf, a.nl)?,
+        false => Vec::new(),
+    };
+    put_back_wants(nft, a.conf, a.who, &wants);
     if let Some(conflict) = cross_conflict(nft, a.who, &published)? {
         return Err(conflict);
+    }
+    if let Some((port, holder)) = wanted_by_other(a.who, &published, &wants) {
+        return Err(taken_error(&port, holder));
     }
     a.batch.ports = published;
     Ok(())
