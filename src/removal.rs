@@ -42,7 +42,7 @@ use crate::cni::env::Env;
 use crate::cni::result::CniResult;
 use crate::cni::{Error, Result};
 use crate::config::{Config, Ipam};
-use crate::firewall::{network, Removing, KINDS};
+use crate::firewall::{self, network, Removing, KINDS};
 use crate::ipam::store::Locked;
 use crate::ipam::Store;
 use crate::netlink::{Netlink, NftablesOnDemand};
@@ -195,32 +195,26 @@ fn remove_kinds(
         });
         errors.extend(removed.err());
     }
-    // Where the masquerade's elements may be: one lookup per address. With ipMasq off
-    // (perhaps taken out since ADD) the store is read only if the network has sets.
-    let sets = match conf.ip_masq {
-        true => Ok(true),
-        false => nft
-            .get()
-            .map_err(Error::from)
-            .and_then(|n| crate::firewall::masquerade::has_sets(n, conf)),
-    };
-    let (masquerade_sets, addresses) = match sets.and_then(|any| match any {
-        true => addresses(conf, t).map(|a| (true, a)),
-        false => Ok((false, Vec::new())),
-    }) {
-        Ok(found) => found,
-        Err(e) => {
-            errors.push(e);
-            return false;
-        }
-    };
+    // The store is read for the attachment's addresses only if a kind keeps state by
+    // address for the network.
+    let (address_state, addresses) =
+        match firewall::keyed_on_addresses(nft, conf).and_then(|any| match any {
+            true => addresses(conf, t).map(|a| (true, a)),
+            false => Ok((false, Vec::new())),
+        }) {
+            Ok(found) => found,
+            Err(e) => {
+                errors.push(e);
+                return false;
+            }
+        };
     let mut removing = Removing {
         conf,
         nft,
         nl,
         who: t.who,
         addresses: &addresses,
-        masquerade_sets,
+        address_state,
         traced,
     };
     for kind in KINDS {

@@ -122,9 +122,9 @@ pub struct Removing<'a> {
     pub who: Attachment<'a>,
     /// Where its masquerade elements may be (empty when unknown).
     pub addresses: &'a [IpAddr],
-    /// False when the network has no masquerade set (looked up when ipMasq is off,
-    /// before the store is read): nothing to look for.
-    pub masquerade_sets: bool,
+    /// False when no kind keeps state by address for the network (`keyed_on_addresses`,
+    /// asked before the store is read): nothing to look for by address.
+    pub address_state: bool,
     /// Found by its traces (GC, reclaim, healing): the runtime's arguments at hand
     /// (portMappings) are not this attachment's, so the kinds keyed by them look by owner.
     pub traced: bool,
@@ -375,8 +375,21 @@ pub fn add(phase: Phase, a: &mut Adding) -> Result<()> {
     }
     if phase == Phase::OneBatch {
         masquerade::nat::send_staged(a)?;
+        // Port mapping's network state for Services (services.rs), after the batch
+        // that may have made its rules.
+        services::add(a.nft, a.conf)?;
     }
     Ok(())
+}
+
+/// Whether a kind keeps state by address for the network, so that a removal must know
+/// the attachment's addresses (a store read): the masquerade's sets, looked for when
+/// ipMasq is off (perhaps taken out since ADD). One lookup per family then.
+pub fn keyed_on_addresses(nft: &mut NftablesOnDemand, conf: &Config) -> Result<bool> {
+    match conf.ip_masq {
+        true => Ok(true),
+        false => masquerade::has_sets(nft.get()?, conf),
+    }
 }
 
 /// STATUS and the restore command's look: what each kind finds missing of the network's
@@ -472,7 +485,7 @@ fn take_back_from_the_removed(conf: &Config, before: &Wired, nft: &mut NftablesO
             nl: None,
             who: gone.who(conf),
             addresses: &gone.addresses,
-            masquerade_sets: true,
+            address_state: true,
             traced: true,
         };
         for kind in KINDS {

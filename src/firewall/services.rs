@@ -16,7 +16,7 @@
 
 use crate::cni::Result;
 use crate::config::Config;
-use crate::netlink::Nftables;
+use crate::netlink::NftablesOnDemand;
 
 /// Whether bridged IPv4 and IPv6 traffic passes netfilter in the calling netns (the
 /// sysctls are per netns, and /proc/sys/net is the reader's).
@@ -34,10 +34,11 @@ pub fn need_hairpin(conf: &Config) -> bool {
 
 /// ADD: marks the bridge (and makes sure of port mapping's rules that use the mark) where
 /// bridged traffic does not pass netfilter. Nothing is sent when the mark is there.
-pub fn add(nft: &mut Nftables, conf: &Config) -> Result<()> {
+pub fn add(nft: &mut NftablesOnDemand, conf: &Config) -> Result<()> {
     if !need_hairpin(conf) {
         return Ok(());
     }
+    let nft = nft.get()?;
     if nft.has_hairpin(&conf.bridge)? && nft.missing_portmap_rules()?.is_empty() {
         return Ok(());
     }

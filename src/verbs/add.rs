@@ -19,7 +19,7 @@ use crate::cni::env::Env;
 use crate::cni::result::{format_mac, CniResult, Interface};
 use crate::cni::{code, Error, Result};
 use crate::config::Config;
-use crate::firewall::{self, network, services, Adding, Phase};
+use crate::firewall::{self, network, Adding, Phase};
 use crate::leaks;
 use crate::netlink::{Netlink, NftablesOnDemand};
 use crate::netns::{Netns, OpenError};
@@ -137,7 +137,7 @@ struct Wiring<'a> {
 /// Everything ADD makes after the reservation, then its last check; returns [bridge,
 /// host veth, container interface].
 fn make(mut w: Wiring, assigned: &Assigned, mac: Option<[u8; 6]>) -> Result<Vec<Interface>> {
-    let (who, conf) = (w.kinds.who, w.kinds.conf);
+    let who = w.kinds.who;
     // A delegated plugin's ranges are known only from what it gave.
     if let Some(v6) = assigned.ips.iter().find(|ip| ip.address.is_ipv6()) {
         w.mtu
@@ -147,11 +147,6 @@ fn make(mut w: Wiring, assigned: &Assigned, mac: Option<[u8; 6]>) -> Result<Vec<
     let interfaces = wire_up(&mut w, assigned, mac)?;
     firewall::add(Phase::Wired, &mut w.kinds)?;
     firewall::add(Phase::OneBatch, &mut w.kinds)?;
-    // A Service whose endpoint is a pod of this bridge, where bridged traffic bypasses
-    // netfilter: its answers are made to come back through the node.
-    if conf.is_gateway && !services::bridged_traffic_filtered() {
-        services::add(w.kinds.nft.get()?, conf)?;
-    }
     // Last, after everything is made: a concurrent GC that does not list this attachment
     // (another runtime sharing the network) may have removed part of it. Checking both
     // halves here catches any such removal that happened before this point.

@@ -60,7 +60,7 @@ pub fn remove_of_container(conf: &Config, container_id: &str, addresses: &[IpAdd
 /// one removal keeps `nft` open across its slow step, the veth deletion, by which time
 /// the wait is over.
 pub fn remove(r: &mut Removing) -> Result<()> {
-    if !r.masquerade_sets {
+    if !r.address_state {
         return Ok(());
     }
     let (conf, nft) = (r.conf, r.nft.get()?);
