@@ -485,7 +485,25 @@ def syscalls(b: Bench) -> dict:
                 run = Run(t.rc, 0.0, 0, 0.0, 0.0, t.stdout, t.stderr)
                 cni.judge(run, command, att)
                 out[k].setdefault(tool, {})[command] = dict(t.figures, ok=run.ok)
+    # Item by item (trace.ITEMS), academy's ADD beside the C floor's: what is above it.
+    tools_above = {"items": trace.items}
+    # In the steady state: a resident of its own keeps the network in use meanwhile.
+    if "academy" in b.plugins:
+        att = Attachment(cid="bnch-trace-aca-items", netns=b.ns["academy"])
+        plugin = b.plugins["academy"]
+        keeper = Attachment(cid="bnch-trace-aca-keeper", netns=b.lab.add_netns("bnch-trk"))
+        cni.invoke(b.sp, plugin, "ADD", keeper)
+        for command in ("ADD", "DEL"):
+            prev = att.result if command == "DEL" else None
+            t = trace.items(trace.Invocation(plugin.argv(),
+                                             plugin.env(command, att.cid, att.netns, att.ifname),
+                                             plugin.stdin(prev)))
+            run = Run(t.rc, 0.0, 0, 0.0, 0.0, t.stdout, t.stderr)
+            cni.judge(run, command, att)
+            out["academy"].setdefault("items", {})[command] = dict(t.figures, ok=run.ok)
+        cni.invoke(b.sp, plugin, "DEL", keeper)
     if b.nlfloor:
+        tools = dict(tools, **tools_above)
         out["nlfloor"] = {}
         for tool, fn in tools.items():
             t = fn(trace.Invocation(

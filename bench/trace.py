@@ -97,3 +97,120 @@ def perf_stat(inv: Invocation) -> Traced:
             except ValueError:
                 pass  # "<not supported>"
     return Traced(counters, r.returncode, r.stdout, r.stderr)
+
+
+# ---- where an ADD's syscalls go, item by item ----------------------------------------
+
+# The items an invocation's syscalls are sorted into, in the order the report lists
+# them. Each is a part of the work (or of the process) that costs syscalls of its own;
+# the C floor's trace is sorted the same way, so "above the floor" is the difference.
+ITEMS = (
+    "exec and libc start-up",
+    "Rust runtime start-up (and its teardown)",
+    "stdin (the config)",
+    "netns file checks and setns",
+    "netns thread (start, stack, exit)",
+    "netlink sockets (open, options, close)",
+    "rtnetlink round trips",
+    "nf_tables socket and lookups",
+    "/proc/sys reads and writes",
+    "state-version record",
+    "release records and network lock (/run/academy/networks)",
+    "address store",
+    "MAC addresses (getrandom)",
+    "result on stdout",
+    "exit",
+    "other",
+)
+_LINE = re.compile(r"^(\d+)\s+(?:<\.\.\. )?(\w+)(?:\(| resumed>)(.*?)(?:<([\d.]+)>)?$")
+_FD = re.compile(r"^(\d+)<")
+_RESUMED = re.compile(r"^\d+\s+<\.\.\. ")
+_RUNTIME_CALLS = {"poll", "rt_sigaction", "sigaltstack"}
+# What exec and a static glibc's start-up call before main.
+_LIBC_CALLS = {"execve", "brk", "arch_prctl", "set_tid_address", "set_robust_list", "rseq",
+               "prlimit64", "readlink", "getrandom", "mprotect", "mmap", "access", "uname"}
+_THREAD_CALLS = {"clone", "clone3", "futex", "rt_sigprocmask", "madvise", "exit",
+                 "set_robust_list", "rseq"}
+
+
+def classify(lines: list) -> dict:
+    """Sorts the lines of `strace -f -yy -T` (one process and its threads) into ITEMS:
+    {item: {"calls": n, "us": time inside the calls as traced}}. Traced times are
+    inflated by strace itself; they rank the items, the wall-time table measures."""
+    out = {k: {"calls": 0, "us": 0.0} for k in ITEMS}
+    state = {"main": None, "phase": "libc", "last": None}
+    for line in lines:
+        m = _LINE.match(line)
+        if not m or _RESUMED.match(line):
+            continue  # the end of a call counted when it began
+        pid, name, rest, secs = m.group(1), m.group(2), m.group(3), m.group(4)
+        state["main"] = state["main"] or pid
+        item = _item(name, rest, pid != state["main"], state)
+        state["last"] = item
+        out[item]["calls"] += 1
+        out[item]["us"] += float(secs or 0) * 1e6
+    return {k: {"calls": v["calls"], "us": round(v["us"], 1)} for k, v in out.items()}
+
+
+def _item(name: str, rest: str, in_thread: bool, state: dict) -> str:
+    """The item of one call; `state` follows the process: "libc" start-up until the
+    first call std's runtime makes (poll of fds 0-2), "runtime" until stdin is read."""
+    if name == "exit_group":
+        return "exit"
+    if name == "read" and rest.startswith("0<"):
+        state["phase"] = "work"
+        return "stdin (the config)"
+    if state["phase"] == "libc" and name in _RUNTIME_CALLS:
+        state["phase"] = "runtime"
+    elif state["phase"] == "libc" and name not in _LIBC_CALLS:
+        state["phase"] = "work"  # a program without std's runtime (the C floor)
+    if state["phase"] != "work":
+        return "exec and libc start-up" if state["phase"] == "libc" else "Rust runtime start-up (and its teardown)"
+    if name == "write" and rest.startswith("1<"):
+        return "result on stdout"
+    # An unbound socket's fd shows no protocol: the nf_tables one is known by its fd.
+    fd = _FD.match(rest)
+    if "NETLINK_NETFILTER" in rest:
+        made = re.search(r"= (\d+)<", rest)
+        if made:
+            state.setdefault("nf_fds", set()).add(made.group(1))
+        return "nf_tables socket and lookups"
+    if "NETLINK:[NETFILTER" in rest or (fd and fd.group(1) in state.get("nf_fds", ())):
+        if name == "close" and fd:
+            state["nf_fds"].discard(fd.group(1))
+        return "nf_tables socket and lookups"
+    if "<NETLINK:" in rest or "AF_NETLINK" in rest:
+        if name in ("sendto", "sendmsg", "recvfrom", "recvmsg"):
+            return "rtnetlink round trips"
+        return "netlink sockets (open, options, close)"
+    if "/proc/sys/" in rest:
+        return "/proc/sys reads and writes"
+    if ".state" in rest or "/proc/self/ns/net" in rest:
+        return "state-version record"
+    if "/run/academy" in rest:
+        return "release records and network lock (/run/academy/networks)"
+    if name in ("setns", "fstatfs", "ioctl") or "/run/netns/" in rest or "/ns/net" in rest:
+        return "netns file checks and setns"
+    if in_thread or name in _THREAD_CALLS or "SIGRT_1" in rest or "MAP_STACK" in rest:
+        return "netns thread (start, stack, exit)"
+    if name == "mprotect" and state["last"] == "netns thread (start, stack, exit)":
+        return "netns thread (start, stack, exit)"  # the new stack made writable
+    if name in ("sigaltstack", "munmap"):
+        return "Rust runtime start-up (and its teardown)"  # its signal stack taken down at exit
+    if name == "getrandom":
+        return "MAC addresses (getrandom)"
+    if name in ("openat", "newfstatat", "statx", "read", "write", "close", "flock",
+                "renameat", "renameat2", "linkat", "unlinkat", "unlink", "ftruncate",
+                "mkdirat", "mkdir", "geteuid", "getdents64", "fstat", "lseek"):
+        return "address store"
+    return "other"
+
+
+def items(inv: Invocation) -> Traced:
+    """One invocation under `strace -f -yy -T`, its syscalls sorted into ITEMS."""
+    with tempfile.NamedTemporaryFile("r", suffix=".strace") as out:
+        r = _run(["strace", "-f", "-yy", "-T", "-qq", "-s", "64", "-o", out.name], inv)
+        lines = out.read().splitlines()
+    sorted_ = classify(lines)
+    figures = {"items": sorted_, "total_calls": sum(v["calls"] for v in sorted_.values())}
+    return Traced(figures, r.returncode, r.stdout, r.stderr)

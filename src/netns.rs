@@ -17,6 +17,11 @@ const NSFS_MAGIC: i64 = 0x6e73_6673;
 /// ioctl(2) on an nsfs file: which kind of namespace it is (linux/nsfs.h, _IO(0xb7, 0x3)).
 const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
 
+/// The netns thread's stack. Its work is a few netlink requests whose buffers are on the
+/// heap; std's default (2 MiB, or RUST_MIN_STACK from the environment) is mapped and
+/// then released untouched, and debug builds and a panic's message need less than this.
+const THREAD_STACK: usize = 256 * 1024;
+
 /// An open network namespace other than academy's own.
 pub struct Netns {
     file: File,
@@ -90,15 +95,28 @@ impl Netns {
         F: FnOnce() -> Result<T> + Send,
     {
         std::thread::scope(|scope| {
-            let thread = scope.spawn(|| {
-                setns(self.file.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| {
-                    Error::new(
-                        code::NETNS_UNUSABLE,
-                        format!("cannot enter network namespace {}: {e}", self.path),
-                    )
-                })?;
-                work()
-            });
+            let spawned = std::thread::Builder::new()
+                .stack_size(THREAD_STACK)
+                .spawn_scoped(scope, || {
+                    setns(self.file.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| {
+                        Error::new(
+                            code::NETNS_UNUSABLE,
+                            format!("cannot enter network namespace {}: {e}", self.path),
+                        )
+                    })?;
+                    work()
+                });
+            let thread = spawned.map_err(|e| {
+                // Out of memory or of threads: the node's, for now.
+                Error::new(
+                    code::TRY_AGAIN_LATER,
+                    format!(
+                        "cannot start a thread to enter network namespace {}: {e}",
+                        self.path
+                    ),
+                )
+                .details("the node is short of memory or threads; try again")
+            })?;
             thread.join().unwrap_or_else(|_| {
                 Err(Error::new(
                     code::NETNS_UNUSABLE,

@@ -37,6 +37,12 @@ pub fn run(env: Result<Option<Env>>, stdin: &[u8]) -> Option<Outcome> {
         stdout: Some(e.to_json(&err_version)),
         exit_code: 1,
     };
+    // Tests only (debug builds): a bug's path, to see it still reach the runtime as CNI
+    // JSON (src/main.rs replaces std's start-up; tests/it/protocol/env.rs).
+    #[cfg(debug_assertions)]
+    if std::env::var_os("ACADEMY_TEST_PANIC").is_some() {
+        panic!("ACADEMY_TEST_PANIC is set");
+    }
     let env = match env {
         Ok(Some(env)) => env,
         Ok(None) => return None,

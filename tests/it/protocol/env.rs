@@ -147,3 +147,26 @@ fn unknown_commands_are_named() {
         .collect();
     refuse_all(&lab, table);
 }
+
+/// A bug (a panic) still reaches the runtime as one CNI error object, code 999, exit 1:
+/// academy replaces std's start-up with its own (src/main.rs), which must keep this.
+#[test]
+fn a_panic_is_answered_with_cni_json() {
+    let lab = Lab::new("panic");
+    let out = lab.call("ADD").env("ACADEMY_TEST_PANIC", "1").run();
+    assert_eq!(out.code, 1, "a panic's exit status:\n{out}");
+    let reply = out.json();
+    assert_eq!(reply["code"], 999, "a panic's error code:\n{out}");
+    assert_eq!(reply["cniVersion"], "1.1.0", "{out}");
+    assert!(
+        reply["msg"]
+            .as_str()
+            .unwrap_or("")
+            .contains("internal error"),
+        "{out}"
+    );
+    assert!(
+        out.stderr.contains("ACADEMY_TEST_PANIC is set"),
+        "the panic's message on stderr:\n{out}"
+    );
+}
