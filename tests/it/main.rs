@@ -20,6 +20,7 @@
 //! |               | node's pods and is masqueraded to the internet; the rule follows |
 //! |               | the config through CHECK, STATUS, ADD and restore           |
 //! | `macspoof`    | macspoofchk end to end, and beside the reference bridge 1.1.1  |
+//! | `mac_filter_parts` | a MAC filter with a part deleted: restore, ADD and DEL complete it |
 //! | `dropin/`     | academy as a drop-in for the reference bridge + host-local,    |
 //! |               | one file per subject (addresses, static requests, keys, ...)   |
 //! | `multinet`    | a container on several networks (academy's, the reference's)   |
@@ -141,6 +142,7 @@ mod keys_off;
 mod kinds;
 mod layer2;
 mod leaks;
+mod mac_filter_parts;
 mod macspoof;
 mod masquerade;
 mod metrics;

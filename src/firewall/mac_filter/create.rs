@@ -4,6 +4,7 @@
 use super::names::{allowed_set, guarded_set, ports_map, rule_comment, BRIDGE_CHAIN, PAIR_LEN};
 use crate::firewall::tables::ACADEMY_BRIDGE;
 use crate::netlink::nftables::attrs::name_byteorder;
+use crate::netlink::nftables::batch::Change;
 use crate::netlink::nftables::consts::{
     IFNAMSIZ, NFPROTO_BRIDGE, NFT_META_IIFNAME, NFT_PAYLOAD_LL_HEADER, NFT_REG_1, NFT_REG_2,
     NF_BR_PRE_ROUTING, NF_BR_PRI_NAT_DST_BRIDGED, NF_DROP, TYPE_ETHERADDR, TYPE_IFNAME,
@@ -18,10 +19,43 @@ const PORTS_ID: u32 = 1;
 const ALLOWED_ID: u32 = 2;
 const GUARDED_ID: u32 = 3;
 
-/// The table, chain, map, sets and rule of one network, in one batch. The map is
-/// created exclusively and the rule with it: if the map exists, so does the rule, and
-/// the kernel refuses the whole batch, which is success here.
+/// The table, chain, map, sets and rule of one network, in one batch. The map and sets
+/// are created exclusively and the rule with them: if one exists the kernel refuses the
+/// whole batch, and what is there (all of it, a concurrent first ADD's; or part, what an
+/// admin's deletion or a flush racing a restore left) is completed (complete.rs).
 pub(super) fn create_guard(nft: &mut Nftables, network: &str) -> NlResult<()> {
+    match nft.commit(NFPROTO_BRIDGE, guard_changes(network, &Lacking::ALL)) {
+        Err(e) if e.is(libc::EEXIST) => super::complete::complete_guard(nft, network),
+        other => other,
+    }
+}
+
+/// Which of a network's filter objects a batch makes (the table and chain, shared by
+/// every network, are always in it, made only when missing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Lacking {
+    pub map: bool,
+    pub guarded: bool,
+    pub allowed: bool,
+    pub rule: bool,
+}
+
+impl Lacking {
+    pub const ALL: Lacking = Lacking {
+        map: true,
+        guarded: true,
+        allowed: true,
+        rule: true,
+    };
+
+    pub fn any(&self) -> bool {
+        self.map || self.guarded || self.allowed || self.rule
+    }
+}
+
+/// The batch making what `lacking` names. The rule's lookups name the sets by name,
+/// which the kernel tries before their ids: sets already there serve as well.
+pub(super) fn guard_changes(network: &str, lacking: &Lacking) -> Vec<Change> {
     let (guarded, allowed) = (guarded_set(network), allowed_set(network));
     let chain = BaseChain {
         name: BRIDGE_CHAIN,
@@ -47,24 +81,26 @@ pub(super) fn create_guard(nft: &mut Nftables, network: &str) -> NlResult<()> {
         userdata: None,
         ..map_of(&map)
     };
-    let changes = vec![
-        new_table(ACADEMY_BRIDGE),
-        new_chain(ACADEMY_BRIDGE, chain),
-        map_of(&map).change(),
-        guarded_names.change(),
-        pairs.change(),
-        new_rule(
+    let mut changes = vec![new_table(ACADEMY_BRIDGE), new_chain(ACADEMY_BRIDGE, chain)];
+    if lacking.map {
+        changes.push(map_of(&map).change());
+    }
+    if lacking.guarded {
+        changes.push(guarded_names.change());
+    }
+    if lacking.allowed {
+        changes.push(pairs.change());
+    }
+    if lacking.rule {
+        changes.push(new_rule(
             ACADEMY_BRIDGE,
             BRIDGE_CHAIN,
             Some(&rule_comment(network)),
             |list| drop_rule(list, &guarded, &allowed),
             format!("add the macspoofchk rule of network {network}"),
-        ),
-    ];
-    match nft.commit(NFPROTO_BRIDGE, changes) {
-        Err(e) if e.is(libc::EEXIST) => Ok(()),
-        other => other,
+        ));
     }
+    changes
 }
 
 /// The network's map of guarded ports to their MAC (`name`: ports_map's).
