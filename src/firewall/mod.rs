@@ -45,6 +45,7 @@ pub mod mac_filter;
 pub mod masquerade;
 pub mod network;
 pub mod ports;
+pub mod put_back;
 pub mod reference;
 pub mod services;
 pub mod tables;
@@ -402,9 +403,10 @@ pub fn missing_in(
 /// (it then skips, as behind an ADD in flight: the restore, finding the network unused,
 /// releases it itself once its share is dropped).
 pub fn restore(conf: &Config) -> Result<Restoration> {
-    hold_for_test();
+    hold_for_test("ACADEMY_TEST_HOLD_RESTORE");
     let share = network::in_use(conf);
     let wired = Wired::read(conf)?;
+    hold_for_test("ACADEMY_TEST_HOLD_RESTORE_READ");
     if wired.attachments.is_empty() && !wired.bridge_in_use {
         drop(share);
         network::release_if_unused(conf)?;
@@ -426,6 +428,22 @@ pub fn restore(conf: &Config) -> Result<Restoration> {
                 restored.kinds.push((kind, what))
             }
             Err(e) => restored.errors.push((kind, e)),
+        }
+    }
+    if !restored.kinds.is_empty() {
+        // What a removal took meanwhile, put back above: taken back (put_back.rs).
+        match put_back::take_back(conf, &wired, &mut nft) {
+            Ok(taken) if !taken.is_empty() => crate::log::debug(format_args!(
+                "network {}: removed during the restore, its state taken back: {}",
+                conf.name,
+                taken.join(", ")
+            )),
+            Ok(_) => {}
+            // Left to GC, which sweeps what no live attachment owns.
+            Err(e) => eprintln!(
+                "academy: warning: network {}: the state of attachments removed during the restore could not be taken back: {e}",
+                conf.name
+            ),
         }
     }
     if restored.errors.is_empty() {
@@ -451,10 +469,12 @@ fn as_put_back(missing: &str) -> String {
 
 /// Tests only (debug builds): with ACADEMY_TEST_HOLD_RESTORE set to a path, a network's
 /// restore, once started and before it takes the lock, creates `<path>.held` and waits (30 s at most) while `<path>` exists, so a
-/// test can run a DEL in the middle of a restore without racing a signal.
-fn hold_for_test() {
+/// test can run a DEL in the middle of a restore without racing a signal;
+/// ACADEMY_TEST_HOLD_RESTORE_READ holds it so after it read the wired attachments.
+fn hold_for_test(var: &str) {
+    let _ = var; // release builds have no hold
     #[cfg(debug_assertions)]
-    if let Some(path) = std::env::var_os("ACADEMY_TEST_HOLD_RESTORE") {
+    if let Some(path) = std::env::var_os(var) {
         let path = std::path::PathBuf::from(path);
         let mut held = path.clone().into_os_string();
         held.push(".held");

@@ -66,6 +66,7 @@
 //! | `reference_switch` | a live reference network switched by `academy convert`: DEL |
 //! |               | removes the reference's leftovers; convert's report and --in-place |
 //! | `restore_lock` | a network released by its last DEL during a restore stays released |
+//! | `restore_removal` | an attachment DELed during a restore keeps nothing put back |
 //! | `upgrade`     | the previous release and v0.4.0 (built from git history) replaced |
 //! |               | under live containers: CHECK, STATUS, the published port, DEL, GC |
 //! | `rollback`    | this build replaced by the previous release and v0.4.0 under live |
@@ -160,6 +161,7 @@ mod portmap;
 mod protocol;
 mod reference_switch;
 mod restore_lock;
+mod restore_removal;
 mod rollback;
 mod route_attrs;
 mod services;
