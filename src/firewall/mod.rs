@@ -451,6 +451,13 @@ pub fn restore(conf: &Config) -> Result<Restoration> {
         // version.
         upgrade::record_current(conf);
     }
+    // A last DEL that ran beside the restore skipped its release, as behind an ADD in
+    // flight (this restore's share): the network, left with no attachment, is released
+    // (or recorded for its release) here, once the share is dropped.
+    drop(share);
+    if let Err(e) = network::release_if_unused(conf) {
+        eprintln!("academy: warning: network {}: {e}", conf.name);
+    }
     Ok(restored)
 }
 

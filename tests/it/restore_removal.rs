@@ -37,31 +37,9 @@ fn wait_for(path: &Path) {
     }
 }
 
-#[test]
-fn a_restore_beside_a_del_leaves_nothing_of_the_deleted_attachment() {
-    let lab = Lab::new("rdel");
-    let node = Node::new(&lab);
-    let mut entry = crate::portmap::academy_entry(&lab);
-    entry["ipMasq"] = json!(true);
-    entry["releaseUnusedAfter"] = json!(60);
-    let list = json!({"cniVersion": "1.1.0", "name": lab.network, "plugins": [entry.clone()]});
-    std::fs::write(lab.conf_dir.join("10-lab.conflist"), list.to_string()).unwrap();
-    let mut config = entry;
-    config["cniVersion"] = json!("1.1.0");
-    config["name"] = json!(lab.network);
-    let mut published = config.clone();
-    published["runtimeConfig"] = json!({"portMappings": [mapping(18080, None)]});
-
-    let (a, b) = (lab.attachment("a"), lab.attachment("b"));
-    node.call("ADD", &a, &published).expect_result("ADD a");
-    node.call("ADD", &b, &config).expect_result("ADD b");
-    let owner = owner_comment(&lab.network, &a.cid, &a.ifname);
-    let before = naming(&node, &owner);
-    assert!(
-        before.len() >= 3,
-        "a's masquerade elements (v4, v6) and port: {before:?}"
-    );
-
+/// Runs `academy restore` in the node, held after its read of the attachments while
+/// `during` runs, then let go; its exit status must be success. Returns its stderr.
+fn restore_around(lab: &Lab, node: &Node, during: impl FnOnce()) -> String {
     let hold = lab.data_dir.join("hold-restore");
     std::fs::write(&hold, b"").unwrap();
     let held = lab.data_dir.join("hold-restore.held");
@@ -81,7 +59,7 @@ fn a_restore_beside_a_del_leaves_nothing_of_the_deleted_attachment() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Let go and reaped even if an assertion below fails.
+    // Let go and reaped even if an assertion fails.
     struct Resume<'a>(&'a Path, &'a mut std::process::Child);
     impl Drop for Resume<'_> {
         fn drop(&mut self) {
@@ -91,21 +69,7 @@ fn a_restore_beside_a_del_leaves_nothing_of_the_deleted_attachment() {
     }
     let resume = Resume(&hold, &mut restore);
     wait_for(&held);
-
-    // The DEL, between the restore's look and its batches: it does not wait on it.
-    let started = Instant::now();
-    node.call("DEL", &a, &published)
-        .expect_silent_success("DEL a during the restore");
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "DEL stood behind the held restore"
-    );
-    assert_eq!(
-        naming(&node, &owner),
-        Vec::<String>::new(),
-        "right after DEL"
-    );
-
+    during();
     std::fs::remove_file(resume.0).unwrap();
     let status = resume.1.wait().unwrap();
     let mut err = String::new();
@@ -115,6 +79,56 @@ fn a_restore_beside_a_del_leaves_nothing_of_the_deleted_attachment() {
     }
     drop(resume);
     assert!(status.success(), "restore: {err}");
+    err
+}
+
+/// The lab's conflist, ipMasq and ports, released `release_after` s after its last
+/// attachment; the config a runtime gives ADD without ports.
+fn network(lab: &Lab, release_after: u64) -> serde_json::Value {
+    let mut entry = crate::portmap::academy_entry(lab);
+    entry["ipMasq"] = json!(true);
+    entry["releaseUnusedAfter"] = json!(release_after);
+    let list = json!({"cniVersion": "1.1.0", "name": lab.network, "plugins": [entry.clone()]});
+    std::fs::write(lab.conf_dir.join("10-lab.conflist"), list.to_string()).unwrap();
+    let mut config = entry;
+    config["cniVersion"] = json!("1.1.0");
+    config["name"] = json!(lab.network);
+    config
+}
+
+#[test]
+fn a_restore_beside_a_del_leaves_nothing_of_the_deleted_attachment() {
+    let lab = Lab::new("rdel");
+    let node = Node::new(&lab);
+    let config = network(&lab, 60);
+    let mut published = config.clone();
+    published["runtimeConfig"] = json!({"portMappings": [mapping(18080, None)]});
+
+    let (a, b) = (lab.attachment("a"), lab.attachment("b"));
+    node.call("ADD", &a, &published).expect_result("ADD a");
+    node.call("ADD", &b, &config).expect_result("ADD b");
+    let owner = owner_comment(&lab.network, &a.cid, &a.ifname);
+    let before = naming(&node, &owner);
+    assert!(
+        before.len() >= 3,
+        "a's masquerade elements (v4, v6) and port: {before:?}"
+    );
+
+    // The DEL, between the restore's look and its batches: it does not wait on it.
+    let err = restore_around(&lab, &node, || {
+        let started = Instant::now();
+        node.call("DEL", &a, &published)
+            .expect_silent_success("DEL a during the restore");
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "DEL stood behind the held restore"
+        );
+        assert_eq!(
+            naming(&node, &owner),
+            Vec::<String>::new(),
+            "right after DEL"
+        );
+    });
     assert_eq!(
         naming(&node, &owner),
         Vec::<String>::new(),
@@ -124,4 +138,22 @@ fn a_restore_beside_a_del_leaves_nothing_of_the_deleted_attachment() {
     let b_owner = owner_comment(&lab.network, &b.cid, &b.ifname);
     assert!(!naming(&node, &b_owner).is_empty(), "b's elements");
     node.call("DEL", &b, &config).expect_silent_success("DEL b");
+}
+
+/// The network's last DEL beside the restore skips its release (the restore holds the
+/// network's lock shared, as an ADD in flight does): the restore releases it.
+#[test]
+fn a_last_del_beside_a_restore_still_releases_the_network() {
+    let lab = Lab::new("rdlast");
+    let node = Node::new(&lab);
+    let config = network(&lab, 0);
+    let a = lab.attachment("a");
+    node.call("ADD", &a, &config).expect_result("ADD a");
+    assert!(!naming(&node, &lab.network).is_empty(), "ADD made nothing");
+    let err = restore_around(&lab, &node, || {
+        node.call("DEL", &a, &config)
+            .expect_silent_success("DEL a during the restore");
+    });
+    let left = naming(&node, &lab.network);
+    assert!(left.is_empty(), "left of the network: {left:?}\n{err}");
 }
