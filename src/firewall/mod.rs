@@ -404,7 +404,7 @@ pub fn missing_in(
 /// releases it itself once its share is dropped).
 pub fn restore(conf: &Config) -> Result<Restoration> {
     hold_for_test("ACADEMY_TEST_HOLD_RESTORE");
-    let share = network::in_use(conf);
+    let share = network::restoring(conf);
     let wired = Wired::read(conf)?;
     hold_for_test("ACADEMY_TEST_HOLD_RESTORE_READ");
     if wired.attachments.is_empty() && !wired.bridge_in_use {

@@ -65,6 +65,12 @@ pub fn in_use(conf: &Config) -> InUse {
     InUse(lock)
 }
 
+/// Takes the network's lock shared for a restore, as ADD does, but the record stays: a
+/// restore is no attachment, and a pending release (its grace running) is not undone.
+pub fn restoring(conf: &Config) -> InUse {
+    InUse(lock(conf, Wait::Shared).ok())
+}
+
 /// The network's lock held whole, for a sweep that judges ownership by the store
 /// (`academy install` after a rollback): ADD holds a share from before its reservation
 /// until its last nf_tables step, so while this is held an element whose owner has no
