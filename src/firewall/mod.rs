@@ -45,6 +45,7 @@ pub mod mac_filter;
 pub mod masquerade;
 pub mod network;
 pub mod ports;
+pub mod put_back;
 pub mod reference;
 pub mod services;
 pub mod tables;
@@ -427,7 +428,7 @@ pub fn missing_in(
 /// bridge's objects while the restore puts them back.
 pub fn restore(conf: &Config) -> Result<Restoration> {
     hold_for_test("ACADEMY_TEST_HOLD_RESTORE");
-    let share = network::in_use(conf);
+    let share = network::restoring(conf);
     let wired = Wired::read(conf)?;
     hold_for_test("ACADEMY_TEST_HOLD_RESTORE_LOCKED");
     if wired.attachments.is_empty() && !wired.bridge_in_use {
@@ -454,49 +455,34 @@ pub fn restore(conf: &Config) -> Result<Restoration> {
         }
     }
     if !restored.repaired().is_empty() {
-        take_back_from_the_removed(conf, &wired, &mut nft);
+        // What a removal took meanwhile, put back above: taken back (put_back.rs).
+        match put_back::take_back(conf, &wired, &mut nft) {
+            Ok(taken) if !taken.is_empty() => crate::log::debug(format_args!(
+                "network {}: removed during the restore, its state taken back: {}",
+                conf.name,
+                taken.join(", ")
+            )),
+            Ok(_) => {}
+            // Left to GC, which sweeps what no live attachment owns.
+            Err(e) => eprintln!(
+                "academy: warning: network {}: the state of attachments removed during the restore could not be taken back: {e}",
+                conf.name
+            ),
+        }
     }
     if restored.errors.is_empty() {
         // Every kind this binary knows is now complete: the network is at its state
         // version.
         upgrade::record_current(conf);
     }
-    Ok(restored)
-}
-
-/// After a restore that put something back: the attachments removed since the restore
-/// read them (a DEL takes no lock a restore holds) get their state taken again, by
-/// owner, as the one removal takes it, so the restore leaves no element of a gone
-/// attachment (which would keep its network from being released). One more read of the
-/// store and the links, only when something was put back. Best effort: what stays is
-/// GC's to sweep.
-fn take_back_from_the_removed(conf: &Config, before: &Wired, nft: &mut NftablesOnDemand) {
-    let Ok(now) = Wired::read(conf) else {
-        return;
-    };
-    for gone in before.attachments.iter().filter(|a| {
-        !now.attachments
-            .iter()
-            .any(|n| (&n.container_id, &n.ifname) == (&a.container_id, &a.ifname))
-    }) {
-        let mut removing = Removing {
-            conf,
-            nft: &mut *nft,
-            nl: None,
-            who: gone.who(conf),
-            addresses: &gone.addresses,
-            address_state: true,
-            traced: true,
-        };
-        for kind in KINDS {
-            if let Err(e) = kind.remove(&mut removing) {
-                crate::log::debug(format_args!(
-                    "network {}: {kind} of {}/{}, removed during the restore: {e}",
-                    conf.name, gone.container_id, gone.ifname
-                ));
-            }
-        }
+    // A last DEL that ran beside the restore skipped its release, as behind an ADD in
+    // flight (this restore's share): the network, left with no attachment, is released
+    // (or recorded for its release) here, once the share is dropped.
+    drop(share);
+    if let Err(e) = network::release_if_unused(conf) {
+        eprintln!("academy: warning: network {}: {e}", conf.name);
     }
+    Ok(restored)
 }
 
 /// A kind's words for what it misses ("X is missing from nf_tables set S: what that

@@ -135,6 +135,16 @@ fn taken_back(conf: &Config, node: u64) {
     drop(lock);
 }
 
+/// Takes the network's lock shared for a restore, as ADD does, but the record stays: a
+/// restore is no attachment, and a pending release (its grace running) is not undone.
+pub fn restoring(conf: &Config) -> InUse {
+    let node = node();
+    InUse {
+        _network: locks::network(&conf.name, Wait::Shared).ok(),
+        _bridge: node.and_then(|n| locks::bridge(&conf.bridge, n, Wait::Shared).ok()),
+    }
+}
+
 /// The network's lock held whole, for a sweep that judges ownership by the store
 /// (`academy install` after a rollback): ADD holds a share from before its reservation
 /// until its last nf_tables step, so while this is held an element whose owner has no

@@ -20,6 +20,7 @@
 //! |               | node's pods and is masqueraded to the internet; the rule follows |
 //! |               | the config through CHECK, STATUS, ADD and restore           |
 //! | `macspoof`    | macspoofchk end to end, and beside the reference bridge 1.1.1  |
+//! | `mac_filter_parts` | a MAC filter with a part deleted: restore, ADD and DEL complete it |
 //! | `dropin/`     | academy as a drop-in for the reference bridge + host-local,    |
 //! |               | one file per subject (addresses, static requests, keys, ...)   |
 //! | `multinet`    | a container on several networks (academy's, the reference's)   |
@@ -65,6 +66,7 @@
 //! | `reference_switch` | a live reference network switched by `academy convert`: DEL |
 //! |               | removes the reference's leftovers; convert's report and --in-place |
 //! | `restore_lock` | a network released by its last DEL during a restore stays released |
+//! | `restore_removal` | an attachment DELed during a restore keeps nothing put back |
 //! | `upgrade`     | the previous release and v0.4.0 (built from git history) replaced |
 //! |               | under live containers: CHECK, STATUS, the published port, DEL, GC |
 //! | `rollback`    | this build replaced by the previous release and v0.4.0 under live |
@@ -141,6 +143,7 @@ mod keys_off;
 mod kinds;
 mod layer2;
 mod leaks;
+mod mac_filter_parts;
 mod macspoof;
 mod masquerade;
 mod metrics;
@@ -158,6 +161,7 @@ mod portmap;
 mod protocol;
 mod reference_switch;
 mod restore_lock;
+mod restore_removal;
 mod rollback;
 mod route_attrs;
 mod services;

@@ -154,3 +154,30 @@ impl WaitRef for std::process::Child {
         (self.wait().unwrap(), err)
     }
 }
+
+/// A restore is no attachment: the record of a network waiting out its grace stays as
+/// it was (a restore that took it, as an ADD does, let a concurrent restore's skipped
+/// release leave the network with no release pending: found by the soak, seed 1).
+#[test]
+fn a_restore_leaves_a_pending_release_as_it_was() {
+    let lab = Lab::new("rgrace");
+    let node = Node::new(&lab);
+    let extra = json!({"ipMasq": true, "releaseUnusedAfter": 60});
+    lab.write_conflist("1.1.0", "academy", extra.clone());
+    let mut config: Value = lab.config("1.1.0");
+    for (k, v) in extra.as_object().unwrap() {
+        config[k] = v.clone();
+    }
+    let a = lab.attachment("a");
+    node.call("ADD", &a, &config).expect_result("ADD a");
+    node.call("DEL", &a, &config).expect_silent_success("DEL a");
+    let record = format!("/run/academy/networks/{}.unused", lab.network);
+    let before = std::fs::read_to_string(&record).expect("the last DEL's record");
+    std::thread::sleep(Duration::from_millis(20));
+    let conf_dir = lab.conf_dir.to_str().unwrap();
+    let out = node.academy(&["restore", "--conf-dir", conf_dir]);
+    assert_eq!(out.code, 0, "{out}");
+    let after = std::fs::read_to_string(&record).unwrap_or_default();
+    assert_eq!(after, before, "the record after a restore");
+    assert!(!mentions(&node).is_empty(), "released before its grace");
+}

@@ -16,10 +16,43 @@ const PORTS_ID: u32 = 1;
 const ALLOWED_ID: u32 = 2;
 const GUARDED_ID: u32 = 3;
 
-/// The table, chain, map, sets and rule of one network, in one batch. The map is
-/// created exclusively and the rule with it: if the map exists, so does the rule, and
-/// the kernel refuses the whole batch, which is success here.
+/// The table, chain, map, sets and rule of one network, in one batch. The map and sets
+/// are created exclusively and the rule with them: if one exists the kernel refuses the
+/// whole batch, and what is there (all of it, a concurrent first ADD's; or part, what an
+/// admin's deletion or a flush racing a restore left) is completed (complete.rs).
 pub(super) fn create_guard(nft: &mut Nftables, network: &str) -> NlResult<()> {
+    match nft.run(guard_changes(network, &Lacking::ALL)) {
+        Err(e) if e.is(libc::EEXIST) => super::complete::complete_guard(nft, network),
+        other => other,
+    }
+}
+
+/// Which of a network's filter objects a batch makes (the table and chain, shared by
+/// every network, are always in it, made only when missing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Lacking {
+    pub map: bool,
+    pub guarded: bool,
+    pub allowed: bool,
+    pub rule: bool,
+}
+
+impl Lacking {
+    pub const ALL: Lacking = Lacking {
+        map: true,
+        guarded: true,
+        allowed: true,
+        rule: true,
+    };
+
+    pub fn any(&self) -> bool {
+        self.map || self.guarded || self.allowed || self.rule
+    }
+}
+
+/// The batch making what `lacking` names. The rule's lookups name the sets by name,
+/// which the kernel tries before their ids: sets already there serve as well.
+pub(super) fn guard_changes(network: &str, lacking: &Lacking) -> Vec<Change> {
     let (guarded, allowed) = (guarded_set(network), allowed_set(network));
     let chain = Chain {
         table: ACADEMY_BRIDGE,
@@ -46,28 +79,30 @@ pub(super) fn create_guard(nft: &mut Nftables, network: &str) -> NlResult<()> {
         userdata: None,
         ..map_of(&map)
     };
-    let rule = Rule {
-        table: ACADEMY_BRIDGE,
-        chain: BRIDGE_CHAIN.to_string(),
-        handle: 0,
-        comment: Some(rule_comment(network)),
-        exprs: drop_rule(&guarded, &allowed),
-    };
-    let changes = vec![
-        Change::add_table(ACADEMY_BRIDGE),
-        Change::add_chain(chain),
-        Change::add_set(map_of(&map)),
-        Change::add_set(guarded_names),
-        Change::add_set(pairs),
-        Change::add_rule(
+    let mut changes = vec![Change::add_table(ACADEMY_BRIDGE), Change::add_chain(chain)];
+    if lacking.map {
+        changes.push(Change::add_set(map_of(&map)));
+    }
+    if lacking.guarded {
+        changes.push(Change::add_set(guarded_names));
+    }
+    if lacking.allowed {
+        changes.push(Change::add_set(pairs));
+    }
+    if lacking.rule {
+        let rule = Rule {
+            table: ACADEMY_BRIDGE,
+            chain: BRIDGE_CHAIN.to_string(),
+            handle: 0,
+            comment: Some(rule_comment(network)),
+            exprs: drop_rule(&guarded, &allowed),
+        };
+        changes.push(Change::add_rule(
             rule,
             format!("add the macspoofchk rule of network {network}"),
-        ),
-    ];
-    match nft.run(changes) {
-        Err(e) if e.is(libc::EEXIST) => Ok(()),
-        other => other,
+        ));
     }
+    changes
 }
 
 /// The network's map of guarded ports to their MAC (`name`: ports_map's).

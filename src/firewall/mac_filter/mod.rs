@@ -17,9 +17,11 @@ use crate::config::Config;
 use crate::firewall::tables::ACADEMY_BRIDGE;
 use crate::netlink::{Netlink, Nftables, Object};
 
+mod complete;
 mod create;
 mod names;
 mod nft;
+mod unmapped;
 
 pub use names::{guard_sets, GuardedPort};
 use nft::{
@@ -80,6 +82,9 @@ pub fn remove(r: &mut Removing) -> Result<()> {
             );
             Ok(())
         }
+        // Not in the map: its set elements may still be there, the map lost (only
+        // looked for where the key is set: an extra lookup on every other DEL).
+        None if conf.mac_spoof_check => Ok(unmapped::remove_unmapped(nft, &conf.name, &r.who)?),
         None => Ok(()),
     }
 }
@@ -215,36 +220,19 @@ fn unguarded(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<Str
     Ok(found)
 }
 
-/// Puts the rule and the wired attachments' guards back. The MAC a port may send is the
-/// container interface's, read over netlink through the veth's peer (no netns is
-/// entered). With the rule gone, the network's sets are made anew, so the guards of
-/// every wired attachment are added again.
+/// Puts the rule and the wired attachments' guards back. Whatever of the network's
+/// map, sets and rule is missing is made again in place (complete.rs): the elements
+/// still there stay, so an ADD running beside the restore keeps its guard. The MAC a
+/// port may send is the container interface's, read over netlink through the veth's
+/// peer (no netns is entered).
 pub fn restore(l: &mut Looking) -> Result<Vec<String>> {
     let missing = missing(l)?;
     if missing.is_empty() {
         return Ok(missing);
     }
     let (conf, wired, nft) = (l.conf, l.wired, l.nft.get()?);
-    let rule_gone = !has_guard_rule(nft, &conf.name)?;
-    if rule_gone {
-        // Sets without their rule (an admin deleted the rule alone) would make the
-        // guard's creation, which makes the sets and the rule together, refuse.
-        // No rule, so no port is checked: the leftover guards go with the sets.
-        let mut objects: Vec<Object> = guard_sets(&conf.name)
-            .into_iter()
-            .map(|set| Object::Set(ACADEMY_BRIDGE, set))
-            .collect();
-        objects.extend(guard_rule(nft, &conf.name)?.map(Object::Rule));
-        nft.delete_objects(&objects)?;
-    }
-    let veths = match rule_gone {
-        true => wired
-            .attachments
-            .iter()
-            .map(|a| a.who(conf).host_name())
-            .collect(),
-        false => unguarded(nft, conf, wired)?,
-    };
+    complete::complete_guard(nft, &conf.name)?;
+    let veths = unguarded(nft, conf, wired)?;
     let mut nl = Netlink::open()?;
     for a in &wired.attachments {
         let who = a.who(conf);

@@ -10,9 +10,9 @@
 //! records (its mappings are unknown; whether its ports are in place is told apart).
 //!
 //! A DEL that removes its ports between the restore's look at the wired attachments and
-//! its batch gets them published again, as a masquerade element is put back in that
-//! window (masquerade/nat.rs): DEL takes no lock a restore waits on, and GC sweeps an
-//! element whose owner it does not list.
+//! its batch would get them published again (a masquerade element too): the restore
+//! takes back what it put back of an attachment gone since its look
+//! (firewall/put_back.rs).
 
 use std::net::IpAddr;
 

@@ -1,0 +1,159 @@
+//! A restore does not put back the state of an attachment removed while it runs (found
+//! by the soak, seed 321409782 step 9: a killed ADD's attachment DELed beside a restore
+//! got its masquerade element back, owned by no reservation). The restore is held by the
+//! debug build's hook right after it read the network's attachments
+//! (ACADEMY_TEST_HOLD_RESTORE_LOCKED, src/firewall/mod.rs), the DEL runs then, and the
+//! restore is let go: it finds the DEL's elements missing and adds them, and must take
+//! them back (src/firewall/put_back.rs). The masquerade and a published port, in a
+//! private node.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::common::*;
+use crate::portmap::mapping;
+
+/// The lines of the node's ruleset that name `owner` (its elements carry it).
+fn naming(node: &Node, owner: &str) -> Vec<String> {
+    node.nft(&["list", "ruleset"])
+        .stdout
+        .lines()
+        .filter(|l| l.contains(owner))
+        .map(|l| l.trim().to_string())
+        .collect()
+}
+
+fn wait_for(path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the restore never reached its hold"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Runs `academy restore` in the node, held after its read of the attachments while
+/// `during` runs, then let go; its exit status must be success. Returns its stderr.
+fn restore_around(lab: &Lab, node: &Node, during: impl FnOnce()) -> String {
+    let hold = lab.data_dir.join("hold-restore");
+    std::fs::write(&hold, b"").unwrap();
+    let held = lab.data_dir.join("hold-restore.held");
+    let conf_dir = lab.conf_dir.to_str().unwrap();
+    let mut restore = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &node.ns,
+            plugin(),
+            "restore",
+            "--conf-dir",
+            conf_dir,
+        ])
+        .env("ACADEMY_TEST_HOLD_RESTORE_LOCKED", &hold)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Let go and reaped even if an assertion fails.
+    struct Resume<'a>(&'a Path, &'a mut std::process::Child);
+    impl Drop for Resume<'_> {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(self.0);
+            let _ = self.1.wait();
+        }
+    }
+    let resume = Resume(&hold, &mut restore);
+    wait_for(&held);
+    during();
+    std::fs::remove_file(resume.0).unwrap();
+    let status = resume.1.wait().unwrap();
+    let mut err = String::new();
+    if let Some(mut e) = resume.1.stderr.take() {
+        use std::io::Read;
+        let _ = e.read_to_string(&mut err);
+    }
+    drop(resume);
+    assert!(status.success(), "restore: {err}");
+    err
+}
+
+/// The lab's conflist, ipMasq and ports, released `release_after` s after its last
+/// attachment; the config a runtime gives ADD without ports.
+fn network(lab: &Lab, release_after: u64) -> serde_json::Value {
+    let mut entry = crate::portmap::academy_entry(lab);
+    entry["ipMasq"] = json!(true);
+    entry["releaseUnusedAfter"] = json!(release_after);
+    let list = json!({"cniVersion": "1.1.0", "name": lab.network, "plugins": [entry.clone()]});
+    std::fs::write(lab.conf_dir.join("10-lab.conflist"), list.to_string()).unwrap();
+    let mut config = entry;
+    config["cniVersion"] = json!("1.1.0");
+    config["name"] = json!(lab.network);
+    config
+}
+
+#[test]
+fn a_restore_beside_a_del_leaves_nothing_of_the_deleted_attachment() {
+    let lab = Lab::new("rdel");
+    let node = Node::new(&lab);
+    let config = network(&lab, 60);
+    let mut published = config.clone();
+    published["runtimeConfig"] = json!({"portMappings": [mapping(18080, None)]});
+
+    let (a, b) = (lab.attachment("a"), lab.attachment("b"));
+    node.call("ADD", &a, &published).expect_result("ADD a");
+    node.call("ADD", &b, &config).expect_result("ADD b");
+    let owner = owner_comment(&lab.network, &a.cid, &a.ifname);
+    let before = naming(&node, &owner);
+    assert!(
+        before.len() >= 3,
+        "a's masquerade elements (v4, v6) and port: {before:?}"
+    );
+
+    // The DEL, between the restore's look and its batches: it does not wait on it.
+    let err = restore_around(&lab, &node, || {
+        let started = Instant::now();
+        node.call("DEL", &a, &published)
+            .expect_silent_success("DEL a during the restore");
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "DEL stood behind the held restore"
+        );
+        assert_eq!(
+            naming(&node, &owner),
+            Vec::<String>::new(),
+            "right after DEL"
+        );
+    });
+    assert_eq!(
+        naming(&node, &owner),
+        Vec::<String>::new(),
+        "the restore put back the DELed attachment's state:\n{err}"
+    );
+    // b's state is whole.
+    let b_owner = owner_comment(&lab.network, &b.cid, &b.ifname);
+    assert!(!naming(&node, &b_owner).is_empty(), "b's elements");
+    node.call("DEL", &b, &config).expect_silent_success("DEL b");
+}
+
+/// The network's last DEL beside the restore skips its release (the restore holds the
+/// network's lock shared, as an ADD in flight does): the restore releases it.
+#[test]
+fn a_last_del_beside_a_restore_still_releases_the_network() {
+    let lab = Lab::new("rdlast");
+    let node = Node::new(&lab);
+    let config = network(&lab, 0);
+    let a = lab.attachment("a");
+    node.call("ADD", &a, &config).expect_result("ADD a");
+    assert!(!naming(&node, &lab.network).is_empty(), "ADD made nothing");
+    let err = restore_around(&lab, &node, || {
+        node.call("DEL", &a, &config)
+            .expect_silent_success("DEL a during the restore");
+    });
+    let left = naming(&node, &lab.network);
+    assert!(left.is_empty(), "left of the network: {left:?}\n{err}");
+}
