@@ -19,15 +19,19 @@ ISOLATED = "isolated networks stay isolated"
 SETTLE = 15.0
 
 
-def until(bound, attempt):
-    """Calls attempt() until it returns None (passed) or bound seconds went by; the
-    last failure (or None) and how long it took."""
-    t0 = time.monotonic()
+def until(deadline, attempt):
+    """Calls attempt() until it returns None (passed) or the deadline (monotonic) has
+    passed; the last failure, or None. One deadline serves a whole look: the watch
+    settles once for every attachment."""
     while True:
         failure = attempt()
-        if failure is None or time.monotonic() - t0 > bound:
-            return failure, time.monotonic() - t0
+        if failure is None or time.monotonic() > deadline:
+            return failure
         time.sleep(0.3)
+
+
+def settle():
+    return time.monotonic() + SETTLE
 
 
 def check_config(att):
@@ -41,6 +45,7 @@ def checks_pass(ctx, model):
     An attachment ADDed before a key of its conflist changed is CHECKed too, but the
     watch puts back only what the conflist now asks, so after a flush it may differ:
     those are counted as skipped, not failed."""
+    deadline = settle()
     found, skipped = [], 0
     for a in model.live():
         net = model.networks[a.network]
@@ -52,7 +57,7 @@ def checks_pass(ctx, model):
             o = ctx.academy.cni("CHECK", check_config(a), a.cid, "/var/run/netns/" + a.netns,
                                 a.ifname)
             return None if o.ok else o.brief()
-        failure, _ = until(SETTLE, attempt)
+        failure = until(deadline, attempt)
         if failure:
             found.append(violation(CHECK, "CHECK of %s: %s" % ("/".join(a.key), failure)))
     return found, skipped
@@ -66,10 +71,11 @@ def ping(ns, addr, ifname=None):
 
 
 def gateways(ctx, model):
+    deadline = settle()
     found = []
     for a in model.live():
         for gw in model.networks[a.network].gateways():
-            failure, _ = until(SETTLE, lambda: None if ping(a.netns, gw, a.ifname) else "no answer")
+            failure = until(deadline, lambda: None if ping(a.netns, gw, a.ifname) else "no answer")
             if failure:
                 found.append(violation(GATEWAY, "%s (netns %s) does not reach its gateway %s"
                                        % ("/".join(a.key), a.netns, gw)))
@@ -100,6 +106,7 @@ def connect(ctx, targets):
 
 
 def ports(ctx, model):
+    deadline = settle()
     found = []
     for a in model.live():
         targets = port_targets(ctx, a)
@@ -111,7 +118,7 @@ def ports(ctx, model):
             bad = ["%s: %r %s" % (t, got.get(t), got.get(t + " error", ""))
                    for t in targets if got.get(t) != "hello"]
             return "; ".join(bad) or None
-        failure, _ = until(SETTLE, attempt)
+        failure = until(deadline, attempt)
         if failure:
             found.append(violation(PORTS, "ports of %s from the outside: %s"
                                    % ("/".join(a.key), failure)))
@@ -122,6 +129,7 @@ def isolation(ctx, model, rng, pairs=3):
     """A container of one isolated network never reaches one of another isolated
     network on another bridge; the same container does reach one of an open network
     (else the first look proves nothing)."""
+    deadline = settle()
     found = []
     live = model.live()
     iso = [a for a in live if model.networks[a.network].isolated]
@@ -129,6 +137,7 @@ def isolation(ctx, model, rng, pairs=3):
     cand = [(a, b) for a in iso for b in iso
             if model.networks[a.network].bridge != model.networks[b.network].bridge]
     rng.shuffle(cand)
+    ctx.count("isolated pairs tried", min(pairs, len(cand)))
     for a, b in cand[:pairs]:
         for target in same_family(a, b):
             if ping(a.netns, target, a.ifname) or ping(a.netns, target, a.ifname):
@@ -140,7 +149,7 @@ def isolation(ctx, model, rng, pairs=3):
         controls = [(c, addr) for c in open_ for addr in same_family(a, c)]
         if controls:
             c, addr = rng.choice(controls)
-            failure, _ = until(SETTLE, lambda: None if ping(a.netns, addr, a.ifname) else "no")
+            failure = until(deadline, lambda: None if ping(a.netns, addr, a.ifname) else "no")
             if failure:
                 found.append(violation(ISOLATED, "control: %s (isolated) does not reach %s of "
                                        "%s (open network), so isolation proves nothing"

@@ -133,6 +133,6 @@ class Academy:
     def start_watch(self, log_path):
         log = open(log_path, "a")
         p = start(["ip", "netns", "exec", self.node, self.binary, "watch", "--conf-dir",
-                   self.conf_dir], stdout=log, stderr=log)
+                   self.conf_dir], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         log.close()
         return p

@@ -536,14 +536,26 @@ class Soak:
             self.step += 1
             found = self.run_batch(self.draw_batch())
             found += self.steady()
-            if not found and time.monotonic() - last_heavy > HEAVY_EVERY:
+            # A stand-in's run looks often: its one broken rule may need a heavy look.
+            every = HEAVY_EVERY / 3 if self.args.expect else HEAVY_EVERY
+            if not found and time.monotonic() - last_heavy > every:
                 found += self.heavy()
                 last_heavy = time.monotonic()
+            found = self.expected_only(found)
             if found:
                 self.fail(found, "step %d" % self.step)
             if time.monotonic() - last_progress > PROGRESS_EVERY:
                 self.progress()
                 last_progress = time.monotonic()
+
+    def expected_only(self, found):
+        """With --expect (a stand-in's run): the violations of other invariants are
+        noted and the run goes on, so the one the stand-in breaks is seen."""
+        if not self.args.expect:
+            return found
+        other = [v for v in found if v["invariant"] not in self.args.expect]
+        self.stats.setdefault("other_violations", []).extend(other[:10])
+        return [v for v in found if v["invariant"] in self.args.expect]
 
     def end_phase(self):
         """Every DEL (some after the netns is gone, some twice), a GC of each network
@@ -588,7 +600,8 @@ class Soak:
         try:
             self.setup()
             self.random_phase()
-            self.end_phase()
+            if not self.args.expect:
+                self.end_phase()
         except Violations as v:
             code = 1
             self.report(str(v))
@@ -668,6 +681,8 @@ def main(argv=None):
     p.add_argument("--json", default=None)
     p.add_argument("--report-dir", default="target/soak")
     p.add_argument("--fault-rate", type=float, default=FAULT_RATE)
+    p.add_argument("--expect", nargs="*", default=None,
+                   help="a stand-in's run: stop only on these invariants, no end phase")
     args = p.parse_args(argv)
     if args.seed is None:
         env = os.environ.get("SOAK_SEED")

@@ -74,6 +74,8 @@
 //! |               | runtime record gone with DEL and GC                             |
 //! | `watch`       | `academy watch` in a node: flushes, deleted tables, iptables   |
 //! |               | reloads put back within a second; lost notifications           |
+//! | `soak`        | soak/selftest.py: every stand-in (academy with one rule broken) |
+//! |               | reported by the soak; a short soak, fixed and random seed, clean |
 //! | `alert_rules` | deploy/prometheus/'s alerts through promtool check and test    |
 //! | `metrics`     | `academy watch --metrics` scraped by a real Prometheus in a node; |
 //! |               | a silent client, a huge request; `academy status` against `list` |
@@ -151,6 +153,7 @@ mod reference_switch;
 mod restore_lock;
 mod route_attrs;
 mod services;
+mod soak;
 mod switching;
 mod upgrade;
 mod vlan;
