@@ -22,14 +22,16 @@ import invariants as inv  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXED_SEED = 38
-# Each stand-in, and the invariants of which at least one must be reported against it.
+# Each stand-in, the invariants of which at least one must be reported against it, and
+# what the report must say: academy's own violations of the same invariant (there are
+# some on main, docs/failure-model.md#the-soak) are passed over, not taken for it.
 STANDINS = {
-    "del_keeps_nft": {inv.OWNED},
-    "double_address": {inv.RESERVED, inv.NO_DOUBLE},
-    "gc_ignores_valid": {inv.RESERVED, checks.CHECK},
-    "failed_add_leaks": {inv.OWNED},
-    "no_restore": {checks.CHECK, checks.PORTS, checks.GATEWAY},
-    "isolation_off": {checks.ISOLATED},
+    "del_keeps_nft": ({inv.OWNED}, r"^element .* of no attachment$"),
+    "double_address": ({inv.RESERVED, inv.NO_DOUBLE}, ""),
+    "gc_ignores_valid": ({inv.RESERVED, checks.CHECK}, ""),
+    "failed_add_leaks": ({inv.OWNED}, r"^(link|reservation|holders record|runtime record) "),
+    "no_restore": ({checks.CHECK, checks.PORTS, checks.GATEWAY}, ""),
+    "isolation_off": ({checks.ISOLATED}, r" reaches "),
 }
 
 
@@ -42,7 +44,7 @@ def soak(name, academy, seconds, seed, report_dir, env_extra=None, fault_rate=No
     if fault_rate is not None:
         args += ["--fault-rate", str(fault_rate)]
     if expect:
-        args += ["--expect"] + sorted(expect)
+        args += ["--expect"] + sorted(expect[0]) + ["--expect-what", expect[1]]
     env = dict(os.environ)
     env.update(env_extra or {})
     t0 = time.monotonic()
@@ -53,8 +55,9 @@ def soak(name, academy, seconds, seed, report_dir, env_extra=None, fault_rate=No
     except (OSError, ValueError):
         summary = {}
     found = {v["invariant"] for v in summary.get("violations", [])}
+    first = (summary.get("violations") or [{"what": ""}])[0]["what"]
     return {"name": name, "code": p.returncode, "found": found, "output": p.stdout + p.stderr,
-            "seconds": time.monotonic() - t0, "summary": summary}
+            "seconds": time.monotonic() - t0, "summary": summary, "first": first}
 
 
 def main():
@@ -86,9 +89,10 @@ def main():
         for fut in concurrent.futures.as_completed(futures):
             title, r = futures[fut], fut.result()
             if title.startswith("standin"):
-                expected = STANDINS[r["name"]]
+                expected = STANDINS[r["name"]][0]
                 ok = r["code"] == 1 and bool(r["found"] & expected)
-                verdict = "caught: %s" % "; ".join(sorted(r["found"])) if ok else \
+                verdict = "caught: %s (%s)" % ("; ".join(sorted(r["found"])), r["first"][:160]) \
+                    if ok else \
                     "NOT caught (exit %d, found %s, expected one of %s)" % (
                         r["code"], sorted(r["found"]) or "nothing", sorted(expected))
             else:

@@ -15,6 +15,7 @@ import concurrent.futures
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -553,9 +554,13 @@ class Soak:
         noted and the run goes on, so the one the stand-in breaks is seen."""
         if not self.args.expect:
             return found
-        other = [v for v in found if v["invariant"] not in self.args.expect]
-        self.stats.setdefault("other_violations", []).extend(other[:10])
-        return [v for v in found if v["invariant"] in self.args.expect]
+        pattern = re.compile(self.args.expect_what or "")
+
+        def expected(v):
+            return v["invariant"] in self.args.expect and pattern.search(v["what"])
+        self.stats.setdefault("other_violations", []).extend(
+            [v for v in found if not expected(v)][:10])
+        return [v for v in found if expected(v)]
 
     def end_phase(self):
         """Every DEL (some after the netns is gone, some twice), a GC of each network
@@ -575,12 +580,16 @@ class Soak:
                         for n in self.model.networks.values()])
         # The releases: the longest grace is the default 60 s.
         deadline = time.time() + 60 + invariants.RELEASE_SLACK
+        last_progress = time.monotonic()
         while time.time() < deadline:
             due = observe.read_records(list(self.model.networks))
             if not due:
                 break
             time.sleep(min(2.0, max(0.2, min(due.values()) - time.time() + 0.5)))
-            self.progress()
+            if time.monotonic() - last_progress > PROGRESS_EVERY:
+                print("[%6.1fs] end: waiting for the releases of %s" % (
+                    time.monotonic() - self.t0, ", ".join(sorted(due))), flush=True)
+                last_progress = time.monotonic()
         self.count("end: nothing left")
         snap = self.snapshot()
         found += invariants.steady(self.model, snap, time.time())
@@ -683,6 +692,8 @@ def main(argv=None):
     p.add_argument("--fault-rate", type=float, default=FAULT_RATE)
     p.add_argument("--expect", nargs="*", default=None,
                    help="a stand-in's run: stop only on these invariants, no end phase")
+    p.add_argument("--expect-what", default=None,
+                   help="with --expect: only a violation whose text matches this regex")
     args = p.parse_args(argv)
     if args.seed is None:
         env = os.environ.get("SOAK_SEED")
