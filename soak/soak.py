@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -318,7 +319,7 @@ class Soak:
                 elif kind == "watch":
                     ops.append(Op("watch", pause=rng.uniform(0, 1.5)))
                 elif kind == "due":
-                    ops.append(Op("due", net=rng.choice(nets)))
+                    ops += self.draw_due(used)
         # GC's valid list: the live attachments and those the batch works on.
         busy = {op.att.key for op in ops if getattr(op, "att", None) is not None}
         for op in ops:
@@ -326,12 +327,37 @@ class Soak:
                 op.valid = self.model.gc_valid(op.net.name, busy)
         return ops
 
+    def draw_due(self, used):
+        """A release falling due; when a network with a grace has a bridge-mate and
+        neither has an attachment, the mate's first ADD is started the moment the
+        release falls due (the race of a delayed release with a first ADD on a shared
+        bridge)."""
+        rng = self.rng
+        nets = list(self.model.networks.values())
+        pairs = [(n, m) for n in nets for m in nets if n is not m and n.bridge == m.bridge
+                 and n.release_seconds > 0 and not self.model.in_network(n.name)
+                 and not self.model.in_network(m.name)]
+        free = [c for c in self.free_containers() if c["i"] not in used]
+        if not pairs or not free or rng.random() < 0.3:
+            return [Op("due", net=rng.choice(nets))]
+        net, mate = rng.choice(pairs)
+        c = rng.choice(free)
+        used.add(c["i"])
+        fallen = threading.Event()
+        ports = self.draw_ports(mate) if mate.ports else []
+        att = Attachment(mate.name, self.cid(c), "eth0", None, None,
+                         config=mate.config(ports), ports=ports, toggled_on=mate.toggled_on)
+        return [Op("due", net=net, fallen=fallen),
+                Op("ADD", att=att, c=c, net=None, fault=None, after=fallen)]
+
     # --- running it ---------------------------------------------------------------
 
     def execute(self, op):
         a = self.academy
         if op.kind == "ADD":
             op.att.netns = self.container_netns(op.c)
+            if getattr(op, "after", None) is not None:
+                op.after.wait(10)
             op.outcome = a.cni("ADD", op.att.config, op.att.cid,
                                "/var/run/netns/" + op.att.netns, op.att.ifname, op.fault)
         elif op.kind == "DEL":
@@ -355,11 +381,17 @@ class Soak:
             op.outcome = a.cni("GC", config, fault=op.fault)
         elif op.kind in ("STATUS", "due"):
             if op.kind == "due":
-                due = sorted(observe.read_records(list(self.model.networks)).values())
+                records = observe.read_records(list(self.model.networks))
+                if getattr(op, "fallen", None) is not None:
+                    records = {k: v for k, v in records.items() if k == op.net.name}
+                due = sorted(records.values())
                 if due:
                     wait = min(max(0.0, due[0] - time.time()), 8.0)
                     op.note = "waited %.1f s for a release to fall due" % wait
                     time.sleep(wait)
+            if getattr(op, "fallen", None) is not None:
+                op.fallen.set()
+                op.note += ", with a first ADD on its bridge"
             op.outcome = a.cni("STATUS", op.net.config())
         elif op.kind == "restore":
             op.outcome = a.tool("restore", "--conf-dir", self.conf_dir, fault=op.fault)
@@ -452,6 +484,8 @@ class Soak:
                 self.model.after_gc(op.net.name, op.valid)
             elif not o.killed:
                 self.unexpected(op)
+        elif op.kind == "due" and getattr(op, "fallen", None) is not None:
+            st["release_races"] = st.get("release_races", 0) + 1
         elif op.kind == "flush":
             st["flushes"][op.flush] = st["flushes"].get(op.flush, 0) + 1
             if op.repair_ms is None:
@@ -670,6 +704,8 @@ class Soak:
             ", ".join("%s %d" % kv for kv in sorted(st["flushes"].items())) or "none",
             len(r), st["repair"]["min_ms"], st["repair"]["median_ms"], st["repair"]["max_ms"],
             st["not_repaired"]))
+        print("  releases falling due beside a bridge-mate's first ADD: %d"
+              % st.get("release_races", 0))
         print("  invariant checks: %s (CHECK skipped after a key change: %d)" % (
             ", ".join("%s %d" % kv for kv in sorted(st["checks"].items())), st["check_skipped"]))
         print("  errors without a fault: %d%s" % (len(st["unexpected_errors"]), "".join(
