@@ -211,6 +211,9 @@ class Soak:
             self.watch.wait()
             self.watch = None
         self.cleanup_names()
+        # A lock an invocation killed a moment ago was still creating: look once more.
+        time.sleep(0.5)
+        self.cleanup_names()
 
     def container_netns(self, c):
         if c["netns"] is None:
