@@ -83,6 +83,8 @@
 //! |               | names an uplink that lost its advertisements                     |
 //! | `full_bridge` | a bridge of 1,023 ports: the next ADD says so (code 11) and leaves |
 //! |               | nothing; STATUS 50; `academy status` shows ports against the limit |
+//! | `soak`        | soak/selftest.py: every stand-in (academy with one rule broken) |
+//! |               | reported by the soak; a short soak, fixed and random seed, clean |
 //! | `alert_rules` | deploy/prometheus/'s alerts through promtool check and test    |
 //! | `metrics`     | `academy watch --metrics` scraped by a real Prometheus in a node; |
 //! |               | a silent client, a huge request; `academy status` against `list` |
@@ -166,6 +168,7 @@ mod rollback;
 mod route_attrs;
 mod services;
 mod shared_bridge;
+mod soak;
 mod switching;
 mod upgrade;
 mod vlan;
