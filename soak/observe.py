@@ -126,18 +126,28 @@ def _is_address(name):
 
 
 def read_records(names, run_dir=RUN_NETWORKS):
-    """The networks' pending releases: {name: due (epoch seconds)}."""
+    """The networks' pending releases: {name: due (epoch seconds)}, from a record of
+    this release's form, `<name>@<node netns inode>.unused`, or an older release's,
+    `<name>.unused` (the earliest due when there are several)."""
+    try:
+        files = os.listdir(run_dir)
+    except OSError:
+        return {}
     found = {}
     for n in names:
-        path = os.path.join(run_dir, n + ".unused")
-        try:
-            with open(path) as f:
-                r = json.load(f)
-            found[n] = (r["unused_since_ms"] + 1000 * r["release_after"]) / 1000.0
-        except FileNotFoundError:
-            continue
-        except (OSError, ValueError, KeyError):
-            found[n] = 0.0  # there, unreadable: due at once
+        for f in files:
+            if f != n + ".unused" and not (f.startswith(n + "@") and f.endswith(".unused")
+                                           and f[len(n) + 1:-len(".unused")].isdigit()):
+                continue
+            try:
+                with open(os.path.join(run_dir, f)) as fh:
+                    r = json.load(fh)
+                due = (r["unused_since_ms"] + 1000 * r["release_after"]) / 1000.0
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError, KeyError):
+                due = 0.0  # there, unreadable: due at once
+            found[n] = min(due, found.get(n, due))
     return found
 
 
@@ -198,6 +208,6 @@ def dump_text(node, networks):
                 lines.append("%s: %s" % (os.path.relpath(p, root), body))
         parts.append("### store %s\n%s\n" % (n.name, "\n".join(lines)))
     recs = [f for f in sorted(os.listdir(RUN_NETWORKS)) if any(
-        f.startswith(n.name + ".") for n in networks)] if os.path.isdir(RUN_NETWORKS) else []
+        f.startswith(n.name + ".") or f.startswith(n.name + "@") for n in networks)] if os.path.isdir(RUN_NETWORKS) else []
     parts.append("### %s (the soak's networks)\n%s\n" % (RUN_NETWORKS, "\n".join(recs)))
     return "\n".join(parts)

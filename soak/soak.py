@@ -196,9 +196,9 @@ class Soak:
             if name.startswith(self.tag + "-") or name.startswith(self.tag + "c"):
                 sh(["ip", "netns", "del", name], check=False)
         shutil.rmtree(self.root, ignore_errors=True)
-        for d in ("/run/academy/networks", "/run/academy/watch"):
+        for d in ("/run/academy/networks", "/run/academy/watch", "/run/academy/bridges"):
             for f in os.listdir(d) if os.path.isdir(d) else []:
-                if any(f.startswith(n + ".") or f.startswith(n + "-")
+                if any(f.startswith(n + ".") or f.startswith(n + "-") or f.startswith(n + "@")
                        for n in self.model.networks):
                     try:
                         os.remove(os.path.join(d, f))

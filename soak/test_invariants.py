@@ -227,6 +227,15 @@ class Parsers(unittest.TestCase):
                 json.dump({"unused_since_ms": 10000, "release_after": 3}, f)
             self.assertEqual(observe.read_records(["nA", "nB"], d), {"nB": 13.0})
 
+    def test_a_release_record_of_this_release_s_form_per_node(self):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "nB@4026532842.unused"), "w") as f:
+                json.dump({"unused_since_ms": 10000, "release_after": 3}, f)
+            # A marker and another network whose name starts alike are not records.
+            open(os.path.join(d, "nB@4026532842.13000.due"), "w").close()
+            open(os.path.join(d, "nBx@1.unused"), "w").close()
+            self.assertEqual(observe.read_records(["nA", "nB"], d), {"nB": 13.0})
+
 
 if __name__ == "__main__":
     unittest.main()

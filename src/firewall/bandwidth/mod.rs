@@ -102,7 +102,7 @@ pub fn add(a: &mut Adding) -> Result<()> {
     let (nl, who) = (&mut *a.nl, a.who);
     let veth = nl.link(host)?.ok_or_else(|| wire::vanished(host))?;
     if let Some(s) = bw.ingress {
-        nl.add_tbf(veth.index, &tbf(s))?;
+        add_tbf(nl, &veth, s)?;
     }
     let ifb = match bw.egress {
         Some(s) => Some(add_egress(nl, who, &veth, s)?),
@@ -111,6 +111,26 @@ pub fn add(a: &mut Adding) -> Result<()> {
     nl.set_up(veth.index)?;
     a.interfaces.extend(ifb);
     Ok(())
+}
+
+/// The host veth's TBF. One already there is accepted when it is the one the config
+/// makes: a restore beside this ADD put it back from this attachment's runtime record,
+/// written before the veth was made.
+fn add_tbf(nl: &mut Netlink, veth: &Link, s: Shape) -> Result<()> {
+    match nl.add_tbf(veth.index, &tbf(s)) {
+        Err(e) if e.is(libc::EEXIST) => {
+            match compare(
+                &format!("host veth {}", veth.name),
+                "ingress",
+                s,
+                root_tbf(nl, veth.index)?,
+            ) {
+                None => Ok(()),
+                Some(_) => Err(e.into()),
+            }
+        }
+        other => Ok(other?),
+    }
 }
 
 /// The ifb, its TBF, the host veth's ingress qdisc and the redirect.
@@ -134,8 +154,20 @@ fn add_egress(nl: &mut Netlink, who: &Attachment, veth: &Link, s: Shape) -> Resu
     // is redirected to it.
     nl.add_tbf(ifb.index, &tbf(s))?;
     nl.label_and_up(ifb.index, &who.alias())?;
-    nl.add_ingress_qdisc(veth.index)?;
-    nl.add_redirect(veth.index, ifb.index)?;
+    // A restore (the watch's, after a flush) running beside this ADD sees the labelled
+    // veth and ifb and may put the qdisc and the redirect first: an ingress qdisc has
+    // no parameters, so one there is this one, and the redirect is made once.
+    match nl.add_ingress_qdisc(veth.index) {
+        Err(e) if e.is(libc::EEXIST) => {
+            if !nl.redirects(veth.index)?.contains(&ifb.index) {
+                nl.add_redirect(veth.index, ifb.index)?;
+            }
+        }
+        other => {
+            other?;
+            nl.add_redirect(veth.index, ifb.index)?;
+        }
+    }
     Ok(Interface {
         name,
         mac: ifb.mac.map(format_mac).unwrap_or_default(),
