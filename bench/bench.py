@@ -42,6 +42,7 @@ import report  # noqa: E402
 import scrape  # noqa: E402
 import solo  # noqa: E402
 import trace  # noqa: E402
+import waiting  # noqa: E402
 from cni import Attachment, Plugin  # noqa: E402
 from lab import Lab, ports, sh  # noqa: E402
 from proc import Run, Spawner  # noqa: E402
@@ -785,6 +786,13 @@ def main():
                                      (grace.QUICK if args.quick else grace.FULL)["cycles"],
                                      progress=_progress)
         _progress_done()
+        load["waiting"] = os.getloadavg()
+        preset = waiting.QUICK if args.quick else waiting.FULL
+        print(f"bench: ADD beside {preset['networks']} networks waiting for release "
+              "(waiting.py) ...", file=sys.stderr)
+        results["waiting"] = waiting.run(b.sp, b.plugins["academy"].binary, lab,
+                                         preset["networks"], preset["cycles"], _progress)
+        _progress_done()
         if args.scrape_networks:
             load["scrape"] = os.getloadavg()
             preset = scrape.QUICK if args.quick else scrape.FULL
@@ -832,6 +840,8 @@ def main():
         md += density.markdown(results.get("density"), results["summary"]["density"])
         results["summary"]["grace"] = grace.summary(results.get("grace"))
         md += grace.markdown(results.get("grace"), results["summary"]["grace"])
+        results["summary"]["waiting"] = waiting.summary(results.get("waiting"))
+        md += waiting.markdown(results.get("waiting"), results["summary"]["waiting"])
         with open(os.path.join(args.out, "latest.json"), "w") as f:
             json.dump(results, f, indent=1)
         with open(os.path.join(args.out, "latest.md"), "w") as f:

@@ -199,7 +199,7 @@ def _links(*filters) -> list:
         return []
 
 
-def release_unused(academy: str):
+def release_unused(academy: str, node: str | None = None) -> int:
     """academy's own release of the bench's networks that wait for theirs: a network's
     objects outlive its last DEL by releaseUnusedAfter (60 s by default), recorded in
     NETWORK_LOCKS/<name>@<node>.unused with a marker <name>@<node>.<due ms>.due, and
@@ -207,14 +207,19 @@ def release_unused(academy: str):
     due (release after 0 s, the marker renamed to due at 0) and one invocation run
     (VERSION: every CNI invocation releases what is due), so every kind's objects go
     as they would on a node; deleting the records instead left them for good (the
-    loopback guard's element of a bench bridge, which _clean_nftables does not know)."""
+    loopback guard's element of a bench bridge, which _clean_nftables does not know).
+    With `node` (a private node's netns path): only that node's records, and the
+    invocation runs in it. Returns how many records were made due."""
     if not os.path.isdir(NETWORK_LOCKS):
-        return
+        return 0
+    inode = os.stat(node).st_ino if node else None
     due = 0
     for name in os.listdir(NETWORK_LOCKS):
         if not (name.startswith(PREFIX) and name.endswith(".due") and "@" in name):
             continue
         who = name[: -len(".due")].rsplit(".", 1)[0]
+        if inode is not None and not who.endswith(f"@{inode}"):
+            continue
         path = os.path.join(NETWORK_LOCKS, who + ".unused")
         try:
             with open(path) as f:
@@ -230,8 +235,10 @@ def release_unused(academy: str):
         except (OSError, ValueError, KeyError):
             continue
     if due:
-        subprocess.run([academy], input='{"cniVersion": "1.1.0"}', text=True,
+        enter = ["nsenter", f"--net={node}"] if node else []
+        subprocess.run(enter + [academy], input='{"cniVersion": "1.1.0"}', text=True,
                        capture_output=True, env={"CNI_COMMAND": "VERSION", "PATH": "/usr/bin:/bin"})
+    return due
 
 
 def _clean_reference_firewall():

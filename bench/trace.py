@@ -57,10 +57,13 @@ def requests(inv: Invocation) -> Traced:
     return Traced(figures, r.returncode, r.stdout, r.stderr)
 
 
-def summary(inv: Invocation) -> Traced:
-    """strace -c -f: calls (and failed calls) per syscall, all threads and children."""
+def summary(inv: Invocation, netns: str | None = None) -> Traced:
+    """strace -c -f: calls (and failed calls) per syscall, all threads and children.
+    With `netns` (a path), strace and the process run in that network namespace
+    (nsenter execs strace there: its own calls are not counted)."""
+    enter = ["nsenter", f"--net={netns}"] if netns else []
     with tempfile.NamedTemporaryFile("r", suffix=".strace") as out:
-        r = _run(["strace", "-f", "-c", "-o", out.name], inv)
+        r = _run(enter + ["strace", "-f", "-c", "-o", out.name], inv)
         text = out.read()
     calls = {}
     for line in text.splitlines():
