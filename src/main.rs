@@ -12,7 +12,10 @@
 //! A panic still prints CNI JSON (catch_unwind below; panic stays "unwind"), and on
 //! glibc std captures argv and the environment itself (.init_array), so std::env works.
 
-#![no_main]
+// A test build of this file (`cargo test --all-targets`) keeps the harness's own main;
+// it has no tests, and its functions are then unused.
+#![cfg_attr(not(test), no_main)]
+#![cfg_attr(test, allow(dead_code, unused_imports))]
 
 use std::ffi::{c_char, c_int, OsString};
 use std::io::{Read, Write};
@@ -24,6 +27,7 @@ use academy::plugin;
 /// one grows the buffer as usual.
 const STDIN_CAPACITY: usize = 64 * 1024;
 
+#[cfg(not(test))]
 #[no_mangle]
 pub extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
     process_setup();
