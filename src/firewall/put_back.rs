@@ -35,7 +35,15 @@ pub struct Removal(#[allow(dead_code)] Option<Flock<File>>);
 /// Taken by the one removal before its nf_tables step, held until its reservations are
 /// freed.
 pub fn removal(conf: &Config) -> Removal {
-    Removal(lock(conf, FlockArg::LockSharedNonblock).ok())
+    Removal(lock(&conf.name, FlockArg::LockSharedNonblock).ok())
+}
+
+/// The network's removal lock held whole, so no removal of it is between its nf_tables
+/// step and the freeing of its reservations: what another's put-back (ADD's, of ports a
+/// flush took: ports/wants.rs) added for an attachment is then either still wanted or
+/// to be taken back, as the restore's take-back does. Waits out removals (5 s at most).
+pub fn no_removal_in_flight(network: &str) -> Option<Flock<File>> {
+    lock(network, FlockArg::LockExclusiveNonblock).ok()
 }
 
 /// After a restore that put something back: the state of the attachments `before`
@@ -46,7 +54,7 @@ pub(super) fn take_back(
     before: &Wired,
     nft: &mut NftablesOnDemand,
 ) -> Result<Vec<String>> {
-    let _whole = lock(conf, FlockArg::LockExclusiveNonblock).ok();
+    let _whole = lock(&conf.name, FlockArg::LockExclusiveNonblock).ok();
     let after = Wired::read(conf)?;
     let same = |a: &WiredAttachment, b: &WiredAttachment| {
         a.container_id == b.container_id && a.ifname == b.ifname
@@ -84,7 +92,7 @@ pub(super) fn take_back(
 
 /// The lock, waited for 5 s at most (a removal waits out a take-back; a take-back waits
 /// out the removals in flight).
-fn lock(conf: &Config, arg: FlockArg) -> std::io::Result<Flock<File>> {
+fn lock(network: &str, arg: FlockArg) -> std::io::Result<Flock<File>> {
     // A folder of their own: a network's name may end in anything a suffix could be.
     let dir = format!("{LOCK_DIR}/removals");
     std::fs::DirBuilder::new()
@@ -97,7 +105,7 @@ fn lock(conf: &Config, arg: FlockArg) -> std::io::Result<Flock<File>> {
         .create(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(format!("{dir}/{}.lock", conf.name))?;
+        .open(format!("{dir}/{network}.lock"))?;
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         match Flock::lock(file, arg) {

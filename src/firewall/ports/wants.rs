@@ -81,11 +81,14 @@ pub(crate) fn put_back_wants(
         return;
     }
     match nft.publish_ports(&lost, &conf.bridge) {
-        Ok(()) => eprintln!(
-            "academy: network {}: put back {} published port(s) of wired containers that a flush took",
-            conf.name,
-            lost.len()
-        ),
+        Ok(()) => {
+            eprintln!(
+                "academy: network {}: put back {} published port(s) of wired containers that a flush took",
+                conf.name,
+                lost.len()
+            );
+            take_back_removed(nft, conf, &lost);
+        }
         Err(e) => eprintln!(
             "academy: could not put back the published ports of wired containers that a flush took: {}",
             crate::cni::Error::from(e)
@@ -93,16 +96,65 @@ pub(crate) fn put_back_wants(
     }
 }
 
-/// Every element the wired attachments of the networks stored beside `conf`'s want.
-/// Best effort for the stores of other networks (one that cannot be read is said on
-/// stderr and passed over); the network's own store must read.
-pub(crate) fn node_wants(conf: &Config, nl: &mut Netlink) -> Result<Vec<PortElement>> {
+/// After the put-back: a removal of one of those attachments may have taken its ports
+/// between the look and the put-back (a DEL beside this ADD; found by the soak, seed
+/// 2026). Each network's removals are waited out (its removal lock held whole:
+/// put_back.rs), its wants read again, and what was put back for an attachment no
+/// longer wired is taken out. Safe by key: the publish lock this ADD holds keeps every
+/// other publisher off these keys.
+fn take_back_removed(nft: &mut Nftables, conf: &Config, put: &[PortElement]) {
     let Some(b) = conf.builtin() else {
-        return Ok(Vec::new()); // a delegated IPAM keeps no records
+        return;
     };
-    let links: HashSet<String> = nl.links()?.into_iter().map(|l| l.name).collect();
+    let links: HashSet<String> = match Netlink::open().and_then(|mut nl| nl.links()) {
+        Ok(links) => links.into_iter().map(|l| l.name).collect(),
+        Err(e) => return eprintln!("academy: cannot look again at the ports put back: {e}"),
+    };
+    let mut gone: Vec<PortKey> = Vec::new();
+    for network in networks_beside(conf, &b.data_dir) {
+        let theirs: Vec<&PortElement> = put
+            .iter()
+            .filter(|p| owner_in(&network, &p.comment))
+            .collect();
+        if theirs.is_empty() {
+            continue;
+        }
+        let _whole = crate::firewall::put_back::no_removal_in_flight(&network);
+        let Ok(now) = wants_of(&b.data_dir, &network, &links) else {
+            continue; // unreadable now: left to the restore and GC
+        };
+        gone.extend(
+            theirs
+                .into_iter()
+                .filter(|p| !now.iter().any(|w| w.comment == p.comment && w.key == p.key))
+                .map(|p| p.key.clone()),
+        );
+    }
+    if gone.is_empty() {
+        return;
+    }
+    if let Err(e) = nft.unpublish_ports(&gone) {
+        eprintln!(
+            "academy: could not take back the ports put back for containers removed meanwhile (GC sweeps them): {}",
+            crate::cni::Error::from(e)
+        );
+    }
+}
+
+/// Whether `comment` names an attachment of network `network`.
+fn owner_in(network: &str, comment: &str) -> bool {
+    let mut parts = comment.splitn(3, ':');
+    let (_, cid, ifname) = match (parts.next(), parts.next(), parts.next()) {
+        (Some(n), Some(c), Some(i)) => (n, c, i),
+        _ => return false,
+    };
+    Attachment::new(network, cid, ifname).owns(comment)
+}
+
+/// The networks whose stores are in `data_dir`, `conf`'s first.
+fn networks_beside(conf: &Config, data_dir: &Path) -> Vec<String> {
     let mut networks = vec![conf.name.clone()];
-    if let Ok(entries) = std::fs::read_dir(&b.data_dir) {
+    if let Ok(entries) = std::fs::read_dir(data_dir) {
         for entry in entries.flatten() {
             let Some(name) = entry.file_name().to_str().map(str::to_string) else {
                 continue;
@@ -113,6 +165,18 @@ pub(crate) fn node_wants(conf: &Config, nl: &mut Netlink) -> Result<Vec<PortElem
             }
         }
     }
+    networks
+}
+
+/// Every element the wired attachments of the networks stored beside `conf`'s want.
+/// Best effort for the stores of other networks (one that cannot be read is said on
+/// stderr and passed over); the network's own store must read.
+pub(crate) fn node_wants(conf: &Config, nl: &mut Netlink) -> Result<Vec<PortElement>> {
+    let Some(b) = conf.builtin() else {
+        return Ok(Vec::new()); // a delegated IPAM keeps no records
+    };
+    let links: HashSet<String> = nl.links()?.into_iter().map(|l| l.name).collect();
+    let networks = networks_beside(conf, &b.data_dir);
     let mut wants = Vec::new();
     for network in &networks {
         match wants_of(&b.data_dir, network, &links) {
