@@ -171,7 +171,18 @@ fn a_restore_leaves_a_pending_release_as_it_was() {
     let a = lab.attachment("a");
     node.call("ADD", &a, &config).expect_result("ADD a");
     node.call("DEL", &a, &config).expect_silent_success("DEL a");
-    let record = format!("/run/academy/networks/{}.unused", lab.network);
+    // This release's form, one per node: `<name>@<node netns inode>.unused`.
+    let prefix = format!("{}@", lab.network);
+    let record = std::fs::read_dir("/run/academy/networks")
+        .expect("the records' folder")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|f| f.to_str())
+                .is_some_and(|f| f.starts_with(&prefix) && f.ends_with(".unused"))
+        })
+        .expect("the last DEL's record");
     let before = std::fs::read_to_string(&record).expect("the last DEL's record");
     std::thread::sleep(Duration::from_millis(20));
     let conf_dir = lab.conf_dir.to_str().unwrap();
