@@ -182,6 +182,30 @@ fn enabledad_refuses_an_address_another_host_has() {
         "dup0",
         "nodad",
     ]);
+    // The other host's own link-local address finishes its DAD on its own time (its
+    // local route then appears): settled first, so the snapshot holds only what the
+    // ADD may change (a loaded CI machine saw it land between the two looks).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ip(&[
+        "-n",
+        &other,
+        "-6",
+        "addr",
+        "show",
+        "dev",
+        "dup0",
+        "tentative",
+    ])
+    .trim()
+    .is_empty()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "dup0's link-local address stayed tentative"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(50));
 
     let before = lab.snapshot();
     let out = lab.call("ADD").config(&conf(json!([taken]))).run();
