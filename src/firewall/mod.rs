@@ -437,6 +437,10 @@ pub fn restore(conf: &Config) -> Result<Restoration> {
         upgrade::record_current(conf);
         return Ok(Restoration::default());
     }
+    // From here to the last batch no removal of the network is in flight, and the
+    // attachments are read again under that (put_back.rs).
+    let _no_removals = put_back::no_removal_in_flight(&conf.name);
+    let wired = Wired::read(conf)?;
     let mut nft = NftablesOnDemand::default();
     let mut look = Looking {
         conf,
@@ -452,22 +456,6 @@ pub fn restore(conf: &Config) -> Result<Restoration> {
                 restored.kinds.push((kind, what))
             }
             Err(e) => restored.errors.push((kind, e)),
-        }
-    }
-    if !restored.repaired().is_empty() {
-        // What a removal took meanwhile, put back above: taken back (put_back.rs).
-        match put_back::take_back(conf, &wired, &mut nft) {
-            Ok(taken) if !taken.is_empty() => crate::log::debug(format_args!(
-                "network {}: removed during the restore, its state taken back: {}",
-                conf.name,
-                taken.join(", ")
-            )),
-            Ok(_) => {}
-            // Left to GC, which sweeps what no live attachment owns.
-            Err(e) => eprintln!(
-                "academy: warning: network {}: the state of attachments removed during the restore could not be taken back: {e}",
-                conf.name
-            ),
         }
     }
     if restored.errors.is_empty() {

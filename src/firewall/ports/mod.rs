@@ -34,7 +34,7 @@ use holders::*;
 pub(super) use holders::{cross_conflict, holders, publish_lock};
 pub(super) use localnet::allow_localhost;
 use localnet::*;
-use wants::{node_wants, put_back_wants, wanted_by_other};
+use wants::{no_removals_beside, node_wants, put_back_wants, wanted_by_other};
 
 mod elements;
 mod guard;
@@ -110,10 +110,17 @@ pub fn add(a: &mut Adding) -> Result<()> {
     // no record but its own; and what the records ask for is put back at once, so the
     // next ADD finds it in the maps (this one may not be the one that conflicts).
     let wants = match remade {
-        true => node_wants(a.conf, a.nl)?,
         false => Vec::new(),
+        true => {
+            // The removal locks come before the publish lock (the restore's order).
+            a.batch.publish_lock = None;
+            let _no_removals = no_removals_beside(a.conf);
+            a.batch.publish_lock = publish_lock();
+            let wants = node_wants(a.conf, a.nl)?;
+            put_back_wants(nft, a.conf, a.who, &wants);
+            wants
+        }
     };
-    put_back_wants(nft, a.conf, a.who, &wants);
     if let Some(conflict) = cross_conflict(nft, a.who, &published)? {
         return Err(conflict);
     }

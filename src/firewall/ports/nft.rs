@@ -150,11 +150,6 @@ impl Nftables {
         self.run(port_changes(ports, bridge, true))
     }
 
-    /// Removes `keys` from their maps, in one batch.
-    pub fn unpublish_ports(&mut self, keys: &[PortKey]) -> NlResult<()> {
-        self.run(unpublish(keys))
-    }
-
     /// Marks `bridge`'s hairpin traffic (its element in `_hairpin`), as ADD's batch does.
     pub fn mark_hairpin(&mut self, bridge: &str) -> NlResult<()> {
         self.run(port_changes(&[], bridge, true))

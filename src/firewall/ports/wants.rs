@@ -11,10 +11,12 @@
 //! not known to this ADD).
 
 use std::collections::{HashMap, HashSet};
+use std::fs::File;
 use std::net::IpAddr;
 use std::path::Path;
 
 use ipnetwork::IpNetwork;
+use nix::fcntl::Flock;
 
 use super::holders::other_container;
 use super::{elements_of, held, PortElement, PortKey};
@@ -81,14 +83,11 @@ pub(crate) fn put_back_wants(
         return;
     }
     match nft.publish_ports(&lost, &conf.bridge) {
-        Ok(()) => {
-            eprintln!(
-                "academy: network {}: put back {} published port(s) of wired containers that a flush took",
-                conf.name,
-                lost.len()
-            );
-            take_back_removed(nft, conf, &lost);
-        }
+        Ok(()) => eprintln!(
+            "academy: network {}: put back {} published port(s) of wired containers that a flush took",
+            conf.name,
+            lost.len()
+        ),
         Err(e) => eprintln!(
             "academy: could not put back the published ports of wired containers that a flush took: {}",
             crate::cni::Error::from(e)
@@ -96,59 +95,19 @@ pub(crate) fn put_back_wants(
     }
 }
 
-/// After the put-back: a removal of one of those attachments may have taken its ports
-/// between the look and the put-back (a DEL beside this ADD; found by the soak, seed
-/// 2026). Each network's removals are waited out (its removal lock held whole:
-/// put_back.rs), its wants read again, and what was put back for an attachment no
-/// longer wired is taken out. Safe by key: the publish lock this ADD holds keeps every
-/// other publisher off these keys.
-fn take_back_removed(nft: &mut Nftables, conf: &Config, put: &[PortElement]) {
+/// The removal locks of the networks stored beside `conf`'s, each held whole (in name
+/// order, so two such holders never wait on each other), for a put-back from its look
+/// at the records to its batch: no removal of theirs is then in flight (put_back.rs).
+pub(crate) fn no_removals_beside(conf: &Config) -> Vec<Option<Flock<File>>> {
     let Some(b) = conf.builtin() else {
-        return;
+        return Vec::new();
     };
-    let links: HashSet<String> = match Netlink::open().and_then(|mut nl| nl.links()) {
-        Ok(links) => links.into_iter().map(|l| l.name).collect(),
-        Err(e) => return eprintln!("academy: cannot look again at the ports put back: {e}"),
-    };
-    let mut gone: Vec<PortKey> = Vec::new();
-    for network in networks_beside(conf, &b.data_dir) {
-        let theirs: Vec<&PortElement> = put
-            .iter()
-            .filter(|p| owner_in(&network, &p.comment))
-            .collect();
-        if theirs.is_empty() {
-            continue;
-        }
-        let _whole = crate::firewall::put_back::no_removal_in_flight(&network);
-        let Ok(now) = wants_of(&b.data_dir, &network, &links) else {
-            continue; // unreadable now: left to the restore and GC
-        };
-        gone.extend(
-            theirs
-                .into_iter()
-                .filter(|p| !now.iter().any(|w| w.comment == p.comment && w.key == p.key))
-                .map(|p| p.key.clone()),
-        );
-    }
-    if gone.is_empty() {
-        return;
-    }
-    if let Err(e) = nft.unpublish_ports(&gone) {
-        eprintln!(
-            "academy: could not take back the ports put back for containers removed meanwhile (GC sweeps them): {}",
-            crate::cni::Error::from(e)
-        );
-    }
-}
-
-/// Whether `comment` names an attachment of network `network`.
-fn owner_in(network: &str, comment: &str) -> bool {
-    let mut parts = comment.splitn(3, ':');
-    let (_, cid, ifname) = match (parts.next(), parts.next(), parts.next()) {
-        (Some(n), Some(c), Some(i)) => (n, c, i),
-        _ => return false,
-    };
-    Attachment::new(network, cid, ifname).owns(comment)
+    let mut networks = networks_beside(conf, &b.data_dir);
+    networks.sort();
+    networks
+        .iter()
+        .map(|n| crate::firewall::put_back::no_removal_in_flight(n))
+        .collect()
 }
 
 /// The networks whose stores are in `data_dir`, `conf`'s first.
