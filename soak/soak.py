@@ -165,6 +165,8 @@ class Soak:
         os.makedirs(self.academy.cni_path)
         sh(["ip", "netns", "add", self.node])
         sh(["ip", "-n", self.node, "link", "set", "lo", "up"])
+        # Its inode names the node in academy's records and bridge locks (the clean-up's).
+        self.node_ino = os.stat("/run/netns/" + self.node).st_ino
         for key in ("net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"):
             sh(["ip", "netns", "exec", self.node, "sysctl", "-q", "-w", key])
         sh(["ip", "netns", "add", self.out_ns])
@@ -196,10 +198,17 @@ class Soak:
             if name.startswith(self.tag + "-") or name.startswith(self.tag + "c"):
                 sh(["ip", "netns", "del", name], check=False)
         shutil.rmtree(self.root, ignore_errors=True)
-        for d in ("/run/academy/networks", "/run/academy/watch", "/run/academy/bridges"):
+        # academy's files about the soak's networks (records, state versions, the
+        # network's and its removals' locks) and its node's bridges (their locks).
+        # Bridge names are not the soak's own (skbs, ...): only this node's locks of them.
+        ino = getattr(self, "node_ino", None)
+        bridge_locks = {"%s@%s.lock" % (n.bridge, ino) for n in self.model.networks.values()}
+        for d in ("/run/academy/networks", "/run/academy/networks/removals",
+                  "/run/academy/watch", "/run/academy/bridges"):
             for f in os.listdir(d) if os.path.isdir(d) else []:
-                if any(f.startswith(n + ".") or f.startswith(n + "-") or f.startswith(n + "@")
-                       for n in self.model.networks):
+                if f in bridge_locks or any(
+                        f.startswith(n + ".") or f.startswith(n + "-") or f.startswith(n + "@")
+                        for n in self.model.networks):
                     try:
                         os.remove(os.path.join(d, f))
                     except OSError:

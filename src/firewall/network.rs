@@ -413,6 +413,61 @@ fn drop_gone_nodes(others: Vec<Marker>) {
     }
 }
 
+/// What nodes that are gone left on the host: their networks' state versions
+/// (`<name>.<node>.state`, upgrade.rs), release records and markers, and their bridges'
+/// locks. A node netns goes with everything of academy's in it but these files in /run,
+/// which nothing would ever read again. Asked by GC (one look at /proc for the live
+/// netns), never on ADD's path. Returns how many files went.
+pub fn drop_what_gone_nodes_left() -> usize {
+    let (Some(here), Some(alive)) = (node(), nodes::alive()) else {
+        return 0;
+    };
+    let gone = |n: u64| n != here && !alive.contains(&n);
+    let mut dropped = 0;
+    for (dir, node_of) in [
+        (LOCK_DIR, node_of_record as fn(&str) -> Option<u64>),
+        (locks::BRIDGE_LOCK_DIR, node_of_bridge_lock),
+    ] {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let file = entry.file_name();
+            if file.to_str().and_then(node_of).is_some_and(gone)
+                && std::fs::remove_file(entry.path()).is_ok()
+            {
+                dropped += 1;
+            }
+        }
+    }
+    if dropped > 0 {
+        crate::log::debug(format_args!(
+            "dropped {dropped} record(s) and lock(s) of node netns that are gone"
+        ));
+    }
+    dropped
+}
+
+/// The node a file of the records' folder belongs to: `<name>.<node>.state`,
+/// `<name>@<node>.unused` or `<name>@<node>.<due ms>.due`; None for the network locks
+/// (no node in their names) and anything else.
+fn node_of_record(file: &str) -> Option<u64> {
+    if let Some(rest) = file.strip_suffix(".state") {
+        return rest.rsplit_once('.')?.1.parse().ok();
+    }
+    match records::entry(file) {
+        Entry::Marker(m) => Some(m.node),
+        _ => file
+            .strip_suffix(".unused")?
+            .rsplit_once('@')?
+            .1
+            .parse()
+            .ok(),
+    }
+}
+
+/// The node of a bridge lock, `<bridge>@<node>.lock`.
+fn node_of_bridge_lock(file: &str) -> Option<u64> {
+    file.strip_suffix(".lock")?.rsplit_once('@')?.1.parse().ok()
+}
+
 fn describe(object: &Object) -> String {
     match object {
         Object::Rule(r) => format!("rule {:?} of {} {}", r.comment, r.table, r.chain),
@@ -458,4 +513,24 @@ fn ports<'l>(conf: &Config, links: &'l [Link]) -> impl Iterator<Item = &'l Link>
     links
         .iter()
         .filter(move |l| bridge.is_some() && l.controller == bridge)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_s_node_is_read_from_its_name() {
+        assert_eq!(node_of_record("web.x.4026532842.state"), Some(4026532842));
+        assert_eq!(node_of_record("web.x@4026532842.unused"), Some(4026532842));
+        assert_eq!(
+            node_of_record("web.x@4026532842.1700000000123.due"),
+            Some(4026532842)
+        );
+        // A network's lock and an older release's record name no node.
+        assert_eq!(node_of_record("web.x.lock"), None);
+        assert_eq!(node_of_record("web.x.unused"), None);
+        assert_eq!(node_of_bridge_lock("br0@4026532842.lock"), Some(4026532842));
+        assert_eq!(node_of_bridge_lock("removals"), None);
+    }
 }

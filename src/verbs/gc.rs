@@ -28,7 +28,7 @@ use crate::attachment::Attachment;
 use crate::cni::env::Env;
 use crate::cni::{Error, Result};
 use crate::config::Config;
-use crate::firewall::{Live, Sweeping, KINDS};
+use crate::firewall::{network, Live, Sweeping, KINDS};
 use crate::ipam::Store;
 use crate::netlink::{Link, LinkKind, Netlink, NftablesOnDemand};
 use crate::removal::{self, Reservations, Target};
@@ -65,6 +65,7 @@ pub fn gc(env: &Env, conf: &Config) -> Result<()> {
     }
     sweep_nftables(conf, valid, &mut errors);
     addressing::gc(env, conf, &mut errors);
+    network::drop_what_gone_nodes_left();
     // Last: a network GC left with no attachment loses its own objects too.
     errors.extend(removal::network_if_unused(conf).err());
 

@@ -553,6 +553,7 @@ struct DeleteLinkOnDrop(String);
 impl Drop for DeleteLinkOnDrop {
     fn drop(&mut self) {
         let _ = run_quiet("ip", &["link", "del", &self.0]);
+        remove_bridge_locks(|name| name.starts_with(&format!("{}@", self.0)));
     }
 }
 

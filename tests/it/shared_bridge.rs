@@ -255,3 +255,61 @@ fn release_records_are_per_node_and_go_with_their_node() {
         "a gone node's record"
     );
 }
+
+/// A node netns that goes takes its nf_tables objects with it, but not academy's files
+/// about it in /run: its networks' state versions, release records and markers, and
+/// its bridges' locks. A GC anywhere on the host drops them; a live node's stay.
+#[test]
+fn a_gc_drops_what_a_gone_node_left_in_run() {
+    let lab = Lab::new("sbgone");
+    let (one, two) = (Node::new(&lab), Node::new_named(&lab, "node2"));
+    let name = format!("{}-a", lab.network);
+    let conf = network(&lab, "a", &lab.bridge, 1, 60);
+    // Each node its own store, as each host has.
+    let mut conf_two = conf.clone();
+    conf_two["dataDir"] = json!(lab.data_dir.join("two").to_str().unwrap());
+    let (a, b) = (lab.attachment("a"), lab.attachment("b"));
+    one.call("ADD", &a, &conf).expect_result("ADD in node one");
+    two.call("ADD", &b, &conf_two)
+        .expect_result("ADD in node two");
+    two.call("DEL", &b, &conf_two)
+        .expect_silent_success("DEL in node two");
+    let (node_one, node_two) = (netns_inode(&one.ns), netns_inode(&two.ns));
+    let of_node = |node: u64| -> Vec<String> {
+        let records = std::fs::read_dir("/run/academy/networks")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|f| f.starts_with(&name) && f.contains(&node.to_string()));
+        let bridge_locks = std::fs::read_dir("/run/academy/bridges")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|f| f == &format!("{}@{node}.lock", lab.bridge));
+        records.chain(bridge_locks).collect()
+    };
+    let left = of_node(node_two);
+    for kind in [".state", ".unused", ".due", ".lock"] {
+        assert!(left.iter().any(|f| f.ends_with(kind)), "{kind} in {left:?}");
+    }
+    run("ip", &["netns", "del", &two.ns], &[]);
+    let mut gc = conf.clone();
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": a.cid, "ifname": a.ifname}]);
+    Call::bare()
+        .env("CNI_COMMAND", "GC")
+        .config(&gc)
+        .spawn("ip", &["netns", "exec", &one.ns, plugin()])
+        .expect_silent_success("GC in node one");
+    assert_eq!(
+        of_node(node_two),
+        Vec::<String>::new(),
+        "a gone node's files"
+    );
+    let kept = of_node(node_one);
+    assert!(kept.iter().any(|f| f.ends_with(".state")), "{kept:?}");
+    assert!(kept.iter().any(|f| f.ends_with(".lock")), "{kept:?}");
+    one.call("DEL", &a, &conf)
+        .expect_silent_success("DEL in node one");
+}
