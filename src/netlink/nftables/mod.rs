@@ -29,6 +29,7 @@ pub mod consts;
 mod decode;
 pub mod digest;
 pub mod dump;
+mod element_lists;
 pub mod encode;
 mod iptables;
 pub mod model;
