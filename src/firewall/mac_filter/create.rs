@@ -8,24 +8,12 @@ use crate::netlink::nftables::consts::{IFNAMSIZ, TYPE_ETHERADDR, TYPE_IFNAME};
 use crate::netlink::nftables::model::{
     Chain, ChainType, Change, Expr, Hook, MetaKey, PayloadBase, Priority, Reg, Rule, Set, Verdict,
 };
-use crate::netlink::{Nftables, NlResult};
 
 /// The ids that name the map and sets within their creating batch (the rule's lookups
 /// refer to them so, before they exist).
 const PORTS_ID: u32 = 1;
 const ALLOWED_ID: u32 = 2;
 const GUARDED_ID: u32 = 3;
-
-/// The table, chain, map, sets and rule of one network, in one batch. The map and sets
-/// are created exclusively and the rule with them: if one exists the kernel refuses the
-/// whole batch, and what is there (all of it, a concurrent first ADD's; or part, what an
-/// admin's deletion or a flush racing a restore left) is completed (complete.rs).
-pub(super) fn create_guard(nft: &mut Nftables, network: &str) -> NlResult<()> {
-    match nft.run(guard_changes(network, &Lacking::ALL)) {
-        Err(e) if e.is(libc::EEXIST) => super::complete::complete_guard(nft, network),
-        other => other,
-    }
-}
 
 /// Which of a network's filter objects a batch makes (the table and chain, shared by
 /// every network, are always in it, made only when missing).

@@ -17,17 +17,15 @@ use crate::config::Config;
 use crate::firewall::tables::ACADEMY_BRIDGE;
 use crate::netlink::{Netlink, Nftables, Object};
 
-mod complete;
 mod create;
+mod filter;
 mod names;
 mod nft;
 mod unmapped;
 
+use filter::{guard_rule, guard_set_exists, has_guard_rule};
 pub use names::{guard_sets, GuardedPort};
-use nft::{
-    guard_port, guard_rule, guard_set_exists, guarded_port, guarded_ports, has_guard_rule,
-    port_allows, port_guarded, unguard_ports,
-};
+use nft::{guard_port, guarded_port, guarded_ports, port_allows, port_guarded, unguard_ports};
 
 /// Guards the attachment's host veth: only `mac` may be a source on it.
 pub fn add(a: &mut Adding) -> Result<()> {
@@ -221,7 +219,7 @@ fn unguarded(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<Str
 }
 
 /// Puts the rule and the wired attachments' guards back. Whatever of the network's
-/// map, sets and rule is missing is made again in place (complete.rs): the elements
+/// map, sets and rule is missing is made again in place (filter.rs): the elements
 /// still there stay, so an ADD running beside the restore keeps its guard. The MAC a
 /// port may send is the container interface's, read over netlink through the veth's
 /// peer (no netns is entered).
@@ -231,7 +229,7 @@ pub fn restore(l: &mut Looking) -> Result<Vec<String>> {
         return Ok(missing);
     }
     let (conf, wired, nft) = (l.conf, l.wired, l.nft.get()?);
-    complete::complete_guard(nft, &conf.name)?;
+    filter::complete_guard(nft, &conf.name)?;
     let veths = unguarded(nft, conf, wired)?;
     let mut nl = Netlink::open()?;
     for a in &wired.attachments {

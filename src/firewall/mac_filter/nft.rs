@@ -20,15 +20,12 @@
 //! in the map itself: kernels before 6.5 (Debian 12 runs 6.1) refuse a lookup in a map
 //! that does not load its value (EINVAL; "relax set/map validation checks", May 2023).
 
-use super::create::create_guard;
-use super::names::{
-    allowed_set, cut_rule_comment, guard_sets, guarded_set, pair_key, ports_map, rule_comment,
-    GuardedPort, BRIDGE_CHAIN,
-};
+use super::filter::create_guard;
+use super::names::{allowed_set, guard_sets, guarded_set, pair_key, ports_map, GuardedPort};
 use crate::firewall::tables::ACADEMY_BRIDGE;
 use crate::netlink::nftables::attrs::ifname_bytes;
 use crate::netlink::nftables::model::{Change, Element, Op};
-use crate::netlink::{Nftables, NlResult, TableRule};
+use crate::netlink::{Nftables, NlResult};
 
 /// Guards `port`: its three elements in one batch, creating the network's table,
 /// chain, map, sets and rule first when missing. A port already guarded with another
@@ -102,25 +99,6 @@ pub fn port_allows(nft: &mut Nftables, network: &str, port: &str, mac: [u8; 6]) 
 fn bridge_has_element(nft: &mut Nftables, set: &str, key: &[u8], port: &str) -> NlResult<bool> {
     let what = format!("look up {port} in nf_tables set {ACADEMY_BRIDGE} {set}");
     nft.has_element(ACADEMY_BRIDGE, set, key, &what)
-}
-
-/// Whether set (or map) `set` of `bridge academy` exists: one lookup.
-pub fn guard_set_exists(nft: &mut Nftables, set: &str) -> NlResult<bool> {
-    Ok(nft.set_info(ACADEMY_BRIDGE, set)?.is_some())
-}
-
-/// The network's MAC filter rule, if it is there.
-pub fn guard_rule(nft: &mut Nftables, network: &str) -> NlResult<Option<TableRule>> {
-    let wanted = [rule_comment(network), cut_rule_comment(network)];
-    Ok(nft
-        .rules_of(ACADEMY_BRIDGE, Some(BRIDGE_CHAIN))?
-        .into_iter()
-        .find(|r| wanted.contains(&r.comment)))
-}
-
-/// Whether chain prerouting holds the network's drop rule.
-pub fn has_guard_rule(nft: &mut Nftables, network: &str) -> NlResult<bool> {
-    guard_rule(nft, network).map(|rule| rule.is_some())
 }
 
 /// Whether a batch adds the ports' elements or removes them.

@@ -1,4 +1,6 @@
-//! A network's MAC filter made whole again when only part of it is there: the map
+//! A network's MAC filter objects (its map, two sets and rule in `bridge academy`):
+//! made with its first guarded port, looked at, and made whole again when only part of
+//! them is there: the map
 //! deleted alone (nothing refers to it, so the kernel lets it go while the rule and sets
 //! stay), or the sets without their rule (an admin's `nft delete rule`, or a flush that
 //! came between a restore's look and its batch). The first ADD's exclusive batch is
@@ -12,10 +14,21 @@
 //! host's repair lock, which every completion takes.
 
 use super::create::{guard_changes, Lacking};
-use super::names::guard_sets;
-use super::nft::{guard_set_exists, has_guard_rule};
+use super::names::{cut_rule_comment, guard_sets, rule_comment, BRIDGE_CHAIN};
 use crate::firewall::network::repair_lock;
-use crate::netlink::{Nftables, NlResult};
+use crate::firewall::tables::ACADEMY_BRIDGE;
+use crate::netlink::{Nftables, NlResult, TableRule};
+
+/// The table, chain, map, sets and rule of one network, in one batch. The map and sets
+/// are created exclusively and the rule with them: if one exists the kernel refuses the
+/// whole batch, and what is there (all of it, a concurrent first ADD's; or part, what an
+/// admin's deletion or a flush racing a restore left) is completed (complete_guard, below).
+pub(super) fn create_guard(nft: &mut Nftables, network: &str) -> NlResult<()> {
+    match nft.run(guard_changes(network, &Lacking::ALL)) {
+        Err(e) if e.is(libc::EEXIST) => complete_guard(nft, network),
+        other => other,
+    }
+}
 
 /// Makes whatever of the network's map, sets and rule is missing. A concurrent maker
 /// that got in first is looked at again (three times at most: each round, a maker
@@ -48,4 +61,23 @@ fn lacking(nft: &mut Nftables, network: &str) -> NlResult<Lacking> {
         allowed: !guard_set_exists(nft, &allowed)?,
         rule: !has_guard_rule(nft, network)?,
     })
+}
+
+/// Whether set (or map) `set` of `bridge academy` exists: one lookup.
+pub fn guard_set_exists(nft: &mut Nftables, set: &str) -> NlResult<bool> {
+    Ok(nft.set_info(ACADEMY_BRIDGE, set)?.is_some())
+}
+
+/// The network's MAC filter rule, if it is there.
+pub fn guard_rule(nft: &mut Nftables, network: &str) -> NlResult<Option<TableRule>> {
+    let wanted = [rule_comment(network), cut_rule_comment(network)];
+    Ok(nft
+        .rules_of(ACADEMY_BRIDGE, Some(BRIDGE_CHAIN))?
+        .into_iter()
+        .find(|r| wanted.contains(&r.comment)))
+}
+
+/// Whether chain prerouting holds the network's drop rule.
+pub fn has_guard_rule(nft: &mut Nftables, network: &str) -> NlResult<bool> {
+    guard_rule(nft, network).map(|rule| rule.is_some())
 }
