@@ -21,7 +21,6 @@ mod metrics;
 mod nat;
 mod network_view;
 mod node_look;
-mod orphans;
 mod repairs;
 mod status;
 mod watch;

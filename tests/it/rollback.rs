@@ -10,7 +10,7 @@
 //! - v0.4.0 (tests/upgrade/last-unversioned-release) reads no network key in owner
 //!   comments: its DEL frees the address and the veth but leaves the published port,
 //!   the masquerade element, the MAC filter and the runtime record. `academy install`
-//!   of this build sweeps them (src/cli/orphans.rs) and says so.
+//!   of this build sweeps them (src/cli/install/orphans.rs) and says so.
 //!
 //! The old releases are built once and shared with upgrade.rs (target/upgrade-from-*).
 
