@@ -215,19 +215,8 @@ def main():
     p.add_argument("--pods", type=int, default=FULL["pods"])
     p.add_argument("--cycles", type=int, default=FULL["cycles"])
     args = p.parse_args()
-    if os.geteuid() != 0:
-        raise SystemExit("density: needs root (namespaces, bridges, veths)")
-    academy = os.path.abspath(args.academy)
-    lab = Lab(academy)
-    lab.lock()
-    try:
-        lab.preclean()
-        sp = Spawner(lab.build_native("spawnstat"))
-        binary = lab.snapshot(academy, "academy")
-        r = run(sp, binary, lab, args.pods, args.cycles,
-                progress=lambda m: print(m, file=sys.stderr))
-    finally:
-        lab.cleanup()
+    r = labmod.run_alone("density", args.academy, lambda sp, binary, lab: run(
+        sp, binary, lab, args.pods, args.cycles, progress=lambda m: print(m, file=sys.stderr)))
     print(markdown(r, summary(r)))
 
 

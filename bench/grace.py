@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import cni  # noqa: E402
 from cni import Attachment, Plugin  # noqa: E402
-from lab import PREFIX, Lab  # noqa: E402
+from lab import PREFIX, Lab, run_alone  # noqa: E402
 from proc import Spawner  # noqa: E402
 
 SETTLE_S = 0.02  # as bench.py
@@ -149,17 +149,9 @@ def main():
     p.add_argument("--academy", required=True)
     p.add_argument("--cycles", type=int, default=FULL["cycles"])
     args = p.parse_args()
-    lab = Lab(args.academy)
-    lab.lock()
-    lab.preclean()
-    try:
-        launcher = lab.build_native("spawnstat")
-        sp = Spawner(launcher)
-        academy = lab.snapshot(args.academy, "academy")
-        r = run(sp, academy, lab, args.cycles)
-        print(markdown(r, summary(r)))
-    finally:
-        lab.cleanup()
+    r = run_alone("grace", args.academy,
+                  lambda sp, academy, lab: run(sp, academy, lab, args.cycles))
+    print(markdown(r, summary(r)))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ import signal
 import subprocess
 import time
 
+from proc import Spawner
+
 PREFIX = "bnch"
 # Where academy keeps a lock file per network (src/firewall/network.rs).
 NETWORK_LOCKS = "/run/academy/networks"
@@ -394,3 +396,19 @@ def kill_in_netns(path: str) -> int:
         except (OSError, ProcessLookupError):
             pass
     return killed
+
+
+def run_alone(name: str, academy: str, phase) -> dict:
+    """One phase run on its own (`python3 bench/<phase>.py --academy BINARY`): as root,
+    the bench's lock held, what a killed run left removed first, the binary snapshotted,
+    `phase(spawner, binary, lab)` run, and everything removed after, even on failure."""
+    if os.geteuid() != 0:
+        raise SystemExit(f"{name}: needs root (namespaces, bridges, veths)")
+    lab = Lab(os.path.abspath(academy))
+    lab.lock()
+    try:
+        lab.preclean()
+        sp = Spawner(lab.build_native("spawnstat"))
+        return phase(sp, lab.snapshot(lab.academy, "academy"), lab)
+    finally:
+        lab.cleanup()

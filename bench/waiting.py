@@ -269,19 +269,8 @@ def main():
     p.add_argument("--networks", type=int, default=FULL["networks"])
     p.add_argument("--cycles", type=int, default=FULL["cycles"])
     args = p.parse_args()
-    if os.geteuid() != 0:
-        raise SystemExit("waiting: needs root (namespaces, bridges, veths)")
-    academy = os.path.abspath(args.academy)
-    lab = Lab(academy)
-    lab.lock()
-    try:
-        lab.preclean()
-        sp = Spawner(lab.build_native("spawnstat"))
-        binary = lab.snapshot(academy, "academy")
-        r = run(sp, binary, lab, args.networks, args.cycles,
-                progress=lambda m: print(m, file=sys.stderr))
-    finally:
-        lab.cleanup()
+    r = labmod.run_alone("waiting", args.academy, lambda sp, binary, lab: run(
+        sp, binary, lab, args.networks, args.cycles, progress=lambda m: print(m, file=sys.stderr)))
     print(markdown(r, summary(r)))
 
 
