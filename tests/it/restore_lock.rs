@@ -4,9 +4,7 @@
 //! it released. The restore is held mid-way by the debug build's test hook
 //! (ACADEMY_TEST_HOLD_RESTORE, src/firewall/mod.rs), in a private node.
 
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -22,17 +20,6 @@ fn mentions(node: &Node) -> Vec<String> {
         .filter(|l| l.contains(net.as_str()) || l.contains(bridge.as_str()))
         .map(|l| l.trim().to_string())
         .collect()
-}
-
-fn wait_for(path: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !path.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "the restore never reached its hold"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// A network with ipMasq and isolation, its one container added, and the restore
@@ -54,39 +41,7 @@ fn during_a_restore(tag: &str, hook: &str, during: impl FnOnce(&Node, &Attach, &
         "ADD made nothing of the network"
     );
 
-    let hold = lab.data_dir.join("hold-restore");
-    std::fs::write(&hold, b"").unwrap();
-    let held = lab.data_dir.join("hold-restore.held");
-    let conf_dir = lab.conf_dir.to_str().unwrap();
-    let mut restore = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &node.ns,
-            plugin(),
-            "restore",
-            "--conf-dir",
-            conf_dir,
-        ])
-        .env(hook, &hold)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Resumed and reaped even if an assertion below fails.
-    struct Resume<'a>(&'a Path, &'a mut std::process::Child);
-    impl Drop for Resume<'_> {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(self.0);
-            let _ = self.1.wait();
-        }
-    }
-    let resume = Resume(&hold, &mut restore);
-    wait_for(&held);
-    during(&node, &a, &config);
-    std::fs::remove_file(resume.0).unwrap();
-    let out = resume.1.wait_with_output_ref();
-    drop(resume);
+    let out = node.restore_held(hook, || during(&node, &a, &config));
     assert!(out.0.success(), "restore: {}", out.1);
     // Whichever invocation comes next on the node releases what is due.
     let version = node.run(
@@ -137,22 +92,6 @@ fn a_last_del_meeting_a_restore_s_share_is_released_after_it() {
             );
         },
     );
-}
-
-/// `wait_with_output` for a borrowed child: its status and stderr.
-trait WaitRef {
-    fn wait_with_output_ref(&mut self) -> (std::process::ExitStatus, String);
-}
-
-impl WaitRef for std::process::Child {
-    fn wait_with_output_ref(&mut self) -> (std::process::ExitStatus, String) {
-        use std::io::Read;
-        let mut err = String::new();
-        if let Some(mut e) = self.stderr.take() {
-            let _ = e.read_to_string(&mut err);
-        }
-        (self.wait().unwrap(), err)
-    }
 }
 
 /// A restore is no attachment: the record of a network waiting out its grace stays as

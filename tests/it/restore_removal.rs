@@ -7,8 +7,6 @@
 //! them back (src/firewall/put_back.rs). The masquerade and a published port, in a
 //! private node.
 
-use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -26,58 +24,10 @@ fn naming(node: &Node, owner: &str) -> Vec<String> {
         .collect()
 }
 
-fn wait_for(path: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !path.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "the restore never reached its hold"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 /// Runs `academy restore` in the node, held after its read of the attachments while
 /// `during` runs, then let go; its exit status must be success. Returns its stderr.
-fn restore_around(lab: &Lab, node: &Node, during: impl FnOnce()) -> String {
-    let hold = lab.data_dir.join("hold-restore");
-    std::fs::write(&hold, b"").unwrap();
-    let held = lab.data_dir.join("hold-restore.held");
-    let conf_dir = lab.conf_dir.to_str().unwrap();
-    let mut restore = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &node.ns,
-            plugin(),
-            "restore",
-            "--conf-dir",
-            conf_dir,
-        ])
-        .env("ACADEMY_TEST_HOLD_RESTORE_LOCKED", &hold)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Let go and reaped even if an assertion fails.
-    struct Resume<'a>(&'a Path, &'a mut std::process::Child);
-    impl Drop for Resume<'_> {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(self.0);
-            let _ = self.1.wait();
-        }
-    }
-    let resume = Resume(&hold, &mut restore);
-    wait_for(&held);
-    during();
-    std::fs::remove_file(resume.0).unwrap();
-    let status = resume.1.wait().unwrap();
-    let mut err = String::new();
-    if let Some(mut e) = resume.1.stderr.take() {
-        use std::io::Read;
-        let _ = e.read_to_string(&mut err);
-    }
-    drop(resume);
+fn restore_around(node: &Node, during: impl FnOnce()) -> String {
+    let (status, err) = node.restore_held("ACADEMY_TEST_HOLD_RESTORE_LOCKED", during);
     assert!(status.success(), "restore: {err}");
     err
 }
@@ -115,7 +65,7 @@ fn a_restore_beside_a_del_leaves_nothing_of_the_deleted_attachment() {
     );
 
     // The DEL, between the restore's look and its batches: it does not wait on it.
-    let err = restore_around(&lab, &node, || {
+    let err = restore_around(&node, || {
         let started = Instant::now();
         node.call("DEL", &a, &published)
             .expect_silent_success("DEL a during the restore");
@@ -150,7 +100,7 @@ fn a_last_del_beside_a_restore_still_releases_the_network() {
     let a = lab.attachment("a");
     node.call("ADD", &a, &config).expect_result("ADD a");
     assert!(!naming(&node, &lab.network).is_empty(), "ADD made nothing");
-    let err = restore_around(&lab, &node, || {
+    let err = restore_around(&node, || {
         node.call("DEL", &a, &config)
             .expect_silent_success("DEL a during the restore");
     });

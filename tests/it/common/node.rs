@@ -66,4 +66,52 @@ impl<'a> Node<'a> {
     pub fn links(&self) -> Vec<String> {
         netns_link_names(&self.ns)
     }
+
+    /// `academy restore` of the lab's conf dir in the node, held by the debug build's
+    /// test hook `hook` (src/firewall/mod.rs: ACADEMY_TEST_HOLD_RESTORE before its lock,
+    /// ..._LOCKED after its first read of the attachments) while `during` runs, then let
+    /// go; its exit status and stderr. Let go and reaped even if an assertion fails.
+    pub fn restore_held(
+        &self,
+        hook: &str,
+        during: impl FnOnce(),
+    ) -> (std::process::ExitStatus, String) {
+        use std::io::Read;
+        use std::process::{Child, Command, Stdio};
+        use std::time::{Duration, Instant};
+        let hold = self.lab.data_dir.join("hold-restore");
+        std::fs::write(&hold, b"").unwrap();
+        let held = self.lab.data_dir.join("hold-restore.held");
+        let restore = Command::new("ip")
+            .args(["netns", "exec", &self.ns, plugin(), "restore", "--conf-dir"])
+            .arg(&self.lab.conf_dir)
+            .env(hook, &hold)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        struct Resume(std::path::PathBuf, Child);
+        impl Drop for Resume {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_file(&self.0);
+                let _ = self.1.wait();
+            }
+        }
+        let mut resume = Resume(hold, restore);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !held.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "the restore never reached its hold"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        during();
+        std::fs::remove_file(&resume.0).unwrap();
+        let mut err = String::new();
+        if let Some(mut e) = resume.1.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        (resume.1.wait().unwrap(), err)
+    }
 }
