@@ -48,11 +48,7 @@ fn network(lab: &Lab, mappings: &[Value]) -> Value {
     // through the bridge it came from).
     let mut entry = crate::portmap::academy_entry(lab);
     entry.as_object_mut().unwrap().remove("hairpinMode");
-    let list = json!({"cniVersion": "1.1.0", "name": lab.network, "plugins": [entry.clone()]});
-    std::fs::write(lab.conf_dir.join("10-lab.conflist"), list.to_string()).unwrap();
-    let mut config = entry;
-    config["cniVersion"] = json!("1.1.0");
-    config["name"] = json!(lab.network);
+    let mut config = lab.install_entry(entry);
     config["runtimeConfig"] = json!({ "portMappings": mappings });
     config
 }

@@ -220,11 +220,7 @@ fn an_ra_learned_default_route_outlives_the_first_ipv6_gateway_add() {
     let plugin = json!({"type": "academy", "bridge": lab.bridge, "isGateway": true,
         "ipam": {"type": "host-local", "dataDir": lab.data_dir.to_str().unwrap(),
                  "ranges": [[{"subnet": lab.subnet()}], [{"subnet": v6}]]}});
-    let list = json!({"cniVersion": "1.1.0", "name": lab.network, "plugins": [plugin.clone()]});
-    std::fs::write(lab.conf_dir.join("10-lab.conflist"), list.to_string()).unwrap();
-    let mut config = plugin;
-    config["cniVersion"] = json!("1.1.0");
-    config["name"] = json!(lab.network);
+    let config = lab.install_entry(plugin);
     let a = lab.attachment("c");
     let result = node
         .call("ADD", &a, &config)

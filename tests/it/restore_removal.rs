@@ -38,12 +38,7 @@ fn network(lab: &Lab, release_after: u64) -> serde_json::Value {
     let mut entry = crate::portmap::academy_entry(lab);
     entry["ipMasq"] = json!(true);
     entry["releaseUnusedAfter"] = json!(release_after);
-    let list = json!({"cniVersion": "1.1.0", "name": lab.network, "plugins": [entry.clone()]});
-    std::fs::write(lab.conf_dir.join("10-lab.conflist"), list.to_string()).unwrap();
-    let mut config = entry;
-    config["cniVersion"] = json!("1.1.0");
-    config["name"] = json!(lab.network);
-    config
+    lab.install_entry(entry)
 }
 
 #[test]

@@ -203,6 +203,18 @@ impl Lab {
         c
     }
 
+    /// (Re)writes the lab's only conflist as CNI 1.1.0 with `entry` as its one plugin,
+    /// and returns the config a runtime gives that plugin (the list's version and name
+    /// in it).
+    pub fn install_entry(&self, entry: Value) -> Value {
+        let list = json!({"cniVersion": "1.1.0", "name": self.network, "plugins": [entry.clone()]});
+        std::fs::write(self.conf_dir.join("10-lab.conflist"), list.to_string()).unwrap();
+        let mut config = entry;
+        config["cniVersion"] = json!("1.1.0");
+        config["name"] = json!(self.network);
+        config
+    }
+
     /// (Re)writes the lab's only conflist: one plugin of `plugin_type` with the lab's
     /// bridge/subnet/gateway/dataDir, plus the fields of `extra`.
     pub fn write_conflist(&self, version: &str, plugin_type: &str, extra: Value) {
