@@ -82,20 +82,9 @@ fn masquerade_rules(lab: &Lab, node: &Node, i: usize) -> Vec<String> {
 /// Whether network `i` has a release record (`<name>@<node>.unused`, of any node: the
 /// lab's networks run in its node only).
 fn record_exists(lab: &Lab, i: usize) -> bool {
-    records_of(&format!("{}-{i}", lab.network))
+    release_records_of(&format!("{}-{i}", lab.network))
         .iter()
         .any(|f| f.ends_with(".unused"))
-}
-
-/// The files of network `name`'s release records and due markers.
-fn records_of(name: &str) -> Vec<String> {
-    std::fs::read_dir("/run/academy/networks")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|f| f.starts_with(&format!("{name}@")))
-        .collect()
 }
 
 fn in_node(node: &Node, argv: &[&str]) -> Out {

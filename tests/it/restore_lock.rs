@@ -80,12 +80,7 @@ fn a_last_del_meeting_a_restore_s_share_is_released_after_it() {
         "ACADEMY_TEST_HOLD_RESTORE_LOCKED",
         |node, a, config| {
             node.call("DEL", a, config).expect_silent_success("DEL a");
-            let records: Vec<String> = std::fs::read_dir("/run/academy/networks")
-                .unwrap()
-                .flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|f| f.starts_with(&format!("{}@", node.lab.network)))
-                .collect();
+            let records = release_records_of(&node.lab.network);
             assert!(
                 records.iter().any(|f| f.ends_with(".unused")),
                 "no release record: {records:?}"
@@ -111,16 +106,10 @@ fn a_restore_leaves_a_pending_release_as_it_was() {
     node.call("ADD", &a, &config).expect_result("ADD a");
     node.call("DEL", &a, &config).expect_silent_success("DEL a");
     // This release's form, one per node: `<name>@<node netns inode>.unused`.
-    let prefix = format!("{}@", lab.network);
-    let record = std::fs::read_dir("/run/academy/networks")
-        .expect("the records' folder")
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .and_then(|f| f.to_str())
-                .is_some_and(|f| f.starts_with(&prefix) && f.ends_with(".unused"))
-        })
+    let record = release_records_of(&lab.network)
+        .into_iter()
+        .find(|f| f.ends_with(".unused"))
+        .map(|f| format!("/run/academy/networks/{f}"))
         .expect("the last DEL's record");
     let before = std::fs::read_to_string(&record).expect("the last DEL's record");
     std::thread::sleep(Duration::from_millis(20));

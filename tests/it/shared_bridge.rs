@@ -182,24 +182,13 @@ fn a_network_re_created_on_another_bridge_releases_the_old_bridge_s_objects() {
         .expect_silent_success("DEL on the new bridge");
 }
 
-/// The files of network `name`'s release records and due markers.
-fn records_of(name: &str) -> Vec<String> {
-    std::fs::read_dir("/run/academy/networks")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|f| f.starts_with(&format!("{name}@")))
-        .collect()
-}
-
 fn netns_inode(ns: &str) -> u64 {
     std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(format!("/run/netns/{ns}")).unwrap())
 }
 
 /// Makes a node's due marker of `name` read as long overdue (due at 1 ms).
 fn overdue(name: &str, node: u64) {
-    for f in records_of(name) {
+    for f in release_records_of(name) {
         if f.starts_with(&format!("{name}@{node}.")) && f.ends_with(".due") {
             let dir = "/run/academy/networks";
             std::fs::rename(format!("{dir}/{f}"), format!("{dir}/{name}@{node}.1.due")).unwrap();
@@ -239,7 +228,7 @@ fn release_records_are_per_node_and_go_with_their_node() {
     let node_two = netns_inode(&two.ns);
     overdue(&name, node_two);
     assert_eq!(version(&one).code, 0);
-    let kept = records_of(&name);
+    let kept = release_records_of(&name);
     assert!(
         kept.iter()
             .any(|f| f == &format!("{name}@{node_two}.unused")),
@@ -250,7 +239,7 @@ fn release_records_are_per_node_and_go_with_their_node() {
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(version(&one).code, 0);
     assert_eq!(
-        records_of(&name),
+        release_records_of(&name),
         Vec::<String>::new(),
         "a gone node's record"
     );

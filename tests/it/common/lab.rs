@@ -443,6 +443,18 @@ const NETWORK_LOCKS: &str = "/run/academy/networks";
 const BRIDGE_LOCKS: &str = "/run/academy/bridges";
 const REMOVAL_LOCKS: &str = "/run/academy/networks/removals";
 
+/// The files of network `name`'s release records and due markers, of every node
+/// (`<name>@<node>.unused`, `<name>@<node>.<due ms>.due`).
+pub fn release_records_of(name: &str) -> Vec<String> {
+    std::fs::read_dir(NETWORK_LOCKS)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|f| f.starts_with(&format!("{name}@")))
+        .collect()
+}
+
 /// Removes the bridge locks (`<bridge>@<node>.lock`) whose names `which` picks: a test
 /// that made a bridge of its own outside a lab (nothing holds them once it is gone).
 pub fn remove_bridge_locks(which: impl Fn(&str) -> bool) {
