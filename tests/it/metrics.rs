@@ -113,6 +113,22 @@ fn wait_for_value(node: &Node, promql: &str, want: impl Fn(f64) -> bool) -> Opti
     last
 }
 
+/// Debian's Prometheus in the node, scraping the watch's metrics every second; stopped
+/// (by PID) when dropped.
+pub(crate) fn prometheus(node: &Node, lab: &Lab) -> Daemon {
+    let prom = prometheus_config(lab);
+    Daemon::start(
+        node,
+        "prometheus",
+        "prometheus",
+        &[
+            &format!("--config.file={}", prom.join("prometheus.yml").display()),
+            &format!("--storage.tsdb.path={}", prom.join("data").display()),
+            &format!("--web.listen-address={PROMETHEUS}"),
+        ],
+    )
+}
+
 fn prometheus_config(lab: &Lab) -> std::path::PathBuf {
     let dir = lab.root.join("prometheus");
     std::fs::create_dir_all(dir.join("data")).unwrap();
@@ -154,17 +170,7 @@ fn prometheus_scrapes_the_watch_used_free_and_repairs() {
         wait_until(Duration::from_secs(10), || exposition(&node).code == 0),
         "the watch does not answer on {METRICS}"
     );
-    let prom = prometheus_config(&lab);
-    let _prometheus = Daemon::start(
-        &node,
-        "prometheus",
-        "prometheus",
-        &[
-            &format!("--config.file={}", prom.join("prometheus.yml").display()),
-            &format!("--storage.tsdb.path={}", prom.join("data").display()),
-            &format!("--web.listen-address={PROMETHEUS}"),
-        ],
-    );
+    let _prometheus = prometheus(&node, &lab);
     let net = &lab.network;
     let used = format!("academy_pool_addresses{{network=\"{net}\",state=\"used\"}}");
     let free = format!("academy_pool_addresses{{network=\"{net}\",state=\"free\"}}");

@@ -229,17 +229,7 @@ fn prometheus_keeps_up_beside_an_idle_client() {
     let lab = Lab::new("metidleprom");
     let node = Node::new(&lab);
     let _watch = watch(&node, &lab);
-    let prom = prometheus_config(&lab);
-    let _prometheus = Daemon::start(
-        &node,
-        "prometheus",
-        "prometheus",
-        &[
-            &format!("--config.file={}", prom.join("prometheus.yml").display()),
-            &format!("--storage.tsdb.path={}", prom.join("data").display()),
-            &format!("--web.listen-address={PROMETHEUS}"),
-        ],
-    );
+    let _prometheus = prometheus(&node, &lab);
     let up = "up{job=\"academy\"}";
     assert_eq!(wait_for_value(&node, up, |v| v == 1.0), Some(1.0));
     let _hog = Daemon::start(
