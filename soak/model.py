@@ -95,7 +95,7 @@ class Network:
 
 class Attachment:
     def __init__(self, network, cid, ifname, netns, state, *, config=None,
-                 result=None, ports=(), toggled_on=True, toggles=0):
+                 result=None, ports=(), toggles=0):
         self.network = network
         self.cid = cid
         self.ifname = ifname
@@ -104,7 +104,6 @@ class Attachment:
         self.config = config
         self.result = result
         self.ports = list(ports)
-        self.toggled_on = toggled_on
         self.toggles = toggles
 
     @property

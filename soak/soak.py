@@ -297,7 +297,7 @@ class Soak:
                 ports = self.draw_ports(net) if net.ports else []
                 att = Attachment(net.name, self.cid(c), "eth0", None, None,
                                  config=net.config(ports), ports=ports,
-                                 toggled_on=net.toggled_on, toggles=net.toggles)
+                                 toggles=net.toggles)
                 ops.append(Op("ADD", att=att, c=c, net=None, fault=self.fault()))
             elif kind in ("DEL", "CHECK"):
                 pool = [a for a in self.model.attachments.values()
@@ -358,8 +358,7 @@ class Soak:
         fallen = threading.Event()
         ports = self.draw_ports(mate) if mate.ports else []
         att = Attachment(mate.name, self.cid(c), "eth0", None, None,
-                         config=mate.config(ports), ports=ports, toggled_on=mate.toggled_on,
-                         toggles=mate.toggles)
+                         config=mate.config(ports), ports=ports, toggles=mate.toggles)
         return [Op("due", net=net, fallen=fallen),
                 Op("ADD", att=att, c=c, net=None, fault=None, after=fallen)]
 
