@@ -95,8 +95,8 @@ pub fn attachments(conf: &Config, targets: Vec<Target>) -> Report {
     let mut report = Report::default();
     let mut failed = vec![false; targets.len()];
     // Until the reservations are freed: a restore running beside takes back what it put
-    // back of these meanwhile (firewall/put_back.rs).
-    let _removal = crate::firewall::put_back::removal(conf);
+    // back of these meanwhile (firewall::network::removal).
+    let _removal = network::removal(conf);
 
     // 1. nf_tables, on one socket kept open until the end (see firewall::masquerade::remove:
     // closing it waits out the removal's RCU grace period, which the veth step overlaps),

@@ -45,7 +45,6 @@ pub mod mac_filter;
 pub mod masquerade;
 pub mod network;
 pub mod ports;
-pub mod put_back;
 pub mod reference;
 pub mod services;
 pub mod tables;
@@ -438,8 +437,8 @@ pub fn restore(conf: &Config) -> Result<Restoration> {
         return Ok(Restoration::default());
     }
     // From here to the last batch no removal of the network is in flight, and the
-    // attachments are read again under that (put_back.rs).
-    let _no_removals = put_back::no_removal_in_flight(&conf.name);
+    // attachments are read again under that (network::removal).
+    let _no_removals = network::no_removal_in_flight(&conf.name);
     let wired = Wired::read(conf)?;
     let mut nft = NftablesOnDemand::default();
     let mut look = Looking {

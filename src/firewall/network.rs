@@ -154,6 +154,39 @@ pub fn without_adds_in_flight(conf: &Config) -> Option<Flock<File>> {
     locks::network(&conf.name, Wait::Exclusive).ok()
 }
 
+/// A removal's share of its network's removal lock, released when dropped.
+pub struct Removal(#[allow(dead_code)] Option<Flock<File>>);
+
+/// A put-back must not bring back the state of an attachment being removed. A restore
+/// (or an ADD putting back the ports a flush took) reads the wired attachments, then
+/// adds what it finds missing; a removal (DEL, a failed ADD's undo, GC, reclaim) that
+/// took the attachment's elements in between would see them put back after it, owned
+/// by an attachment with no reservation left (found by the soak: seeds 321409782,
+/// 2026, 38).
+///
+/// So a removal holds the network's removal lock shared from before its nf_tables step
+/// until its reservations are freed, and a put-back holds it whole from its look at the
+/// wired attachments until its last batch is in: a removal either finished before the
+/// look (its attachment is not wired: nothing put back for it) or starts after the
+/// put-back (and removes what was put back). A put-back killed halfway leaves only
+/// state of attachments wired at its look, which their own removal takes; a take-back
+/// after the fact could not promise that. A removal waits only while a put-back runs
+/// (milliseconds). Best effort, as the network lock: without /run, or after 5 s, each
+/// goes on unlocked.
+///
+/// Taken by the one removal before its nf_tables step, held until its reservations are
+/// freed.
+pub fn removal(conf: &Config) -> Removal {
+    Removal(locks::removals(&conf.name, Wait::Shared).ok())
+}
+
+/// The network's removal lock held whole, for a put-back from its look at the wired
+/// attachments to its last batch (see `removal`). Waits out the removals in flight (5 s
+/// at most).
+pub fn no_removal_in_flight(network: &str) -> Option<Flock<File>> {
+    locks::removals(network, Wait::Exclusive).ok()
+}
+
 /// Once the network has no attachment left: records it as unused, for a release after
 /// `releaseUnusedAfter`, or (0, or the record cannot be written) deletes its objects at
 /// once. Returns what it deleted, in words (nothing when the network is in use or only
@@ -419,24 +452,33 @@ fn drop_gone_nodes(others: Vec<Marker>) {
 /// which nothing would ever read again. Asked by GC (one look at /proc for the live
 /// netns), never on ADD's path. Returns how many files went.
 pub fn drop_what_gone_nodes_left() -> usize {
-    let (Some(here), Some(alive)) = (node(), nodes::alive()) else {
+    let Some(here) = node() else {
         return 0;
     };
-    let gone = |n: u64| n != here && !alive.contains(&n);
-    let mut dropped = 0;
+    // Other nodes' files, found by name; /proc is looked at only if there are some (a
+    // host that runs one node never pays for it).
+    let mut theirs: Vec<(std::path::PathBuf, u64)> = Vec::new();
     for (dir, node_of) in [
         (LOCK_DIR, node_of_record as fn(&str) -> Option<u64>),
         (locks::BRIDGE_LOCK_DIR, node_of_bridge_lock),
     ] {
         for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
             let file = entry.file_name();
-            if file.to_str().and_then(node_of).is_some_and(gone)
-                && std::fs::remove_file(entry.path()).is_ok()
-            {
-                dropped += 1;
+            if let Some(n) = file.to_str().and_then(node_of).filter(|&n| n != here) {
+                theirs.push((entry.path(), n));
             }
         }
     }
+    if theirs.is_empty() {
+        return 0;
+    }
+    let Some(alive) = nodes::alive() else {
+        return 0;
+    };
+    let dropped = theirs
+        .iter()
+        .filter(|(path, n)| !alive.contains(n) && std::fs::remove_file(path).is_ok())
+        .count();
     if dropped > 0 {
         crate::log::debug(format_args!(
             "dropped {dropped} record(s) and lock(s) of node netns that are gone"

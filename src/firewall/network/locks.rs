@@ -32,6 +32,21 @@ pub(super) enum Wait {
     No,
 }
 
+/// The network's removal lock (its own folder: a network's name may end in anything a
+/// suffix could be). A removal holds it shared from before its nf_tables step until its
+/// reservations are freed; a put-back (the restore's, an ADD's of the ports a flush
+/// took) holds it whole from its look at the attachments to its last batch: see
+/// `network::no_removal_in_flight`.
+pub(super) fn removals(name: &str, how: Wait) -> std::io::Result<Flock<File>> {
+    take(
+        REMOVAL_LOCK_DIR,
+        &format!("{REMOVAL_LOCK_DIR}/{name}.lock"),
+        how,
+    )
+}
+
+const REMOVAL_LOCK_DIR: &str = "/run/academy/networks/removals";
+
 /// The network's lock.
 pub(super) fn network(name: &str, how: Wait) -> std::io::Result<Flock<File>> {
     take(LOCK_DIR, &format!("{LOCK_DIR}/{name}.lock"), how)

@@ -12,7 +12,7 @@
 //! A DEL that removes its ports between the restore's look at the wired attachments and
 //! its batch would get them published again (a masquerade element too): the restore
 //! takes back what it put back of an attachment gone since its look
-//! (firewall/put_back.rs).
+//! (firewall::network::removal).
 
 use std::net::IpAddr;
 

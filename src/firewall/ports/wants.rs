@@ -97,7 +97,7 @@ pub(crate) fn put_back_wants(
 
 /// The removal locks of the networks stored beside `conf`'s, each held whole (in name
 /// order, so two such holders never wait on each other), for a put-back from its look
-/// at the records to its batch: no removal of theirs is then in flight (put_back.rs).
+/// at the records to its batch: no removal of theirs is then in flight (network::removal).
 pub(crate) fn no_removals_beside(conf: &Config) -> Vec<Option<Flock<File>>> {
     let Some(b) = conf.builtin() else {
         return Vec::new();
@@ -106,7 +106,7 @@ pub(crate) fn no_removals_beside(conf: &Config) -> Vec<Option<Flock<File>>> {
     networks.sort();
     networks
         .iter()
-        .map(|n| crate::firewall::put_back::no_removal_in_flight(n))
+        .map(|n| crate::firewall::network::no_removal_in_flight(n))
         .collect()
 }
 
