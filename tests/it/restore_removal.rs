@@ -3,9 +3,9 @@
 //! got its masquerade element back, owned by no reservation). The restore is held by the
 //! debug build's hook right after it read the network's attachments
 //! (ACADEMY_TEST_HOLD_RESTORE_LOCKED, src/firewall/mod.rs), the DEL runs then, and the
-//! restore is let go: it finds the DEL's elements missing and adds them, and must take
-//! them back (src/firewall/put_back.rs). The masquerade and a published port, in a
-//! private node.
+//! restore is let go: it reads the attachments again under the network's removal lock
+//! (src/firewall/network.rs, `removal`) and must not put back the DEL's elements. The
+//! masquerade and a published port, in a private node.
 
 use std::time::{Duration, Instant};
 

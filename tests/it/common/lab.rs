@@ -388,7 +388,7 @@ impl Lab {
                 let _ = std::fs::remove_file(entry.path());
             }
         }
-        // The removal locks of its networks (src/firewall/put_back.rs).
+        // The removal locks of its networks (src/firewall/network/locks.rs).
         for entry in std::fs::read_dir(REMOVAL_LOCKS)
             .into_iter()
             .flatten()
