@@ -12,6 +12,13 @@ use nix::sched::{setns, CloneFlags};
 
 use crate::cni::{code, Error, Result};
 
+/// The node: this process's network namespace (the main thread never leaves it), by
+/// inode, as academy's records under /run name it (one stat per process).
+pub fn node() -> Option<u64> {
+    static NODE: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *NODE.get_or_init(|| std::fs::metadata("/proc/self/ns/net").ok().map(|m| m.ino()))
+}
+
 /// statfs f_type of nsfs, where every /proc/<pid>/ns/* and bind-mounted netns lives.
 const NSFS_MAGIC: i64 = 0x6e73_6673;
 /// ioctl(2) on an nsfs file: which kind of namespace it is (linux/nsfs.h, _IO(0xb7, 0x3)).

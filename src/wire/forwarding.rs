@@ -30,7 +30,7 @@
 //! that learned from advertisements and ignores them now (whoever turned forwarding on).
 
 use std::collections::BTreeSet;
-use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _};
+use std::os::unix::fs::DirBuilderExt as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ipnetwork::IpNetwork;
@@ -39,6 +39,7 @@ use serde::{Deserialize, Serialize};
 use crate::cni::Result;
 use crate::ipam::store::files;
 use crate::netlink::{Link, Netlink};
+use crate::netns::node;
 
 const IPV4_FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
 const IPV6_FORWARD: &str = "/proc/sys/net/ipv6/conf/all/forwarding";
@@ -207,11 +208,6 @@ struct Record {
     /// The netns inode, as in the file's name.
     node: u64,
     raised: Vec<Raised>,
-}
-
-/// This process's network namespace (the node's), by inode.
-fn node() -> Option<u64> {
-    std::fs::metadata("/proc/self/ns/net").ok().map(|m| m.ino())
 }
 
 fn record_path(node: u64) -> String {

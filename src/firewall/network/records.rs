@@ -16,9 +16,8 @@
 //! their next use and last DEL (v0.5.0 then writes its own record), as their objects are
 //! never another's to lose.
 
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
-use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ipnetwork::IpNetwork;
@@ -192,11 +191,7 @@ pub(super) fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// This process's network namespace, by inode (one stat per process).
-pub(crate) fn node() -> Option<u64> {
-    static NODE: OnceLock<Option<u64>> = OnceLock::new();
-    *NODE.get_or_init(|| std::fs::metadata("/proc/self/ns/net").ok().map(|m| m.ino()))
-}
+pub(crate) use crate::netns::node;
 
 pub(super) fn read(path: &str) -> Option<Record> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
