@@ -94,8 +94,8 @@ pub fn attachment(conf: &Config, target: Target) -> Result<()> {
 pub fn attachments(conf: &Config, targets: Vec<Target>) -> Report {
     let mut report = Report::default();
     let mut failed = vec![false; targets.len()];
-    // Until the reservations are freed: a restore running beside takes back what it put
-    // back of these meanwhile (firewall::network::removal).
+    // Until the reservations are freed: a put-back (a restore, an ADD after a flush) waits
+    // for it, and then sees these gone (firewall::network::removal).
     let _removal = network::removal(conf);
 
     // 1. nf_tables, on one socket kept open until the end (see firewall::masquerade::remove:

@@ -9,10 +9,9 @@
 //! one), a key two lost records both ask for, a record that does not read, and an attachment added by an academy older than
 //! records (its mappings are unknown; whether its ports are in place is told apart).
 //!
-//! A DEL that removes its ports between the restore's look at the wired attachments and
-//! its batch would get them published again (a masquerade element too): the restore
-//! takes back what it put back of an attachment gone since its look
-//! (firewall::network::removal).
+//! A DEL cannot remove its ports between the restore's look at the wired attachments and
+//! its batch (which would publish them again): the restore holds the network's removal
+//! lock whole from its look to its batch (firewall::network::removal).
 
 use std::net::IpAddr;
 
