@@ -7,7 +7,7 @@
 //! or the new one, never half of one.
 
 use crate::ipam::store::files;
-use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -62,14 +62,8 @@ fn record_path(dir: &Path, network: &str) -> PathBuf {
 pub fn record(dir: &Path, network: &str, repair: &LastRepair) -> Result<(), String> {
     let failed =
         |e: std::io::Error| format!("cannot record the last repair in {}: {e}", dir.display());
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(failed)?;
     let path = record_path(dir, network);
-    let tmp = dir.join(format!(".{network}.last-repair.{}", std::process::id()));
-    files::replace_host_file(&path, &tmp, repair.to_json().to_string().as_bytes()).map_err(failed)
+    files::replace_host_file(&path, repair.to_json().to_string().as_bytes()).map_err(failed)
 }
 
 /// The network's last recorded repair; None when the watch never made one (since boot).

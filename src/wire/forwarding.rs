@@ -30,7 +30,6 @@
 //! that learned from advertisements and ignores them now (whoever turned forwarding on).
 
 use std::collections::BTreeSet;
-use std::os::unix::fs::DirBuilderExt as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ipnetwork::IpNetwork;
@@ -236,13 +235,8 @@ fn record(raised: &[Raised]) -> std::io::Result<()> {
         node,
         raised: merged(old, raised),
     };
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(RECORD_DIR)?;
     let text = serde_json::to_vec(&record).map_err(std::io::Error::other)?;
-    let tmp = format!("{path}.{}.tmp", std::process::id());
-    files::replace_host_file(path.as_ref(), tmp.as_ref(), &text)
+    files::replace_host_file(path.as_ref(), &text)
 }
 
 /// The older entries, each replaced by a newer one of the same interface (it was set

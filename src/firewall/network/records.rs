@@ -16,7 +16,6 @@
 //! their next use and last DEL (v0.5.0 then writes its own record), as their objects are
 //! never another's to lose.
 
-use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -234,12 +233,7 @@ pub(super) fn convert_old(name: &str) {
 /// Writes a record of academy's under /run/academy/networks whole or not at all: a
 /// reader sees the old one or the new one, never a half-written one.
 pub(crate) fn write_atomically(path: &str, text: &[u8]) -> std::io::Result<()> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(LOCK_DIR)?;
-    let tmp = format!("{path}.{}.tmp", std::process::id());
-    files::replace_host_file(path.as_ref(), tmp.as_ref(), text)
+    files::replace_host_file(path.as_ref(), text)
 }
 
 #[cfg(test)]

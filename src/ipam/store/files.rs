@@ -332,22 +332,40 @@ pub fn host_lock(path: &str, wait: Duration) -> Option<Flock<File>> {
     lock_exclusive(file, wait).ok()
 }
 
-/// Replaces the host-wide file `path` with `bytes` through `tmp` (same directory,
-/// created 0600, never through a symlink) and a rename, so a reader sees the old file
-/// or the new one, never a part.
-pub fn replace_host_file(path: &Path, tmp: &Path, bytes: &[u8]) -> io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(tmp)
+/// Replaces the host-wide record `path` (academy's, under /run) with `bytes` through a
+/// temp file beside it (`.<name>.<pid>.tmp`, created 0600, never through a symlink)
+/// and a rename, so a reader sees the old file or the new one, never a part. Its
+/// folder is made (0700) only when the temp file's open says it is missing: once per
+/// boot, not a mkdir per write.
+pub fn replace_host_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let open = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)
+    };
+    let file = match open() {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)?;
+            open()
+        }
+        other => other,
+    };
+    let written = file
         .and_then(|mut f| f.write_all(bytes))
-        .and_then(|()| std::fs::rename(tmp, path));
+        .and_then(|()| std::fs::rename(&tmp, path));
     if written.is_err() {
-        let _ = std::fs::remove_file(tmp);
+        let _ = std::fs::remove_file(&tmp);
     }
     written
 }
