@@ -7,9 +7,14 @@
 //! of the oldest one that has not asked for anything yet (then of one answered and only
 //! draining, then of one being answered; at the table's bound, of the address holding
 //! the most), after a last read of it so a request that has come meanwhile is served,
-//! not cut. A client reopening what is closed only takes its
-//! own slots in turn; a scraper from the same address (behind the same NAT) sends its
-//! request as it connects and is then out of reach. Descriptors and threads stay
+//! not cut. A client reopening what is closed only takes its own slots in turn, and
+//! once a round has had to make room, the next accepts wait ACCEPT_PACE: a scraper from
+//! the same address (behind the same NAT) then waits in the kernel's queue, where its
+//! request comes while it waits, and is accepted already asking, out of reach; one
+//! accepted before its request came is among the newest and keeps its slot at least
+//! that long. Without the pause, a hog's reconnections came in back to back rounds and
+//! went through its 32 slots in under a millisecond, before Prometheus' request came.
+//! Descriptors and threads stay
 //! bounded whatever arrives; memory too: a head is at most MAX_HEAD, and the page is
 //! computed once per round for every request complete by then and shared by them.
 
@@ -38,6 +43,10 @@ pub const PER_CLIENT: usize = MAX_CONNECTIONS / 2;
 /// later, past Prometheus' timeout) before the listener ever saw it. The bound only keeps
 /// a flood faster than accepts from starving the connections already open.
 const ACCEPTS_PER_ROUND: usize = 1024;
+/// The pause before the next accepts after a round that had to make room: the time a
+/// connection is sure to keep its slot to send its request, and the most a scrape waits
+/// beside a hog.
+const ACCEPT_PACE: Duration = Duration::from_millis(50);
 
 /// The listener, for ever (the thread ends with the process).
 pub fn serve(listener: TcpListener, page: Arc<dyn Fn() -> String + Send + Sync>) {
@@ -45,13 +54,15 @@ pub fn serve(listener: TcpListener, page: Arc<dyn Fn() -> String + Send + Sync>)
     // rounds.
     let _ = listener.set_nonblocking(true);
     let mut table = Table::default();
+    let mut paused_until: Option<Instant> = None;
     loop {
         let now = Instant::now();
         for c in &mut table.open {
             c.expire(now);
         }
         table.sweep();
-        let (acceptable, ready) = match table.wait(&listener, now) {
+        let paused_until_now = paused_until.filter(|&at| at > now);
+        let (acceptable, ready) = match table.wait(&listener, paused_until_now, now) {
             Ok(ready) => ready,
             Err(nix::errno::Errno::EINTR) => continue,
             Err(_) => {
@@ -66,7 +77,8 @@ pub fn serve(listener: TcpListener, page: Arc<dyn Fn() -> String + Send + Sync>)
             }
         }
         if acceptable {
-            table.accept(&listener, now);
+            let crowded = table.accept(&listener, now);
+            paused_until = crowded.then(|| now + ACCEPT_PACE);
         }
         table.answer_asked(&*page, Instant::now());
         table.sweep();
@@ -79,21 +91,33 @@ struct Table {
 }
 
 impl Table {
-    /// Sleeps in poll until the listener or a connection is ready, or a deadline comes;
-    /// which of them are ready (the connections in table order).
+    /// Sleeps in poll until the listener (unless accepts are paused) or a connection is
+    /// ready, or a deadline or the pause's end comes; which of them are ready (the
+    /// connections in table order).
     fn wait(
         &self,
         listener: &TcpListener,
+        paused_until: Option<Instant>,
         now: Instant,
     ) -> Result<(bool, Vec<bool>), nix::errno::Errno> {
         let mut fds = Vec::with_capacity(self.open.len() + 1);
-        fds.push(PollFd::new(listener.as_fd(), PollFlags::POLLIN));
+        let listen_for = match paused_until {
+            Some(_) => PollFlags::empty(),
+            None => PollFlags::POLLIN,
+        };
+        fds.push(PollFd::new(listener.as_fd(), listen_for));
         fds.extend(
             self.open
                 .iter()
                 .map(|c| PollFd::new(c.socket(), c.interest())),
         );
-        let timeout = match self.open.iter().filter_map(Connection::deadline).min() {
+        let wake = self
+            .open
+            .iter()
+            .filter_map(Connection::deadline)
+            .chain(paused_until)
+            .min();
+        let timeout = match wake {
             None => PollTimeout::NONE,
             // Rounded up: waking a little early would only poll again at once.
             Some(at) => {
@@ -106,38 +130,48 @@ impl Table {
         Ok((ready(&fds[0]), fds[1..].iter().map(ready).collect()))
     }
 
-    fn accept(&mut self, listener: &TcpListener, now: Instant) {
+    /// Accepts what the kernel has queued; whether room had to be made for any of it.
+    fn accept(&mut self, listener: &TcpListener, now: Instant) -> bool {
+        let mut crowded = false;
         for _ in 0..ACCEPTS_PER_ROUND {
             match listener.accept() {
-                Ok((stream, peer)) => self.admit(stream, peer.ip().to_canonical(), now),
+                Ok((stream, peer)) => crowded |= self.admit(stream, peer.ip().to_canonical(), now),
                 Err(e) => match e.kind() {
-                    std::io::ErrorKind::WouldBlock => return,
+                    std::io::ErrorKind::WouldBlock => break,
                     std::io::ErrorKind::Interrupted | std::io::ErrorKind::ConnectionAborted => {}
                     // EMFILE and the like: a short pause instead of a busy loop.
-                    _ => return std::thread::sleep(Duration::from_millis(50)),
+                    _ => {
+                        std::thread::sleep(Duration::from_millis(50));
+                        break;
+                    }
                 },
             }
         }
+        crowded
     }
 
     /// Takes a new connection in, making room for it when its client or the table is
     /// at its bound; refused (503) only when every connection in its way has asked and
-    /// waits for this round's page.
-    fn admit(&mut self, stream: TcpStream, client: IpAddr, now: Instant) {
+    /// waits for this round's page. Whether room had to be made.
+    fn admit(&mut self, stream: TcpStream, client: IpAddr, now: Instant) -> bool {
         if stream.set_nonblocking(true).is_err() {
-            return;
+            return false;
         }
         let new = Connection::accepted(stream, client, now);
         if matches!(new.stage, Stage::Closed) {
-            return;
+            return false;
         }
+        let mut made_room = false;
         loop {
             let crowded = self.open.iter().filter(|c| c.client == client).count() >= PER_CLIENT;
             if !crowded && self.open.len() < MAX_CONNECTIONS {
-                return self.open.push(new);
+                self.open.push(new);
+                return made_room;
             }
+            made_room = true;
             let Some(i) = self.victim(crowded.then_some(client)) else {
-                return new.evict();
+                new.evict();
+                return true;
             };
             // A last read: a head that has come since is served, and a client that
             // has gone frees its slot without an eviction.

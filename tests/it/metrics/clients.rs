@@ -19,13 +19,15 @@ use super::*;
 /// `trickle`: send a request head one byte every 100 ms, never finishing it), scraper
 /// source address, scrapes (0: none, the hog alone until its time is up). Each hog
 /// connection closed or answered by the server is reopened at once. Prints one
-/// `scrape STATUS SECONDS` line per scrape and a `hog opened N closed M` line.
+/// `scrape STATUS SECONDS` line per scrape and a `hog opened N closed M` line. The hog
+/// runs in a process of its own, as a hog and Prometheus would: in one interpreter, the
+/// scraper's request would wait for the hog's thread to give up the interpreter lock.
 const HOG: &str = r#"
-import selectors, socket, sys, threading, time
+import os, selectors, signal, socket, sys, time
 target, hog_src, hogs, seconds, mode, scrape_src, scrapes = sys.argv[1:8]
 host, port = target.rsplit(":", 1)
 port, hogs, scrapes = int(port), int(hogs), int(scrapes)
-stop = time.monotonic() + float(seconds)
+stop = [time.monotonic() + float(seconds)]
 hog_srcs = hog_src.split(",")
 HEAD = b"GET /metrics HTTP/1.1\r\nX-Slow: "
 
@@ -44,10 +46,9 @@ for _ in range(100):
 sel = selectors.DefaultSelector()
 count = {"opened": 0, "closed": 0}
 sent = {}
-ready = threading.Event()
 
 def open_one():
-    while time.monotonic() < stop:
+    while time.monotonic() < stop[0]:
         try:
             s = connect(hog_srcs[count["opened"] % len(hog_srcs)])
         except OSError:
@@ -58,11 +59,11 @@ def open_one():
         count["opened"] += 1
         return
 
-def hog():
+def hog(ready):
     for _ in range(hogs): open_one()
-    ready.set()
+    os.write(ready, b"r")
     tick = time.monotonic()
-    while time.monotonic() < stop:
+    while time.monotonic() < stop[0]:
         for key, _ in sel.select(timeout=0.05):
             s = key.fileobj
             sel.unregister(s); del sent[s]; s.close()
@@ -76,9 +77,16 @@ def hog():
                     s.send(byte); sent[s] += 1
                 except OSError: pass
 
-t = threading.Thread(target=hog, daemon=True)
-t.start()
-ready.wait(30)
+ready_r, ready_w = os.pipe()
+hog_pid = os.fork()
+if hog_pid == 0:
+    signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__(0, 0))
+    hog(ready_w)
+    print("hog opened", count["opened"], "closed", count["closed"], flush=True)
+    os._exit(0)
+# Stopped (a Daemon's SIGTERM), the scraper stops its hog too.
+signal.signal(signal.SIGTERM, lambda *_: os.kill(hog_pid, signal.SIGTERM))
+os.read(ready_r, 1)
 time.sleep(0.5)
 for _ in range(scrapes):
     start = time.monotonic()
@@ -96,9 +104,9 @@ for _ in range(scrapes):
         status = "error " + type(e).__name__
     print("scrape", status.replace(" ", "_"), round(time.monotonic() - start, 3), flush=True)
     time.sleep(0.2)
-if scrapes == 0:
-    t.join()
-print("hog opened", count["opened"], "closed", count["closed"], flush=True)
+if scrapes > 0:
+    os.kill(hog_pid, signal.SIGTERM)
+os.waitpid(hog_pid, 0)
 "#;
 
 /// The watch of a one-network node, answering on METRICS.
@@ -381,6 +389,12 @@ fn a_flood_of_connections_leaves_threads_descriptors_and_memory_bounded() {
         "the flush was not repaired during the flood"
     );
     assert_eq!(most.0, threads, "the flood started threads");
-    assert!(most.1 <= fds + TABLE + 2, "descriptors {fds} -> {}", most.1);
+    // The table, a newcomer making room, and what the repair of the flush opens meanwhile
+    // (its netlink sockets, the store's files).
+    assert!(
+        most.1 <= fds + TABLE + 1 + 8,
+        "descriptors {fds} -> {}",
+        most.1
+    );
     assert!(most.2 <= rss + 16 * 1024, "RSS {rss} -> {} KiB", most.2);
 }
