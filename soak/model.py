@@ -42,10 +42,11 @@ class Network:
         # (key, value when on): a key the soak turns on and off in the conflist.
         self.toggle = toggle
         self.toggled_on = True
-        # How many times the key was turned: an attachment ADDed before a turn is not
-        # CHECKed (checks.py), even when the key is back as it was.
-        self.toggles = 0
         self.data_dir = None
+
+    def made_with_toggle(self, config):
+        """Whether an ADD's config had the toggled key on."""
+        return all(config.get(k) == v for k, v in self.toggle[1].items())
 
     @property
     def release_seconds(self):
@@ -95,7 +96,7 @@ class Network:
 
 class Attachment:
     def __init__(self, network, cid, ifname, netns, state, *, config=None,
-                 result=None, ports=(), toggles=0):
+                 result=None, ports=()):
         self.network = network
         self.cid = cid
         self.ifname = ifname
@@ -104,7 +105,6 @@ class Attachment:
         self.config = config
         self.result = result
         self.ports = list(ports)
-        self.toggles = toggles
 
     @property
     def key(self):

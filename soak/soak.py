@@ -296,8 +296,7 @@ class Soak:
                 used.add(c["i"])
                 ports = self.draw_ports(net) if net.ports else []
                 att = Attachment(net.name, self.cid(c), "eth0", None, None,
-                                 config=net.config(ports), ports=ports,
-                                 toggles=net.toggles)
+                                 config=net.config(ports), ports=ports)
                 ops.append(Op("ADD", att=att, c=c, net=None, fault=self.fault()))
             elif kind in ("DEL", "CHECK"):
                 pool = [a for a in self.model.attachments.values()
@@ -358,7 +357,7 @@ class Soak:
         fallen = threading.Event()
         ports = self.draw_ports(mate) if mate.ports else []
         att = Attachment(mate.name, self.cid(c), "eth0", None, None,
-                         config=mate.config(ports), ports=ports, toggles=mate.toggles)
+                         config=mate.config(ports), ports=ports)
         return [Op("due", net=net, fallen=fallen),
                 Op("ADD", att=att, c=c, net=None, fault=None, after=fallen)]
 
@@ -409,7 +408,6 @@ class Soak:
             op.outcome = a.tool("restore", "--conf-dir", self.conf_dir, fault=op.fault)
         elif op.kind == "toggle":
             op.net.toggled_on = not op.net.toggled_on
-            op.net.toggles += 1
             self.write_conflist(op.net)
             op.note = "%s %s" % (op.net.toggle[0], "on" if op.net.toggled_on else "off")
         elif op.kind == "flush":

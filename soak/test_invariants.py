@@ -186,6 +186,16 @@ class Model_(unittest.TestCase):
         self.assertNotIn("ipMasq", n.entry())
         self.assertNotIn("releaseUnusedAfter", n.entry())  # the default, 60 s
 
+    def test_an_add_made_with_the_toggled_key_is_told_from_one_without(self):
+        n = Network("nD", "br1", ["10.4.0.0/24"], toggle=(
+            "bandwidth", {"ingressRate": 8, "egressRate": 8}))
+        n.data_dir = "/d"
+        on = n.config()
+        n.toggled_on = False
+        self.assertTrue(n.made_with_toggle(on))
+        self.assertFalse(n.made_with_toggle(n.config()))
+        self.assertFalse(n.made_with_toggle(dict(on, egressRate=9)))
+
 
 class Parsers(unittest.TestCase):
     def test_nft_elements_with_comments_in_sets_and_maps(self):

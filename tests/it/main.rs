@@ -173,3 +173,4 @@ mod switching;
 mod upgrade;
 mod vlan;
 mod watch;
+mod watch_conf;

@@ -21,8 +21,12 @@
 //! - Another program that takes academy's state each time it is back gets at most
 //!   FIGHT_LIMIT restores per FIGHT_WINDOW, then waits.
 //!
-//! There is no polling: the command sleeps in poll(2) on the notification socket and a
-//! signalfd, with a timeout only while a burst, a retry or a reopen is pending.
+//! - A network file of DIR written, renamed in or removed (conf_dir.rs) sets off a
+//!   restore the same way: a key turned on for live containers is put in place at once.
+//!
+//! There is no polling: the command sleeps in poll(2) on the notification socket, the
+//! conf dir's inotify and a signalfd, with a timeout only while a burst, a retry or a
+//! reopen is pending.
 //!
 //! Each repair is counted and recorded as the network's last (repairs.rs, for `academy
 //! status`); with `--metrics ADDR` a listener thread serves those counts and every
@@ -42,9 +46,11 @@ use super::metrics::{self, Counters};
 use super::nat::DEFAULT_CONF_DIR;
 use super::{CliError, Parsed};
 use crate::netlink::{NftMonitor, NftNotice};
+use conf_dir::ConfDir;
 use pacing::{Backoff, Debounce, Fights, FIGHT_LIMIT, FIGHT_WINDOW, FIRST_RETRY, LIMIT, QUIET};
 use trigger::{ours, Trigger};
 
+mod conf_dir;
 mod pacing;
 mod repair;
 mod trigger;
@@ -87,6 +93,9 @@ struct Watch {
     dir: PathBuf,
     own_name: String,
     monitor: Option<NftMonitor>,
+    /// The conf dir's changes; None when inotify cannot be had (said at start): then
+    /// only nf_tables changes set off a restore.
+    conf_dir: Option<ConfDir>,
     /// When to try opening the socket again.
     reopen_at: Option<Instant>,
     socket_backoff: Backoff,
@@ -120,6 +129,13 @@ impl Watch {
             dir,
             own_name,
             monitor: None,
+            conf_dir: ConfDir::open()
+                .map_err(|e| {
+                    log(&format!(
+                        "cannot watch the conf dir ({e}): a conflist changed takes effect at the next nf_tables change or ADD"
+                    ))
+                })
+                .ok(),
             reopen_at: None,
             socket_backoff: Backoff::new(),
             changes: Debounce::new(QUIET, LIMIT),
@@ -158,9 +174,18 @@ impl Watch {
                     .unwrap_or_default();
                 Instant::now() + wait
             });
+            // A dir made or put back since is watched from now (one cheap call).
+            let watching = match self.conf_dir.as_mut() {
+                Some(c) => c.watch(&self.dir),
+                None => false,
+            };
+            let conf_dir = self.conf_dir.as_ref().filter(|_| watching);
             let timeout = self.timeout(Instant::now());
-            let (stop, readable) = {
+            let (stop, readable, conf_changed) = {
                 let mut fds = vec![PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
+                if let Some(c) = conf_dir {
+                    fds.push(PollFd::new(c.as_fd(), PollFlags::POLLIN));
+                }
                 if let Some(m) = &self.monitor {
                     fds.push(PollFd::new(m.as_fd(), PollFlags::POLLIN));
                 }
@@ -174,7 +199,13 @@ impl Watch {
                     }
                 }
                 let ready = |fd: &PollFd| fd.revents().is_some_and(|r| !r.is_empty());
-                (ready(&fds[0]), fds.get(1).is_some_and(ready))
+                let conf_changed = conf_dir.is_some() && ready(&fds[1]);
+                let monitor = 1 + usize::from(conf_dir.is_some());
+                (
+                    ready(&fds[0]),
+                    fds.get(monitor).is_some_and(ready),
+                    conf_changed,
+                )
             };
             if stop {
                 let signal = signals
@@ -191,6 +222,20 @@ impl Watch {
             if readable {
                 self.read_notifications(Instant::now());
             }
+            if conf_changed {
+                self.read_conf_dir(Instant::now());
+            }
+        }
+    }
+
+    fn read_conf_dir(&mut self, now: Instant) {
+        let Some(c) = self.conf_dir.as_mut() else {
+            return;
+        };
+        let changed = c.changed();
+        if !changed.is_empty() {
+            self.trigger.conf_files(&changed);
+            self.changes.note(now);
         }
     }
 

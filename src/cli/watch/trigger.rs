@@ -16,6 +16,8 @@ pub(super) struct Trigger {
     changes: usize,
     by: Vec<String>,
     pub(super) lost: bool,
+    /// Network files of the conf dir written, renamed in or removed.
+    files: Vec<String>,
 }
 
 impl Trigger {
@@ -25,6 +27,14 @@ impl Trigger {
         let by = format!("{} (pid {})", c.process, c.pid);
         if !self.by.contains(&by) && self.by.len() < 3 {
             self.by.push(by);
+        }
+    }
+
+    pub(super) fn conf_files(&mut self, names: &[String]) {
+        for n in names {
+            if !self.files.contains(n) {
+                self.files.push(n.clone());
+            }
         }
     }
 
@@ -40,6 +50,12 @@ impl Trigger {
         }
         if self.lost {
             parts.push("lost notifications (ENOBUFS)".into());
+        }
+        if !self.files.is_empty() {
+            parts.push(format!(
+                "a change of the conf dir ({})",
+                self.files.join(", ")
+            ));
         }
         match parts.is_empty() {
             true => "a retry".into(),
@@ -84,6 +100,13 @@ mod tests {
         assert_eq!(
             t.describe(),
             "6 change(s) in 3 transaction(s) by nft (pid 5), iptables-restor (pid 5) and lost notifications (ENOBUFS)"
+        );
+        let mut t = Trigger::default();
+        t.conf_files(&["10-a.conflist".into()]);
+        t.conf_files(&["10-a.conflist".into(), "20-b.conf".into()]);
+        assert_eq!(
+            t.describe(),
+            "a change of the conf dir (10-a.conflist, 20-b.conf)"
         );
     }
 }

@@ -1,0 +1,71 @@
+//! `academy watch` follows the conf dir as well as nf_tables (the soak's finding, seed
+//! 2026): with macspoofchk turned off in the conflist, a flush takes the MAC filter of
+//! a container ADDed with it and the watch, following the conflist, leaves it out; the
+//! key turned on again, the watch puts it back at once, where it used to wait for a
+//! restore or the network's next ADD while the container's CHECK failed.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::common::*;
+use crate::watch::Watcher;
+
+/// The conflist with or without macspoofchk; the ADD's config (with it).
+fn conflist(lab: &Lab, mac_filter: bool) -> Value {
+    let keys = match mac_filter {
+        true => json!({"macspoofchk": true}),
+        false => json!({}),
+    };
+    lab.write_conflist("1.1.0", "academy", keys);
+    let mut c = lab.config("1.1.0");
+    c["macspoofchk"] = json!(true);
+    c
+}
+
+#[test]
+fn a_key_turned_on_again_in_the_conflist_is_put_back_for_live_containers_at_once() {
+    let lab = Lab::new("watchconf");
+    let node = Node::new(&lab);
+    let config = conflist(&lab, true);
+    let a = lab.attachment("c0");
+    let result = node.call("ADD", &a, &config).expect_result("ADD");
+    let mut checked = config.clone();
+    checked["prevResult"] = result;
+    node.call("CHECK", &a, &checked)
+        .expect_silent_success("CHECK after ADD");
+    let watch = Watcher::start(&node, lab.conf_dir.to_str().unwrap());
+
+    conflist(&lab, false);
+    node.nft(&["delete", "table", "bridge", "academy"]);
+    // The watch restores what the conflist now asks: not the MAC filter.
+    std::thread::sleep(Duration::from_millis(1500));
+    let check = node.call("CHECK", &a, &checked);
+    assert_ne!(
+        check.code, 0,
+        "CHECK passed without the MAC filter: {check}"
+    );
+    assert!(check.stdout.contains("macspoofchk"), "{check}");
+
+    conflist(&lab, true);
+    let start = std::time::Instant::now();
+    let back = wait_until(Duration::from_secs(5), || {
+        node.call("CHECK", &a, &checked).code == 0
+    });
+    assert!(
+        back,
+        "the MAC filter was not put back after the key was turned on again:\n{}",
+        watch.text()
+    );
+    println!(
+        "watch: the MAC filter back {} ms after macspoofchk was turned on again",
+        start.elapsed().as_millis()
+    );
+    assert!(
+        watch.count("a change of the conf dir (10-lab.conflist)") >= 1,
+        "{}",
+        watch.text()
+    );
+    node.call("DEL", &a, &config).expect_silent_success("DEL");
+    println!("watch log:\n{}", watch.text());
+}
