@@ -63,7 +63,7 @@ def soak(name, academy, seconds, seed, report_dir, env_extra=None, fault_rate=No
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--academy", required=True)
-    ap.add_argument("--seconds", type=float, default=30)
+    ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--standin-seconds", type=float, default=60)
     ap.add_argument("--report-dir", default="target/soak/selftest")
     ap.add_argument("--jobs", type=int, default=3)
