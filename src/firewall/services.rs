@@ -16,13 +16,14 @@
 
 use crate::cni::Result;
 use crate::config::Config;
+use crate::ipam::store::files;
 use crate::netlink::NftablesOnDemand;
 
 /// Whether bridged IPv4 and IPv6 traffic passes netfilter in the calling netns (the
 /// sysctls are per netns, and /proc/sys/net is the reader's).
 pub fn bridged_traffic_filtered() -> bool {
     ["iptables", "ip6tables"].iter().all(|family| {
-        std::fs::read(format!("/proc/sys/net/bridge/bridge-nf-call-{family}"))
+        files::read_host_file(format!("/proc/sys/net/bridge/bridge-nf-call-{family}"), 32)
             .is_ok_and(|v| v.starts_with(b"1"))
     })
 }

@@ -158,7 +158,7 @@ fn path_of(name: &str, node: u64) -> String {
 const RECORD_SUFFIX: &str = ".state";
 
 fn read(path: &str) -> Option<u32> {
-    parse(&std::fs::read(path).ok()?)
+    parse(&crate::ipam::store::files::read_host_file(path, 4096).ok()?)
 }
 
 /// The version a record names; None for one that is not a record (empty, cut, garbage).

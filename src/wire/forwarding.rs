@@ -69,14 +69,9 @@ fn is_off(path: &str) -> bool {
     read_flag(path).is_some_and(|v| v == b"0")
 }
 
-/// A one-number sysctl's value, trimmed. One read: a /proc/sys file hands over its whole
-/// value in the first read (std::fs::read would add a statx and a read that returns 0,
-/// 5 syscalls where this makes 3, on every ADD).
+/// A one-number sysctl's value, trimmed (3 syscalls, on every ADD).
 fn read_flag(path: &str) -> Option<Vec<u8>> {
-    use std::io::Read as _;
-    let mut buf = [0u8; 32];
-    let n = std::fs::File::open(path).ok()?.read(&mut buf).ok()?;
-    Some(buf[..n].trim_ascii().to_vec())
+    Some(files::read_host_file(path, 32).ok()?.trim_ascii().to_vec())
 }
 
 fn turn_on(path: &str) {

@@ -370,6 +370,12 @@ pub fn replace_host_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
     written
 }
 
+/// Reads a small host file whole (a /proc/sys value, one of academy's records under
+/// /run): open, one read, close, where std::fs::read adds a statx and a read returning 0.
+pub fn read_host_file(path: impl AsRef<Path>, limit: usize) -> io::Result<Vec<u8>> {
+    read_capped(&mut File::open(path)?, limit)
+}
+
 /// Reads all of `file`, failing when it holds more than `limit` bytes: a garbage file
 /// must not make academy allocate without bound.
 ///
