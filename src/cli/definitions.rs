@@ -282,8 +282,8 @@ pub const COMMANDS: &[Command] = &[
         ],
         summary: "run until SIGTERM or SIGINT, putting back what restore does within a second of each nf_tables change by another program",
         description: &[
-            "Runs until SIGTERM or SIGINT (exit 0). At start and within a second of each burst of nf_tables changes by another program (nft flush ruleset, a deleted table, an iptables reload, a firewalld restart), runs what restore runs for every academy network in DIR (default /etc/cni/net.d), read again each time. Its own transactions and academy's are passed over; a failed restore is retried after 1, 2, 4 ... 30 s.",
-            "With --metrics it also answers GET /metrics on ADDR with the Prometheus text exposition of every network's pool, attachments and missing state, computed at each scrape, and of its own repairs and notifications (docs/operations.md lists them). A slow client cannot hold it: each request has 2 s and 8 KiB of headers, and at most 4 are served at once.",
+            "Runs until SIGTERM or SIGINT (exit 0). At start and within a second of each burst of nf_tables changes by another program (nft flush ruleset, a deleted table, an iptables reload, a firewalld restart), runs what restore runs for every academy network in DIR (default /etc/cni/net.d), read again each time; a network file of DIR written, renamed in or removed does the same, so a key turned on for live containers is in place at once. Its own transactions and academy's are passed over; a failed restore is retried after 1, 2, 4 ... 30 s.",
+            "With --metrics it also answers GET /metrics on ADDR with the Prometheus text exposition of every network's pool, attachments and missing state, computed at each scrape, and of its own repairs and notifications (docs/operations.md lists them). No client can keep a scrape out: each request has 2 s and 8 KiB of headers, at most 64 connections are open and 32 of one address, and a newcomer takes the slot of the oldest that has asked nothing.",
         ],
         hidden: false,
     },
