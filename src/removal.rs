@@ -108,6 +108,10 @@ pub fn attachments(conf: &Config, targets: Vec<Target>) -> Report {
         *failed = !removed;
     }
 
+    // The debug build's test hook: a removal held between its nf_tables step and its
+    // veths, still holding the network's removal lock (tests/it/restore_removal.rs).
+    crate::firewall::hold_for_test("ACADEMY_TEST_HOLD_REMOVAL");
+
     // 2. The veth pairs.
     match nl {
         Ok(mut nl) => {

@@ -490,7 +490,7 @@ fn as_put_back(missing: &str) -> String {
 /// (30 s at most) while `<path>` exists; with ACADEMY_TEST_HOLD_RESTORE_LOCKED, the same
 /// once it holds the lock and has read the attachments. A test can so run a DEL in the
 /// middle of a restore without racing a signal.
-fn hold_for_test(variable: &str) {
+pub(crate) fn hold_for_test(variable: &str) {
     #[cfg(not(debug_assertions))]
     let _ = variable;
     #[cfg(debug_assertions)]

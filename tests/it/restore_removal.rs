@@ -6,6 +6,12 @@
 //! restore is let go: it reads the attachments again under the network's removal lock
 //! (src/firewall/network.rs, `removal`) and must not put back the DEL's elements. The
 //! masquerade and a published port, in a private node.
+//!
+//! An ADD that re-makes a flushed masquerade set with the other containers' elements
+//! does not put back those of an attachment whose removal is in flight either (the soak,
+//! seed 2029 step 32): the removal, held by ACADEMY_TEST_HOLD_REMOVAL between its
+//! nf_tables step (which found no set) and its veths, holds the removal lock, so the ADD
+//! leaves the others' elements to the restore.
 
 use std::time::{Duration, Instant};
 
@@ -101,4 +107,74 @@ fn a_last_del_beside_a_restore_still_releases_the_network() {
     });
     let left = naming(&node, &lab.network);
     assert!(left.is_empty(), "left of the network: {left:?}\n{err}");
+}
+
+#[test]
+fn an_add_remaking_a_flushed_set_beside_a_del_puts_back_nothing_of_the_deleted_attachment() {
+    let lab = Lab::new("rdeladd");
+    let node = Node::new(&lab);
+    let config = network(&lab, 60);
+    let (a, b, c) = (
+        lab.attachment("a"),
+        lab.attachment("b"),
+        lab.attachment("c"),
+    );
+    node.call("ADD", &a, &config).expect_result("ADD a");
+    let b_result = node.call("ADD", &b, &config).expect_result("ADD b");
+    let owner = owner_comment(&lab.network, &a.cid, &a.ifname);
+    node.nft(&["delete", "table", "inet", "academy"]);
+
+    // DEL a, held after its nf_tables step found no set; ADD c re-makes the set then.
+    let hold = lab.data_dir.join("hold-removal");
+    std::fs::write(&hold, b"").unwrap();
+    let held = lab.data_dir.join("hold-removal.held");
+    let del = lab
+        .call_for("DEL", &a)
+        .config(&config)
+        .env("ACADEMY_TEST_HOLD_REMOVAL", hold.to_str().unwrap());
+    let (del_out, add_out) = std::thread::scope(|s| {
+        let del = s.spawn(|| node.run(&del));
+        // Let go even if the wait fails.
+        struct Resume<'a>(&'a std::path::Path);
+        impl Drop for Resume<'_> {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_file(self.0);
+            }
+        }
+        let resume = Resume(&hold);
+        assert!(
+            wait_until(Duration::from_secs(20), || held.exists()),
+            "the DEL never reached its hold"
+        );
+        let add = node.call("ADD", &c, &config);
+        drop(resume);
+        (del.join().unwrap(), add)
+    });
+    del_out.expect_silent_success("DEL a");
+    add_out.expect_result("ADD c beside the held DEL");
+    assert_eq!(
+        naming(&node, &owner),
+        Vec::<String>::new(),
+        "ADD c put back the DELed attachment's element: {add_out}"
+    );
+    assert!(
+        add_out.stderr.contains("a removal was in flight"),
+        "ADD c says it left the others' elements: {add_out}"
+    );
+    // b's element was left to the restore: CHECK says so, the restore puts it back.
+    let mut checked = config.clone();
+    checked["prevResult"] = b_result;
+    let check = node.call("CHECK", &b, &checked);
+    assert_ne!(check.code, 0, "CHECK of b without its element: {check}");
+    let restore = node.academy(&["restore", "--conf-dir", lab.conf_dir.to_str().unwrap()]);
+    assert_eq!(restore.code, 0, "{restore}");
+    node.call("CHECK", &b, &checked)
+        .expect_silent_success("CHECK of b after the restore");
+    assert_eq!(
+        naming(&node, &owner),
+        Vec::<String>::new(),
+        "after the restore"
+    );
+    node.call("DEL", &b, &config).expect_silent_success("DEL b");
+    node.call("DEL", &c, &config).expect_silent_success("DEL c");
 }

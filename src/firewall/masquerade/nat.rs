@@ -104,6 +104,11 @@ fn send(
     // Taken only to repair: concurrent first ADDs of a network would otherwise each
     // add a rule. Held until the end of ADD's batch.
     let mut lock = None;
+    // Taken only when a set is re-made with the others' elements, from the look at the
+    // wired attachments to the batch: a removal in flight may have looked for its
+    // elements while the set was gone, and would leave the ones put back now (seed
+    // 2029). While one is, the others' elements are left to the restore.
+    let mut no_removals = None;
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -129,9 +134,14 @@ fn send(
                 repaired |= !set_was_missing || rules.iter().any(|r| r.set == network.set_name());
                 add_repair(&mut change, network, &rules);
                 if set_was_missing {
-                    change
-                        .if_missing
-                        .extend(wired_elements(conf, network.family, &own));
+                    let others = no_removals.get_or_insert_with(|| {
+                        crate::firewall::network::no_removal_now(&conf.name)
+                    });
+                    if others.is_ok() {
+                        change
+                            .if_missing
+                            .extend(wired_elements(conf, network.family, &own));
+                    }
                 }
             }
         }
@@ -158,9 +168,14 @@ fn send(
         }
         match apply(nft, &change) {
             Ok(()) => {
-                if repaired || !change.if_missing.is_empty() {
+                let left_to_restore = matches!(no_removals, Some(Err(_)));
+                if repaired || !change.if_missing.is_empty() || left_to_restore {
+                    let left = match left_to_restore {
+                        true => "; the other containers' are left to the restore (`academy restore`, `academy watch`): a removal was in flight",
+                        false => "",
+                    };
                     eprintln!(
-                        "academy: network {}: repaired its masquerade rule{} ({} element(s) of wired attachments restored)",
+                        "academy: network {}: repaired its masquerade rule{} ({} element(s) of wired attachments restored{left})",
                         conf.name,
                         if change.rules.len() > 1 { "s" } else { "" },
                         change.if_missing.len()
