@@ -5,8 +5,9 @@
 //! conflist as it is now; a key turned off is not taken from live containers (their DEL
 //! takes it).
 //!
-//! A dir that is not there yet (the installer makes it) is watched from the first
-//! restore that finds it; one removed while watched is looked for again the same way.
+//! A dir that is not there yet (the installer makes it), or one removed while watched,
+//! is looked for again at the watch's next wake-up (an nf_tables change, a release
+//! falling due, a retry): until then its files' changes wait for such a wake-up.
 
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -81,9 +82,12 @@ impl AsFd for ConfDir {
     }
 }
 
+/// A network file as libcni reads them, or the `..data` link the kubelet swaps when it
+/// updates a ConfigMap mounted as the conf dir (its files are links through it, and
+/// change with no event of their own).
 fn network_file(name: &OsStr) -> bool {
     let ext = Path::new(name).extension().and_then(OsStr::to_str);
-    matches!(ext, Some("conf" | "conflist" | "json"))
+    matches!(ext, Some("conf" | "conflist" | "json")) || name == "..data"
 }
 
 #[cfg(test)]
@@ -103,6 +107,12 @@ mod tests {
         std::fs::write(dir.join("10-a.conflist"), "{}").unwrap();
         std::fs::write(dir.join(".10-b.conflist.swp"), "x").unwrap();
         assert_eq!(c.changed(), ["10-a.conflist"]);
+        // The kubelet's update of a ConfigMap volume: a new ..data link renamed over.
+        std::os::unix::fs::symlink("..2026_12_03", dir.join("..data_tmp")).unwrap();
+        std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+        assert_eq!(c.changed(), ["..data"]);
+        std::fs::remove_file(dir.join("..data")).unwrap();
+        assert_eq!(c.changed(), ["..data"]);
         std::fs::write(dir.join("tmp"), "{}").unwrap();
         std::fs::rename(dir.join("tmp"), dir.join("20-b.conf")).unwrap();
         std::fs::remove_file(dir.join("10-a.conflist")).unwrap();
