@@ -71,6 +71,8 @@ pub fn repair_lock() -> Option<Flock<File>> {
 const REPAIR_LOCK: &str = "/run/academy-nat.lock";
 
 pub(super) const LOCK_DIR: &str = "/run/academy/networks";
+/// Where the release records and their `.due` markers are (`academy watch` watches it).
+pub const RECORDS_DIR: &str = LOCK_DIR;
 
 /// ADD's (or the restore's) share of its network's lock and of its bridge's, released
 /// when dropped.

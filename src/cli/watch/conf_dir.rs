@@ -18,6 +18,8 @@ use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 pub(super) struct ConfDir {
     inotify: Inotify,
     watching: bool,
+    /// The names that count as a change.
+    wanted: fn(&OsStr) -> bool,
 }
 
 /// What a conflist's writer does to put a new one in place: write it (close after
@@ -32,11 +34,25 @@ fn events() -> AddWatchFlags {
 }
 
 impl ConfDir {
+    /// The conf dir's watch: network files as libcni reads them.
     pub(super) fn open() -> nix::Result<ConfDir> {
+        ConfDir::of(network_file)
+    }
+
+    /// The release records' folder: a `.due` marker made there by another invocation (a
+    /// last DEL) wakes the watch, which then learns when to release; without it the
+    /// watch, asleep with nothing pending, missed a record written after its last
+    /// wake-up (the soak, seed 289689798: three networks never released).
+    pub(super) fn release_records() -> nix::Result<ConfDir> {
+        ConfDir::of(|name| name.as_encoded_bytes().ends_with(b".due"))
+    }
+
+    fn of(wanted: fn(&OsStr) -> bool) -> nix::Result<ConfDir> {
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
         Ok(ConfDir {
             inotify,
             watching: false,
+            wanted,
         })
     }
 
@@ -64,7 +80,7 @@ impl ConfDir {
                 }
                 let name = match (&e.name, e.mask.contains(AddWatchFlags::IN_Q_OVERFLOW)) {
                     (_, true) => "(events lost)".to_string(),
-                    (Some(n), false) if network_file(n) => n.to_string_lossy().into_owned(),
+                    (Some(n), false) if (self.wanted)(n) => n.to_string_lossy().into_owned(),
                     _ => continue,
                 };
                 if !names.contains(&name) {

@@ -34,7 +34,7 @@
 
 use std::io::Write as _;
 use std::os::fd::AsFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -96,6 +96,9 @@ struct Watch {
     /// The conf dir's changes; None when inotify cannot be had (said at start): then
     /// only nf_tables changes set off a restore.
     conf_dir: Option<ConfDir>,
+    /// The release records' folder (a new `.due` marker wakes the loop); None when
+    /// inotify cannot be had: releases then wait for another wake-up.
+    release_records: Option<ConfDir>,
     /// When to try opening the socket again.
     reopen_at: Option<Instant>,
     socket_backoff: Backoff,
@@ -136,6 +139,7 @@ impl Watch {
                     ))
                 })
                 .ok(),
+            release_records: ConfDir::release_records().ok(),
             reopen_at: None,
             socket_backoff: Backoff::new(),
             changes: Debounce::new(QUIET, LIMIT),
@@ -180,11 +184,20 @@ impl Watch {
                 None => false,
             };
             let conf_dir = self.conf_dir.as_ref().filter(|_| watching);
+            let records_dir = Path::new(crate::firewall::network::RECORDS_DIR);
+            let records_watched = match self.release_records.as_mut() {
+                Some(r) => r.watch(records_dir),
+                None => false,
+            };
+            let records = self.release_records.as_ref().filter(|_| records_watched);
             let timeout = self.timeout(Instant::now());
-            let (stop, readable, conf_changed) = {
+            let (stop, readable, conf_changed, records_changed) = {
                 let mut fds = vec![PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
                 if let Some(c) = conf_dir {
                     fds.push(PollFd::new(c.as_fd(), PollFlags::POLLIN));
+                }
+                if let Some(r) = records {
+                    fds.push(PollFd::new(r.as_fd(), PollFlags::POLLIN));
                 }
                 if let Some(m) = &self.monitor {
                     fds.push(PollFd::new(m.as_fd(), PollFlags::POLLIN));
@@ -200,12 +213,11 @@ impl Watch {
                 }
                 let ready = |fd: &PollFd| fd.revents().is_some_and(|r| !r.is_empty());
                 let conf_changed = conf_dir.is_some() && ready(&fds[1]);
-                let monitor = 1 + usize::from(conf_dir.is_some());
-                (
-                    ready(&fds[0]),
-                    fds.get(monitor).is_some_and(ready),
-                    conf_changed,
-                )
+                let records_at = 1 + usize::from(conf_dir.is_some());
+                let records_changed = records.is_some() && ready(&fds[records_at]);
+                let monitor = records_at + usize::from(records.is_some());
+                let readable = fds.get(monitor).is_some_and(ready);
+                (ready(&fds[0]), readable, conf_changed, records_changed)
             };
             if stop {
                 let signal = signals
@@ -224,6 +236,12 @@ impl Watch {
             }
             if conf_changed {
                 self.read_conf_dir(Instant::now());
+            }
+            if records_changed {
+                // Read to empty it; the loop's next turn reads the records' due times.
+                if let Some(r) = self.release_records.as_mut() {
+                    r.changed();
+                }
             }
         }
     }
