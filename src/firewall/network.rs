@@ -57,6 +57,7 @@ mod locks;
 mod nodes;
 mod records;
 
+pub use locks::no_removal_now;
 use locks::Wait;
 pub(crate) use records::{node, write_atomically};
 use records::{Entry, Marker, Record};
@@ -188,22 +189,6 @@ pub fn removal(conf: &Config) -> Removal {
 pub fn no_removal_in_flight(network: &str) -> Option<Flock<File>> {
     locks::removals(network, Wait::Exclusive).ok()
 }
-
-/// As `no_removal_in_flight`, without waiting, for a put-back that may leave the others'
-/// state to the restore (an ADD holding the host's publish lock must not wait on a
-/// restore holding this one and waiting for that): Err while a removal is in flight;
-/// Ok(None) when there is no lock to take (no /run: unlocked, as everywhere).
-pub fn no_removal_now(network: &str) -> std::result::Result<Option<Flock<File>>, RemovalInFlight> {
-    match locks::removals(network, Wait::No) {
-        Ok(lock) => Ok(Some(lock)),
-        Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Err(RemovalInFlight),
-        Err(_) => Ok(None),
-    }
-}
-
-/// A removal of the network holds its removal lock (`no_removal_now`).
-#[derive(Debug)]
-pub struct RemovalInFlight;
 
 /// Once the network has no attachment left: records it as unused, for a release after
 /// `releaseUnusedAfter`, or (0, or the record cannot be written) deletes its objects at

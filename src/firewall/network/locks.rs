@@ -47,6 +47,22 @@ pub(super) fn removals(name: &str, how: Wait) -> std::io::Result<Flock<File>> {
 
 const REMOVAL_LOCK_DIR: &str = "/run/academy/networks/removals";
 
+/// As `network::no_removal_in_flight`, without waiting, for a put-back that may leave the others'
+/// state to the restore (an ADD holding the host's publish lock must not wait on a
+/// restore holding this one and waiting for that): Err while a removal is in flight;
+/// Ok(None) when there is no lock to take (no /run: unlocked, as everywhere).
+pub fn no_removal_now(network: &str) -> std::result::Result<Option<Flock<File>>, RemovalInFlight> {
+    match removals(network, Wait::No) {
+        Ok(lock) => Ok(Some(lock)),
+        Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Err(RemovalInFlight),
+        Err(_) => Ok(None),
+    }
+}
+
+/// A removal of the network holds its removal lock (`no_removal_now`).
+#[derive(Debug)]
+pub struct RemovalInFlight;
+
 /// The network's lock.
 pub(super) fn network(name: &str, how: Wait) -> std::io::Result<Flock<File>> {
     take(LOCK_DIR, &format!("{LOCK_DIR}/{name}.lock"), how)
