@@ -37,8 +37,10 @@ use crate::cni::result::Interface;
 use crate::cni::{Error, Result};
 use crate::config::Config;
 use crate::netlink::{Netlink, NftablesOnDemand, Object};
+use engine::{Keys, Want};
 
 pub mod bandwidth;
+pub mod engine;
 pub mod forward;
 pub mod isolation;
 pub mod mac_filter;
@@ -252,6 +254,17 @@ impl Live {
 }
 
 impl Kind {
+    /// What this kind wants of nf_tables for the network and its bridge, as data: the
+    /// engine (engine/) makes, checks, restores and releases it. The kinds not yet
+    /// declared answer each operation with their own code below.
+    fn wants(self, nft: &mut NftablesOnDemand, conf: &Config, keys: Keys) -> Result<Vec<Want>> {
+        match self {
+            Kind::Isolation => Ok(isolation::wants(conf, keys)),
+            Kind::Forward => forward::wants(nft, conf, keys),
+            Kind::Masquerade | Kind::Ports | Kind::MacFilter | Kind::Bandwidth => Ok(Vec::new()),
+        }
+    }
+
     /// When in ADD this kind makes its state.
     pub fn phase(self) -> Phase {
         match self {
@@ -268,9 +281,8 @@ impl Kind {
             Kind::Masquerade => masquerade::add(a),
             Kind::Ports => ports::add(a),
             Kind::MacFilter => mac_filter::add(a),
-            Kind::Forward => forward::add(a),
+            Kind::Forward | Kind::Isolation => complete(self, a.nft, a.conf).map(drop),
             Kind::Bandwidth => bandwidth::add(a),
-            Kind::Isolation => isolation::add(a),
         }
     }
 
@@ -292,9 +304,17 @@ impl Kind {
             Kind::Masquerade => masquerade::check(c),
             Kind::Ports => ports::check(c),
             Kind::MacFilter => mac_filter::check(c),
-            Kind::Forward => forward::check(c),
+            Kind::Forward | Kind::Isolation => {
+                let wants = self.wants(c.nft, c.conf, Keys::AsConfigured)?;
+                Ok(lacking(c.nft, &wants)?
+                    .into_iter()
+                    .map(|text| Diff {
+                        text,
+                        restorable: true,
+                    })
+                    .collect())
+            }
             Kind::Bandwidth => bandwidth::check(c),
-            Kind::Isolation => isolation::check(c),
         }
     }
 
@@ -316,9 +336,14 @@ impl Kind {
             Kind::Masquerade => masquerade::missing(l),
             Kind::Ports => ports::missing(l),
             Kind::MacFilter => mac_filter::missing(l),
-            Kind::Forward => forward::missing(l),
+            Kind::Forward | Kind::Isolation => match l.wired.bridge_in_use {
+                true => {
+                    let wants = self.wants(l.nft, l.conf, Keys::AsConfigured)?;
+                    lacking(l.nft, &wants)
+                }
+                false => Ok(Vec::new()),
+            },
             Kind::Bandwidth => bandwidth::missing(l),
-            Kind::Isolation => isolation::missing(l),
         }
     }
 
@@ -328,9 +353,11 @@ impl Kind {
             Kind::Masquerade => masquerade::restore(l).map(Repair::put_back),
             Kind::Ports => ports::restore(l),
             Kind::MacFilter => mac_filter::restore(l).map(Repair::put_back),
-            Kind::Forward => forward::restore(l).map(Repair::put_back),
+            Kind::Forward | Kind::Isolation => match l.wired.bridge_in_use {
+                true => complete(self, l.nft, l.conf).map(Repair::put_back),
+                false => Ok(Repair::default()),
+            },
             Kind::Bandwidth => bandwidth::restore(l),
-            Kind::Isolation => isolation::restore(l).map(Repair::put_back),
         }
     }
 
@@ -352,9 +379,14 @@ impl Kind {
             Kind::Masquerade => masquerade::objects(r),
             Kind::Ports => ports::objects(r),
             Kind::MacFilter => mac_filter::objects(r),
-            Kind::Forward => forward::objects(r).map(Some),
+            Kind::Forward | Kind::Isolation => {
+                let wants = self.wants(r.nft, r.conf, Keys::All)?;
+                match wants.is_empty() {
+                    true => Ok(Some(Vec::new())),
+                    false => Ok(Some(engine::present(r.nft.get()?, &wants)?)),
+                }
+            }
             Kind::Bandwidth => bandwidth::objects(r),
-            Kind::Isolation => isolation::objects(r).map(Some),
         }
     }
 }
@@ -365,6 +397,31 @@ impl Kind {
 /// whether or not ipMasq is still set (it may have been taken out since ADD): one lookup.
 pub fn remove_of_container(conf: &Config, container_id: &str, addresses: &[IpAddr]) -> Result<()> {
     masquerade::remove_of_container(conf, container_id, addresses)
+}
+
+/// A declared kind's wants made to hold (ADD, the restore); what it changed, in words.
+fn complete(kind: Kind, nft: &mut NftablesOnDemand, conf: &Config) -> Result<Vec<String>> {
+    let wants = kind.wants(nft, conf, Keys::AsConfigured)?;
+    if wants.is_empty() {
+        return Ok(Vec::new());
+    }
+    let done = engine::complete(nft.get()?, &wants)?;
+    if !done.is_empty() {
+        crate::log::debug(format_args!(
+            "{kind} of network {}: {}",
+            conf.name,
+            done.join(", ")
+        ));
+    }
+    Ok(done)
+}
+
+/// What of `wants` nf_tables lacks, in words (no socket opened for no wants).
+fn lacking(nft: &mut NftablesOnDemand, wants: &[Want]) -> Result<Vec<String>> {
+    match wants.is_empty() {
+        true => Ok(Vec::new()),
+        false => Ok(engine::missing(nft.get()?, wants)?),
+    }
 }
 
 /// ADD's state for one phase: every kind of that phase, in `KINDS`' order; after the

@@ -22,21 +22,22 @@
 //! academy wrote user data, and iptables-restore turns that into a match), whatever its
 //! other expressions. It never makes the table or the chain: without them nothing drops.
 
+use crate::firewall::engine::{Owner, Want, Wanted};
 use crate::firewall::tables::iptables_filter;
 use crate::netlink::nftables::consts::{
     XT_CONNTRACK_INFO_LEN, XT_CONNTRACK_MATCH_FLAGS_AT, XT_CONNTRACK_REV, XT_CONNTRACK_STATE,
     XT_CONNTRACK_STATE_DNAT, XT_CONNTRACK_STATE_ESTABLISHED, XT_CONNTRACK_STATE_MASK_AT,
     XT_CONNTRACK_STATE_RELATED, XT_MAX_COMMENT_LEN,
 };
-use crate::netlink::nftables::model::{Change, CmpOp, Expr, MetaKey, Reg, Rule, Verdict};
-use crate::netlink::{Family, Nftables, NlResult, TableRule};
+use crate::netlink::nftables::model::{CmpOp, Expr, MetaKey, Reg, Rule, Verdict};
+use crate::netlink::{Family, Nftables, NlResult};
 
 const FILTER: &str = "filter";
 const FORWARD: &str = "FORWARD";
 
 /// One of academy's accept rules for a bridge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Accept {
+pub enum Accept {
     /// `-o BR --ctstate RELATED,ESTABLISHED`: answers to what the containers started.
     Replies,
     /// `-o BR --ctstate DNAT`: what a DNAT rule sent to a container (a published port).
@@ -45,7 +46,7 @@ enum Accept {
     FromBridge,
 }
 
-const ACCEPTS: [Accept; 3] = [Accept::Replies, Accept::Published, Accept::FromBridge];
+pub const ACCEPTS: [Accept; 3] = [Accept::Replies, Accept::Published, Accept::FromBridge];
 
 impl Accept {
     fn comment(self, bridge: &str) -> String {
@@ -53,6 +54,17 @@ impl Accept {
             Accept::Replies => format!("academy: replies to bridge {bridge}"),
             Accept::Published => format!("academy: published ports of bridge {bridge}"),
             Accept::FromBridge => format!("academy: forwarding from bridge {bridge}"),
+        }
+    }
+
+    /// What a dropping FORWARD drops without it.
+    fn harm(self, bridge: &str) -> String {
+        match self {
+            Accept::Replies => format!("replies to what {bridge}'s containers start are dropped"),
+            Accept::Published => format!("connections to {bridge}'s published ports are dropped"),
+            Accept::FromBridge => {
+                format!("everything {bridge}'s containers send through the host is dropped")
+            }
         }
     }
 
@@ -86,15 +98,6 @@ fn outdated_comment(bridge: &str) -> String {
     format!("academy: forwarding to bridge {bridge}")
 }
 
-/// What the chain holds of academy's for one bridge.
-struct Found {
-    missing: Vec<Accept>,
-    /// Outdated accepts, and second copies of a current one.
-    surplus: Vec<TableRule>,
-    /// Every rule of academy's for the bridge, surplus included.
-    ours: Vec<TableRule>,
-}
-
 /// Whether iptables' FORWARD chain of `family` exists and drops by policy.
 pub fn forward_drops(nft: &mut Nftables, family: Family) -> NlResult<bool> {
     let what = format!("look up chain {FORWARD} of iptables' table {FILTER}");
@@ -102,102 +105,42 @@ pub fn forward_drops(nft: &mut Nftables, family: Family) -> NlResult<bool> {
     Ok(chain.is_some_and(|c| c.policy == Some(Verdict::Drop)))
 }
 
-/// The comments of academy's accepts for `bridge` that iptables' FORWARD chain of
-/// `family` lacks (one dump of the chain).
-pub fn forward_missing(nft: &mut Nftables, family: Family, bridge: &str) -> NlResult<Vec<String>> {
-    let found = forward_found(nft, family, bridge)?;
-    Ok(found.missing.iter().map(|a| a.comment(bridge)).collect())
-}
-
-/// Whether the chain differs from academy's three accepts for `bridge`, once each.
-pub fn forward_incomplete(nft: &mut Nftables, family: Family, bridge: &str) -> NlResult<bool> {
-    let found = forward_found(nft, family, bridge)?;
-    Ok(!found.missing.is_empty() || !found.surplus.is_empty())
-}
-
-/// Makes iptables' FORWARD chain of `family` hold academy's accepts for `bridge` once
-/// each: one dump, then (only when something differs) one batch appending what is
-/// missing and deleting outdated accepts and second copies. Returns what it changed,
-/// in words (nothing when the chain was complete).
-pub fn accept_forwarding(
-    nft: &mut Nftables,
-    family: Family,
-    bridge: &str,
-) -> NlResult<Vec<String>> {
-    let found = forward_found(nft, family, bridge)?;
-    if found.missing.is_empty() && found.surplus.is_empty() {
-        return Ok(Vec::new());
-    }
-    let (table, mut changed, mut changes) = (iptables_filter(family), Vec::new(), Vec::new());
-    for accept in &found.missing {
-        let text = accept.comment(bridge);
-        let rule = Rule {
-            table,
-            chain: FORWARD.to_string(),
-            handle: 0,
-            comment: None,
-            exprs: accept.exprs(bridge),
-        };
-        let what = format!("append {text:?} to iptables' chain {FILTER} {FORWARD}");
-        changes.push(Change::add_rule(rule, what));
-        changed.push(format!("appended {text:?}"));
-    }
-    for rule in &found.surplus {
-        let what = format!(
-            "delete {:?} (handle {}) from iptables' chain {FILTER} {FORWARD}",
-            rule.comment, rule.handle
-        );
-        changes.push(Change::delete_rule(table, FORWARD, rule.handle, what));
-        changed.push(format!(
-            "deleted {:?} (handle {})",
-            rule.comment, rule.handle
-        ));
-    }
-    nft.run(changes).map(|()| changed)
-}
-
-/// academy's rules for `bridge` in iptables' FORWARD chain of `family`, outdated
-/// ones and second copies included.
-pub fn forward_rules(nft: &mut Nftables, family: Family, bridge: &str) -> NlResult<Vec<TableRule>> {
-    Ok(forward_found(nft, family, bridge)?.ours)
-}
-
-fn forward_found(nft: &mut Nftables, family: Family, bridge: &str) -> NlResult<Found> {
-    let outdated = outdated_comment(bridge);
-    let current: Vec<(Accept, String)> = ACCEPTS.map(|a| (a, a.comment(bridge))).into();
-    let mut found = Found {
-        missing: Vec::new(),
-        surplus: Vec::new(),
-        ours: Vec::new(),
+/// One of `bridge`'s accepts in iptables' FORWARD chain of `family`, known by its
+/// comment. It never makes the table or the chain: without them nothing drops.
+pub fn accept(family: Family, bridge: &str, accept: Accept) -> Want {
+    let comment = accept.comment(bridge);
+    let rule = Rule {
+        table: iptables_filter(family),
+        chain: FORWARD.to_string(),
+        handle: 0,
+        comment: None,
+        exprs: accept.exprs(bridge),
     };
-    let mut seen = Vec::new();
-    for rule in nft.iptables_rules(family, FILTER, Some(FORWARD))? {
-        let ours = rule.comments.iter().find_map(|c| {
-            if *c == outdated {
-                return Some((None, c));
-            }
-            current
-                .iter()
-                .find(|(_, t)| t == c)
-                .map(|(a, _)| (Some(*a), c))
-        });
-        let Some((accept, comment)) = ours else {
-            continue;
-        };
-        let table_rule = TableRule {
-            table: iptables_filter(family),
-            chain: rule.chain.clone(),
-            handle: rule.handle,
-            comment: comment.clone(),
-        };
-        match accept {
-            Some(accept) if !seen.contains(&accept) => seen.push(accept),
-            _ => found.surplus.push(table_rule.clone()),
-        }
-        found.ours.push(table_rule);
+    Want {
+        wanted: Wanted::rule(rule, &comment, Vec::new()),
+        owner: Owner::Bridge(bridge.to_string()),
+        what: format!("{comment:?}"),
+        harm: format!(
+            "iptables' {} FORWARD policy drops, and {}",
+            iptables_filter(family),
+            accept.harm(bridge)
+        ),
     }
-    found.missing = ACCEPTS.into_iter().filter(|a| !seen.contains(a)).collect();
-    Ok(found)
+}
+
+/// The accept an older academy wrote for `bridge`, to go wherever it is.
+pub fn outdated(family: Family, bridge: &str) -> Want {
+    let comment = outdated_comment(bridge);
+    Want {
+        wanted: Wanted::Outdated {
+            table: iptables_filter(family),
+            chain: FORWARD.to_string(),
+            comment: comment.clone(),
+        },
+        owner: Owner::Bridge(bridge.to_string()),
+        what: format!("{comment:?}"),
+        harm: "it accepts more than the firewall plugin would".to_string(),
+    }
 }
 
 /// `meta iifname|oifname == NAME`, as iptables-nft encodes `-i`/`-o` (its attribute

@@ -25,19 +25,10 @@ pub struct IptablesRule {
 impl IptablesRule {
     /// The rule read back (decode.rs), its comments gathered from both forms.
     fn of(rule: super::model::Rule) -> IptablesRule {
-        let mut comments: Vec<String> = rule.comment.into_iter().collect();
-        for expr in &rule.exprs {
-            if let Expr::Match { name, info, .. } = expr {
-                if name == "comment" {
-                    let text = info.split(|b| *b == 0).next().unwrap_or(info);
-                    comments.push(String::from_utf8_lossy(text).into_owned());
-                }
-            }
-        }
         IptablesRule {
+            comments: rule.comments(),
             chain: rule.chain,
             handle: rule.handle,
-            comments,
             exprs: rule.exprs,
         }
     }

@@ -176,3 +176,21 @@ pub struct Rule {
     pub comment: Option<String>,
     pub exprs: Vec<Expr>,
 }
+
+impl Rule {
+    /// Its comments in both forms: user data (nft's), and each `-m comment` xt match
+    /// (iptables-nft 1.8.9 keeps its comments so, and lists a user-data one as such a
+    /// match, so a reload turns one form into the other).
+    pub fn comments(&self) -> Vec<String> {
+        let mut comments: Vec<String> = self.comment.iter().cloned().collect();
+        for expr in &self.exprs {
+            if let Expr::Match { name, info, .. } = expr {
+                if name == "comment" {
+                    let text = info.split(|b| *b == 0).next().unwrap_or(info);
+                    comments.push(String::from_utf8_lossy(text).into_owned());
+                }
+            }
+        }
+        comments
+    }
+}
