@@ -352,9 +352,9 @@ impl Kind {
         match self {
             Kind::Masquerade => masquerade::restore(l).map(Repair::put_back),
             Kind::Ports => ports::restore(l),
-            Kind::MacFilter => mac_filter::restore(l).map(Repair::put_back),
+            Kind::MacFilter => mac_filter::restore(l),
             Kind::Forward | Kind::Isolation => match l.wired.bridge_in_use {
-                true => complete(self, l.nft, l.conf).map(Repair::put_back),
+                true => complete(self, l.nft, l.conf),
                 false => Ok(Repair::default()),
             },
             Kind::Bandwidth => bandwidth::restore(l),
@@ -399,21 +399,27 @@ pub fn remove_of_container(conf: &Config, container_id: &str, addresses: &[IpAdd
     masquerade::remove_of_container(conf, container_id, addresses)
 }
 
-/// A declared kind's wants made to hold (ADD, the restore); what it changed, in words.
-fn complete(kind: Kind, nft: &mut NftablesOnDemand, conf: &Config) -> Result<Vec<String>> {
+/// A declared kind's wants made to hold (ADD, the restore): what it changed and what
+/// it left, in words.
+fn complete(kind: Kind, nft: &mut NftablesOnDemand, conf: &Config) -> Result<Repair> {
     let wants = kind.wants(nft, conf, Keys::AsConfigured)?;
     if wants.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Repair::default());
     }
-    let done = engine::complete(nft.get()?, &wants)?;
-    if !done.is_empty() {
+    let completed = engine::complete(nft.get()?, &wants)?;
+    let words = completed.words(&kind.to_string());
+    if !words.is_empty() {
         crate::log::debug(format_args!(
             "{kind} of network {}: {}",
             conf.name,
-            done.join(", ")
+            words.join(", ")
         ));
     }
-    Ok(done)
+    Ok(Repair {
+        put_back: words,
+        not_put_back: completed.left,
+        unrecorded: Vec::new(),
+    })
 }
 
 /// What of `wants` nf_tables lacks, in words (no socket opened for no wants).

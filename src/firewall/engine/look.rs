@@ -1,37 +1,50 @@
 //! One comparison of wants with the kernel: one dump per chain that holds a wanted
-//! rule, one lookup per wanted element (a network's set may hold thousands of others'
-//! elements; a lookup costs the same whatever their number).
+//! rule, one lookup per wanted set or element (a network's set may hold thousands of
+//! others' elements; a lookup costs the same whatever their number).
 
 use super::want::{Want, Wanted};
-use crate::netlink::{Nftables, NlResult, Object, Table, TableRule};
+use crate::netlink::nftables::model::Element;
+use crate::netlink::{Nftables, NlResult, Object, Table};
 
 /// What the kernel has of some wants.
 #[derive(Debug, Default)]
 pub struct Look<'w> {
     /// Wanted and not there.
     pub missing: Vec<&'w Want>,
-    /// Rules to delete so that the kernel holds what is wanted: second copies of a
-    /// wanted rule, and outdated ones.
-    pub surplus: Vec<TableRule>,
-    /// Every object of the wants that is there, surplus included (what a release
-    /// deletes).
+    /// Elements under a wanted key with another value or another owner's comment, as
+    /// found.
+    pub differing: Vec<(&'w Want, Element)>,
+    /// What to delete so that the kernel holds what is wanted: second copies of a
+    /// wanted rule, outdated rules.
+    pub surplus: Vec<Object>,
+    /// Every object of the wants that is there, surplus and differing included (what
+    /// a release deletes).
     pub present: Vec<(&'w Want, Object)>,
 }
 
 impl Look<'_> {
-    /// Whether the kernel holds exactly what is wanted.
-    pub fn complete(&self) -> bool {
-        self.missing.is_empty() && self.surplus.is_empty()
-    }
-
-    /// Whether completing it appends a rule: rules are not merged like elements, so two
-    /// invocations that both found one missing would both append it.
+    /// Whether completing it appends or deletes a rule: rules are not merged like
+    /// elements, so two invocations that both found one missing would both append it.
     pub fn writes_rules(&self) -> bool {
-        !self.surplus.is_empty()
+        self.surplus.iter().any(|o| matches!(o, Object::Rule(_)))
             || self
                 .missing
                 .iter()
                 .any(|w| matches!(w.wanted, Wanted::Rule { .. }))
+    }
+
+    /// The differing elements a completion replaces (their key is their owner's own).
+    pub fn replaced(&self) -> impl Iterator<Item = &(&Want, Element)> {
+        self.differing
+            .iter()
+            .filter(|(w, _)| matches!(w.wanted, Wanted::Element { replace: true, .. }))
+    }
+
+    /// The differing elements a completion leaves: another owner's.
+    pub fn left(&self) -> impl Iterator<Item = &(&Want, Element)> {
+        self.differing
+            .iter()
+            .filter(|(w, _)| !matches!(w.wanted, Wanted::Element { replace: true, .. }))
     }
 }
 
@@ -66,30 +79,35 @@ pub fn look<'w>(nft: &mut Nftables, wants: &'w [Want]) -> NlResult<Look<'w>> {
     let mut chains = Chains(Vec::new());
     for want in wants {
         match &want.wanted {
-            Wanted::Rule { rule, comment, .. } => {
-                let handles = with_comment(chains.of(nft, rule.table, &rule.chain)?, comment);
+            Wanted::Rule { rule, known_as, .. } => {
+                let rules = chains.of(nft, rule.table, &rule.chain)?;
+                let handles = with_comment(rules, known_as);
                 match handles.split_first() {
                     None => found.missing.push(want),
                     Some((_, copies)) => {
-                        for &handle in copies {
-                            found.surplus.push(as_table_rule(want, handle));
-                        }
+                        let copies = copies.iter().map(|h| want.object(*h));
+                        found.surplus.extend(copies);
                     }
                 }
                 for handle in handles {
                     found.present.push((want, want.object(handle)));
                 }
             }
-            Wanted::Outdated {
+            Wanted::OutdatedRule {
                 table,
                 chain,
                 comment,
             } => {
-                for handle in with_comment(chains.of(nft, *table, chain)?, comment) {
-                    found.surplus.push(as_table_rule(want, handle));
+                let rules = chains.of(nft, *table, chain)?;
+                for handle in with_comment(rules, std::slice::from_ref(comment)) {
+                    found.surplus.push(want.object(handle));
                     found.present.push((want, want.object(handle)));
                 }
             }
+            Wanted::Set { set, .. } => match nft.set_info(set.table, &set.name)? {
+                Some(_) => found.present.push((want, want.object(0))),
+                None => found.missing.push(want),
+            },
             Wanted::Element {
                 table,
                 set,
@@ -97,9 +115,14 @@ pub fn look<'w>(nft: &mut Nftables, wants: &'w [Want]) -> NlResult<Look<'w>> {
                 ..
             } => {
                 let what = format!("look up {} in nf_tables set {table} {set}", want.what);
-                match nft.has_element(*table, set, &element.key, &what)? {
-                    true => found.present.push((want, want.object(0))),
-                    false => found.missing.push(want),
+                match nft.element_of(*table, set, &element.key, &what)? {
+                    None => found.missing.push(want),
+                    Some(there) => {
+                        if differs(want, element, &there) {
+                            found.differing.push((want, there));
+                        }
+                        found.present.push((want, want.object(0)));
+                    }
                 }
             }
         }
@@ -107,14 +130,16 @@ pub fn look<'w>(nft: &mut Nftables, wants: &'w [Want]) -> NlResult<Look<'w>> {
     Ok(found)
 }
 
-fn with_comment(rules: &[Commented], comment: &str) -> Vec<u64> {
-    rules
-        .iter()
-        .filter(|(_, comments)| comments.iter().any(|c| c == comment))
-        .map(|(handle, _)| *handle)
-        .collect()
+/// Whether the element under a wanted key is not the one wanted: another value, or
+/// another owner's comment.
+fn differs(want: &Want, wanted: &Element, there: &Element) -> bool {
+    (wanted.data.is_some() && there.data != wanted.data) || !want.owner.owns(&there.comment)
 }
 
-fn as_table_rule(want: &Want, handle: u64) -> TableRule {
-    want.rule_at(handle).expect("wants with a handle are rules")
+fn with_comment(rules: &[Commented], known_as: &[String]) -> Vec<u64> {
+    rules
+        .iter()
+        .filter(|(_, comments)| comments.iter().any(|c| known_as.contains(c)))
+        .map(|(handle, _)| *handle)
+        .collect()
 }

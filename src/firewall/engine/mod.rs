@@ -4,7 +4,9 @@
 //!
 //! - ADD and the restore (the watch, `academy restore`, an upgrade's) `complete` the
 //!   wants: a restore after a flush is the very code that set them up;
-//! - CHECK and STATUS say what is `missing`, in the same words;
+//! - ADD first sends the attachment's own elements alone (one batch, the steady case)
+//!   and completes the network's wants only when the kernel refuses for want of them;
+//! - CHECK and STATUS say what is `missing`, in the same words, and what differs;
 //! - the network's release deletes what is `present` of them, the host's objects aside,
 //!   its bridge's only once no network uses the bridge (network.rs decides).
 //!
@@ -18,7 +20,7 @@ mod want;
 pub use look::{look, Look};
 pub use want::{Owner, Want, Wanted};
 
-use crate::netlink::nftables::model::Change;
+use crate::netlink::nftables::model::{Change, Op};
 use crate::netlink::{Nftables, NlResult, Object};
 
 /// Which keys a kind's wants follow.
@@ -31,11 +33,68 @@ pub enum Keys {
     All,
 }
 
+/// What a completion did: what it put back, replaced (a stale element of the same
+/// owner) and deleted (surplus), and what it left, (what, because), since another owner
+/// holds it.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Completed {
+    pub put_back: Vec<Want>,
+    pub replaced: Vec<Want>,
+    pub deleted: Vec<Object>,
+    pub left: Vec<(String, String)>,
+}
+
+impl Completed {
+    /// What it did, in words; attachments' objects counted as one line (`noun`: "MAC
+    /// filter"), so a restore of a thousand ports says one line, not three thousand.
+    pub fn words(&self, noun: &str) -> Vec<String> {
+        let put_back: Vec<&Want> = self.put_back.iter().collect();
+        let mut words = grouped(&put_back, noun, Want::put_back_words);
+        for want in &self.replaced {
+            words.push(format!("replaced the stale {}", want.put_back_words()));
+        }
+        for object in &self.deleted {
+            words.push(format!(
+                "deleted {} (a second copy or an older form)",
+                object.describe()
+            ));
+        }
+        words
+    }
+}
+
+/// What of `missing` wants is missing, in CHECK's and STATUS's words; attachments'
+/// objects counted as one line.
+pub fn summary(missing: &[&Want], noun: &str) -> Vec<String> {
+    grouped(missing, noun, Want::missing_words)
+}
+
+/// Each want in words, but the attachments' ones counted: "the MAC filter of 3 wired
+/// container(s)".
+fn grouped(wants: &[&Want], noun: &str, say: fn(&Want) -> String) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut owners: Vec<&str> = Vec::new();
+    for want in wants {
+        match &want.owner {
+            Owner::Attachment(forms) => {
+                let owner = forms.first().map_or("", String::as_str);
+                if !owners.contains(&owner) {
+                    owners.push(owner);
+                }
+            }
+            _ => words.push(say(want)),
+        }
+    }
+    if !owners.is_empty() {
+        words.push(format!("the {noun} of {} wired container(s)", owners.len()));
+    }
+    words
+}
+
 /// Makes the kernel hold `wants`: one look and, only when something differs, one batch.
 /// A batch that appends or deletes a rule is made under the host's repair lock after a
 /// second look, so concurrent invocations that both found a rule missing append it once.
-/// Returns what it put back and deleted, in words (nothing when all was there).
-pub fn complete(nft: &mut Nftables, wants: &[Want]) -> NlResult<Vec<String>> {
+pub fn complete(nft: &mut Nftables, wants: &[Want]) -> NlResult<Completed> {
     match complete_once(nft, wants) {
         // A release deleting a table or set between the look and the batch: look again.
         Err(e) if e.is(libc::ENOENT) => complete_once(nft, wants),
@@ -43,11 +102,8 @@ pub fn complete(nft: &mut Nftables, wants: &[Want]) -> NlResult<Vec<String>> {
     }
 }
 
-fn complete_once(nft: &mut Nftables, wants: &[Want]) -> NlResult<Vec<String>> {
+fn complete_once(nft: &mut Nftables, wants: &[Want]) -> NlResult<Completed> {
     let mut found = look(nft, wants)?;
-    if found.complete() {
-        return Ok(Vec::new());
-    }
     let _held = match found.writes_rules() {
         true => {
             let held = super::network::repair_lock();
@@ -56,62 +112,114 @@ fn complete_once(nft: &mut Nftables, wants: &[Want]) -> NlResult<Vec<String>> {
         }
         false => None,
     };
-    let (changes, done) = batch(&found);
-    if changes.is_empty() {
-        return Ok(Vec::new());
+    let changes = batch(&found);
+    if !changes.is_empty() {
+        nft.run(changes)?;
     }
-    nft.run(changes)?;
-    Ok(done)
+    Ok(Completed {
+        put_back: found.missing.iter().map(|w| (*w).clone()).collect(),
+        replaced: found.replaced().map(|(w, _)| (*w).clone()).collect(),
+        deleted: found.surplus.clone(),
+        left: found
+            .left()
+            .map(|(w, there)| held_by(w, &there.comment))
+            .collect(),
+    })
 }
 
-/// The batch that makes the kernel match, and what it does in words: what the missing
-/// objects need made first (once each), the surplus rules deleted, then the missing
-/// objects added.
-fn batch(found: &Look) -> (Vec<Change>, Vec<String>) {
+/// An element left alone, in words: what, and whose it is.
+fn held_by(want: &Want, comment: &str) -> (String, String) {
+    let because = match comment {
+        "" => "the element there holds another value".to_string(),
+        holder => format!("{holder:?} holds it"),
+    };
+    (want.put_back_words(), because)
+}
+
+/// ADD of one attachment: its elements (`own`) in one batch; when the kernel refuses
+/// for want of a set or table, the network's wants (`network`) completed and the
+/// batch sent again. Elements under the attachment's own key with another value (its
+/// earlier pair's, from an ADD killed before its DEL) are replaced.
+pub fn add(nft: &mut Nftables, network: &[Want], own: &[Want]) -> NlResult<Completed> {
+    if own.is_empty() {
+        return complete(nft, network);
+    }
+    let adds = element_adds(own.iter());
+    let mut completed = Completed::default();
+    match nft.run(adds.clone()) {
+        Err(e) if e.is(libc::ENOENT) => {
+            completed = complete(nft, network)?;
+            nft.run(adds)?;
+        }
+        Err(e) if e.is(libc::EBUSY) || e.is(libc::EEXIST) => {
+            completed = complete(nft, own)?;
+        }
+        other => other?,
+    }
+    Ok(completed)
+}
+
+/// The elements added, one message per set (a set's elements in one list).
+fn element_adds<'w>(wants: impl Iterator<Item = &'w Want>) -> Vec<Change> {
     let mut changes: Vec<Change> = Vec::new();
-    let mut done = Vec::new();
-    for want in &found.missing {
-        let setup = match &want.wanted {
-            Wanted::Rule { setup, .. } | Wanted::Element { setup, .. } => setup.as_slice(),
-            Wanted::Outdated { .. } => &[],
+    for want in wants {
+        let Wanted::Element {
+            table,
+            set,
+            element,
+            ..
+        } = &want.wanted
+        else {
+            continue;
         };
-        for change in setup {
+        let same_set = changes.iter_mut().find_map(|c| match &mut c.op {
+            Op::AddElements {
+                table: t,
+                set: s,
+                elements,
+                ..
+            } if t == table && s == set => Some(elements),
+            _ => None,
+        });
+        match same_set {
+            Some(elements) => elements.push(element.clone()),
+            None => changes.push(Change::add_element(
+                *table,
+                set,
+                element.clone(),
+                format!("add {} to {}", want.what, want.place()),
+            )),
+        }
+    }
+    changes
+}
+
+/// The batch that makes the kernel match: what the missing objects need made first
+/// (once each), the surplus and the replaced elements deleted, then the missing and
+/// replaced objects added.
+fn batch(found: &Look) -> Vec<Change> {
+    let mut changes: Vec<Change> = Vec::new();
+    let replaced: Vec<&Want> = found.replaced().map(|(w, _)| *w).collect();
+    for want in found.missing.iter().chain(&replaced) {
+        for change in want.setup() {
             if !changes.contains(change) {
                 changes.push(change.clone());
             }
         }
     }
-    for rule in &found.surplus {
-        let what = format!(
-            "delete the rule {:?} (handle {}) from nf_tables chain {} {}",
-            rule.comment, rule.handle, rule.table, rule.chain
-        );
-        changes.push(Change::delete_rule(
-            rule.table,
-            &rule.chain,
-            rule.handle,
-            what,
-        ));
-        done.push(format!(
-            "deleted {:?} (handle {}, a second copy or an older form) from nf_tables chain {} {}",
-            rule.comment, rule.handle, rule.table, rule.chain
-        ));
-    }
+    changes.extend(found.surplus.iter().map(Object::delete));
+    changes.extend(replaced.iter().map(|w| w.object(0).delete()));
     for want in &found.missing {
         let what = format!("add {} to {}", want.what, want.place());
         match &want.wanted {
             Wanted::Rule { rule, .. } => changes.push(Change::add_rule(rule.clone(), what)),
-            Wanted::Element {
-                table,
-                set,
-                element,
-                ..
-            } => changes.push(Change::add_element(*table, set, element.clone(), what)),
-            Wanted::Outdated { .. } => continue,
+            Wanted::Set { set, .. } => changes.push(Change::add_set(set.clone())),
+            Wanted::Element { .. } => changes.extend(element_adds(std::iter::once(*want))),
+            Wanted::OutdatedRule { .. } => {}
         }
-        done.push(want.put_back_words());
     }
-    (changes, done)
+    changes.extend(element_adds(replaced.into_iter()));
+    changes
 }
 
 /// What of `wants` nf_tables lacks, in CHECK's and STATUS's words.
@@ -164,34 +272,29 @@ mod tests {
 
     fn element_want(key: u8) -> Want {
         Want {
-            wanted: Wanted::Element {
-                table: T,
-                set: "s".into(),
-                element: Element::key(vec![key]),
-                setup: vec![Change::add_table(T)],
-            },
+            wanted: Wanted::element(T, "s", Element::key(vec![key]), vec![Change::add_table(T)]),
             owner: Owner::Bridge("b".into()),
             what: format!("element {key}"),
             harm: "h".into(),
         }
     }
 
-    /// What the missing objects need is made once and first, surplus rules go before
-    /// anything is added, and every change is said in words.
+    /// What the missing objects need is made once and first, and surplus rules go
+    /// before anything is added.
     #[test]
     fn a_batch_makes_what_is_needed_once_deletes_then_adds() {
         let (r, e) = (rule_want("r"), element_want(7));
         let found = Look {
             missing: vec![&r, &e],
-            surplus: vec![TableRule {
+            surplus: vec![Object::Rule(TableRule {
                 table: T,
                 chain: "c".into(),
                 handle: 9,
                 comment: "r".into(),
-            }],
-            present: Vec::new(),
+            })],
+            ..Look::default()
         };
-        let (changes, done) = batch(&found);
+        let changes = batch(&found);
         let ops: Vec<&str> = changes
             .iter()
             .map(|c| match &c.op {
@@ -205,11 +308,29 @@ mod tests {
             })
             .collect();
         assert_eq!(ops, ["table", "delete 9", "rule", "element"]);
-        assert_eq!(done.len(), 3);
-        assert_eq!(done[1], "rule r in nf_tables chain inet t c");
+        assert_eq!(r.put_back_words(), "rule r in nf_tables chain inet t c");
         assert_eq!(
             e.missing_words(),
             "element 7 is missing from nf_tables set inet t s: h"
+        );
+    }
+
+    /// An attachment's objects are counted in one line, the network's said each.
+    #[test]
+    fn attachments_are_counted_in_a_summary() {
+        let port = |owner: &str, key| Want {
+            owner: Owner::Attachment(vec![owner.to_string()]),
+            ..element_want(key)
+        };
+        let (a1, a2, b) = (port("a", 1), port("a", 2), port("b", 3));
+        let r = rule_want("r");
+        let words = summary(&[&a1, &r, &a2, &b], "MAC filter");
+        assert_eq!(
+            words,
+            [
+                "rule r is missing from nf_tables chain inet t c: h",
+                "the MAC filter of 2 wired container(s)"
+            ]
         );
     }
 
@@ -227,6 +348,5 @@ mod tests {
             ..Look::default()
         };
         assert!(with_rule.writes_rules());
-        assert!(Look::default().complete());
     }
 }

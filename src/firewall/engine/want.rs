@@ -1,7 +1,7 @@
 //! What a kind wants of nf_tables, as data: each object with its owner and, in words,
 //! what it is and what its absence opens.
 
-use crate::netlink::nftables::model::{Change, Element, Rule};
+use crate::netlink::nftables::model::{Change, Element, Rule, Set};
 use crate::netlink::{Object, Table, TableRule};
 
 /// Who an object is for, which says when it may go.
@@ -12,31 +12,77 @@ pub enum Owner {
     Host,
     /// Every network that uses the bridge: it goes only when none does (network.rs).
     Bridge(String),
+    /// The network: it goes with its last attachment.
+    Network(String),
+    /// One attachment: its elements carry its owner comment, in any of the forms
+    /// academy has written (`Attachment::owners`), the first the one written now.
+    Attachment(Vec<String>),
 }
 
-/// One object a kind wants there, or (`Outdated`) not there.
+impl Owner {
+    /// Whether an element's comment says it is this owner's (always, for an owner that
+    /// writes no comment).
+    pub fn owns(&self, comment: &str) -> bool {
+        match self {
+            Owner::Attachment(forms) => forms.iter().any(|f| f == comment),
+            Owner::Host | Owner::Bridge(_) | Owner::Network(_) => true,
+        }
+    }
+}
+
+/// One object a kind wants there, or (`OutdatedRule`) not there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Wanted {
-    /// A rule, known by `comment` in its chain (in either form: `Rule::comments`);
-    /// `setup` makes what it needs (table, sets, chain), each an idempotent create.
+    /// A rule, known by any of `known_as` in its chain (in either comment form:
+    /// `Rule::comments`); `setup` makes what it needs (table, sets, chain), each an
+    /// idempotent create.
     Rule {
         rule: Rule,
-        comment: String,
+        known_as: Vec<String>,
         setup: Vec<Change>,
     },
-    /// An element, known by its key (already there is success when added).
+    /// A set or map, known by its name.
+    Set { set: Set, setup: Vec<Change> },
+    /// An element, known by its key. Wanted with its value and comment when it has
+    /// them: an element under the key with another value or another owner's comment
+    /// differs. `replace`: the key is the owner's own (its host veth's name), so such an
+    /// element is a stale one of the same attachment and a completion replaces it; any
+    /// other is left and reported.
     Element {
         table: Table,
         set: String,
         element: Element,
+        replace: bool,
         setup: Vec<Change>,
     },
     /// A rule an older academy wrote, known by its comment: deleted wherever found.
-    Outdated {
+    OutdatedRule {
         table: Table,
         chain: String,
         comment: String,
     },
+}
+
+impl Wanted {
+    /// A rule known by `comment`, with what it needs made first.
+    pub fn rule(rule: Rule, comment: &str, setup: Vec<Change>) -> Wanted {
+        Wanted::Rule {
+            rule,
+            known_as: vec![comment.to_string()],
+            setup,
+        }
+    }
+
+    /// An element of `set`, to add if missing.
+    pub fn element(table: Table, set: &str, element: Element, setup: Vec<Change>) -> Wanted {
+        Wanted::Element {
+            table,
+            set: set.to_string(),
+            element,
+            replace: false,
+            setup,
+        }
+    }
 }
 
 /// One object of a kind's wants.
@@ -50,24 +96,16 @@ pub struct Want {
     pub harm: String,
 }
 
-impl Wanted {
-    /// A rule known by `comment`, with what it needs made first.
-    pub fn rule(rule: Rule, comment: &str, setup: Vec<Change>) -> Wanted {
-        Wanted::Rule {
-            rule,
-            comment: comment.to_string(),
-            setup,
-        }
-    }
-}
-
 impl Want {
     /// Where the object is, in words: "nf_tables chain inet academy forward".
     pub fn place(&self) -> String {
         match &self.wanted {
             Wanted::Rule { rule, .. } => format!("nf_tables chain {} {}", rule.table, rule.chain),
+            Wanted::Set { set, .. } => format!("nf_tables table {}", set.table),
             Wanted::Element { table, set, .. } => format!("nf_tables set {table} {set}"),
-            Wanted::Outdated { table, chain, .. } => format!("nf_tables chain {table} {chain}"),
+            Wanted::OutdatedRule { table, chain, .. } => {
+                format!("nf_tables chain {table} {chain}")
+            }
         }
     }
 
@@ -86,9 +124,26 @@ impl Want {
         format!("{} in {}", self.what, self.place())
     }
 
-    /// The object to delete, as the kernel has it (a rule by its handle).
+    /// The object as the kernel has it (a rule under `handle`).
     pub(super) fn object(&self, handle: u64) -> Object {
         match &self.wanted {
+            Wanted::Rule { rule, known_as, .. } => Object::Rule(TableRule {
+                table: rule.table,
+                chain: rule.chain.clone(),
+                handle,
+                comment: known_as[0].clone(),
+            }),
+            Wanted::OutdatedRule {
+                table,
+                chain,
+                comment,
+            } => Object::Rule(TableRule {
+                table: *table,
+                chain: chain.clone(),
+                handle,
+                comment: comment.clone(),
+            }),
+            Wanted::Set { set, .. } => Object::Set(set.table, set.name.clone()),
             Wanted::Element {
                 table,
                 set,
@@ -100,26 +155,16 @@ impl Want {
                 key: element.key.clone(),
                 shown: self.what.clone(),
             },
-            _ => Object::Rule(self.rule_at(handle).expect("a rule")),
         }
     }
 
-    /// A wanted or outdated rule, as the kernel has it under `handle`.
-    pub(super) fn rule_at(&self, handle: u64) -> Option<TableRule> {
-        let (table, chain, comment) = match &self.wanted {
-            Wanted::Rule { rule, comment, .. } => (rule.table, &rule.chain, comment),
-            Wanted::Outdated {
-                table,
-                chain,
-                comment,
-            } => (*table, chain, comment),
-            Wanted::Element { .. } => return None,
-        };
-        Some(TableRule {
-            table,
-            chain: chain.clone(),
-            handle,
-            comment: comment.clone(),
-        })
+    /// What must be made before it: table, chain, sets.
+    pub(super) fn setup(&self) -> &[Change] {
+        match &self.wanted {
+            Wanted::Rule { setup, .. }
+            | Wanted::Set { setup, .. }
+            | Wanted::Element { setup, .. } => setup,
+            Wanted::OutdatedRule { .. } => &[],
+        }
     }
 }

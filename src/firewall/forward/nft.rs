@@ -132,7 +132,7 @@ pub fn accept(family: Family, bridge: &str, accept: Accept) -> Want {
 pub fn outdated(family: Family, bridge: &str) -> Want {
     let comment = outdated_comment(bridge);
     Want {
-        wanted: Wanted::Outdated {
+        wanted: Wanted::OutdatedRule {
             table: iptables_filter(family),
             chain: FORWARD.to_string(),
             comment: comment.clone(),

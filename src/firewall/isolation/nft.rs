@@ -68,15 +68,15 @@ pub fn isolation_rule(harm: &str) -> Want {
 /// `bridge . bridge` in `_isolated`: the bridge's, going with the last network on it.
 pub fn isolated_bridge(bridge: &str, harm: &str) -> Want {
     Want {
-        wanted: Wanted::Element {
-            table: ACADEMY,
-            set: ISOLATED_SET.to_string(),
-            element: Element::key(hairpin_key(bridge)),
-            setup: vec![
+        wanted: Wanted::element(
+            ACADEMY,
+            ISOLATED_SET,
+            Element::key(hairpin_key(bridge)),
+            vec![
                 Change::add_table(ACADEMY),
                 bridge_pairs(ISOLATED_SET, SET_ID),
             ],
-        },
+        ),
         owner: Owner::Bridge(bridge.to_string()),
         what: format!("{bridge} . {bridge}"),
         harm: harm.to_string(),

@@ -9,56 +9,41 @@
 //! them by that identity before the veth goes. The network's rule, map and sets go with
 //! its last attachment (network.rs).
 
-use super::{Adding, Checking, Diff, Looking, Releasing, Removing, Sweeping, Wired};
-use crate::attachment::Attachment;
+use super::engine::{self, Keys, Want};
+use super::{Adding, Checking, Diff, Looking, Releasing, Removing, Repair, Sweeping};
 use crate::cni::result::format_mac;
 use crate::cni::Result;
-use crate::config::Config;
-use crate::firewall::tables::ACADEMY_BRIDGE;
 use crate::netlink::{Netlink, Nftables, Object};
 
 mod create;
-mod filter;
 mod names;
 mod nft;
 mod unmapped;
+mod wants;
 
-use filter::{guard_rule, guard_set_exists, has_guard_rule};
-pub use names::{guard_sets, GuardedPort};
-use nft::{guard_port, guarded_port, guarded_ports, port_allows, port_guarded, unguard_ports};
+use names::GuardedPort;
+use nft::{guarded_port, guarded_ports, unguard_ports};
+pub use wants::network_wants;
+use wants::port_wants;
 
-/// Guards the attachment's host veth: only `mac` may be a source on it.
+/// Guards the attachment's host veth: only the container's MAC may be a source on it.
+/// Its three elements in one batch; the network's map, sets and rule made first only
+/// when the kernel refuses them for want of those. Elements of an earlier pair under
+/// the veth's name (a killed ADD of this attachment, whose pair create_pair just
+/// replaced) are replaced.
 pub fn add(a: &mut Adding) -> Result<()> {
     let (Some((_, mac)), true) = (&a.host, a.conf.mac_spoof_check) else {
         return Ok(());
     };
-    guard(a.nft.get()?, a.conf, a.who, *mac)
-}
-
-/// The port guarded for `mac`.
-fn guard(nft: &mut Nftables, conf: &Config, who: &Attachment, mac: [u8; 6]) -> Result<()> {
-    let port = GuardedPort {
-        port: who.host_name(),
-        mac,
-        comment: who.owner(),
-    };
-    match guard_port(nft, &conf.name, &port) {
-        // The port is guarded with another MAC: elements of an earlier pair under this
-        // name (a killed ADD of this attachment, whose pair create_pair just replaced).
-        // The name is this attachment's, so they are too.
-        Err(e) if e.is(libc::EBUSY) || e.is(libc::EEXIST) => {
-            if let Some(old) = guarded_port(nft, &conf.name, &port.port)? {
-                eprintln!(
-                    "academy: replacing the stale MAC filter of {} ({}, {})",
-                    old.port,
-                    format_mac(old.mac),
-                    old.comment
-                );
-                unguard_ports(nft, &conf.name, &[old])?;
-            }
-            guard_port(nft, &conf.name, &port)?;
-        }
-        other => other?,
+    let network = network_wants(a.conf, Keys::AsConfigured);
+    let own = port_wants(&a.conf.name, a.who, Some(*mac));
+    let done = engine::add(a.nft.get()?, &network, &own)?;
+    for stale in &done.replaced {
+        eprintln!(
+            "academy: replaced the stale MAC filter element {} of network {}",
+            stale.put_back_words(),
+            a.conf.name
+        );
     }
     Ok(())
 }
@@ -87,63 +72,68 @@ pub fn remove(r: &mut Removing) -> Result<()> {
     }
 }
 
-/// CHECK: the network's rule is in the chain, and the host veth is guarded for this
-/// attachment with the container's MAC (`mac`, as ADD reported it) in the map and both
-/// sets. What a flush took (the rule, the elements) the restore command puts back.
+/// CHECK: the network's map, sets and rule are there, and the host veth is guarded for
+/// this attachment, with the MAC the map records (the record a removal reads) in both
+/// sets; that MAC is the container's as ADD reported it (`mac`). What a flush took the
+/// restore command puts back; another owner's elements or another MAC only DEL and
+/// ADD mend.
 pub fn check(c: &mut Checking) -> Result<Vec<Diff>> {
     if !c.conf.mac_spoof_check {
         return Ok(Vec::new());
     }
-    let (nft, conf, who, mac) = (c.nft.get()?, c.conf, c.who, c.mac);
-    let mut diffs = Vec::new();
-    let mut diff = |text: String, restorable: bool| diffs.push(Diff { text, restorable });
-    if !has_guard_rule(nft, &conf.name)? {
-        diff(format!(
-            "the macspoofchk rule of network {} is missing from nf_tables chain bridge academy prerouting",
-            conf.name
-        ), true);
-    }
+    let (nft, conf, who) = (c.nft.get()?, c.conf, c.who);
     let name = who.host_name();
-    let Some(port) = guarded_port(nft, &conf.name, &name)? else {
-        diff(format!(
-            "host veth {name} is not in nf_tables map bridge academy {}-ports: its source MACs are not checked",
-            conf.name
-        ), true);
-        return Ok(diffs);
-    };
-    if !who.owns(&port.comment) {
-        diff(
-            format!(
-                "the MAC filter of host veth {name} names {:?}, not {}",
-                port.comment,
-                who.owner()
-            ),
-            false,
-        );
+    let recorded = guarded_port(nft, &conf.name, &name)?;
+    let reported = parse_mac(c.mac);
+    let mut wants = network_wants(conf, Keys::AsConfigured);
+    let mac = recorded.as_ref().map(|p| p.mac).or(reported);
+    wants.extend(port_wants(&conf.name, who, mac));
+    let found = engine::look(nft, &wants)?;
+    let mut diffs: Vec<Diff> = found
+        .missing
+        .iter()
+        .map(|w| Diff {
+            text: w.missing_words(),
+            restorable: true,
+        })
+        .collect();
+    for (want, there) in &found.differing {
+        if !want.owner.owns(&there.comment) {
+            diffs.push(Diff {
+                text: format!(
+                    "the MAC filter of host veth {name} names {:?}, not {} ({})",
+                    there.comment,
+                    who.owner(),
+                    want.place()
+                ),
+                restorable: false,
+            });
+        }
     }
-    let allowed = format_mac(port.mac);
-    if !mac.is_empty() && !allowed.eq_ignore_ascii_case(mac) {
-        diff(
-            format!(
-                "host veth {name} lets MAC {allowed} through, but ADD gave {} MAC {mac}",
-                who.ifname
-            ),
-            false,
-        );
-    }
-    if !port_guarded(nft, &conf.name, &name)? {
-        diff(format!(
-            "host veth {name} is missing from nf_tables set bridge academy {}-guarded: its source MACs are not checked",
-            conf.name
-        ), true);
-    }
-    if !port_allows(nft, &conf.name, &name, port.mac)? {
-        diff(format!(
-            "{name} . {allowed} is missing from nf_tables set bridge academy {}-allowed: every frame from it is dropped",
-            conf.name
-        ), true);
+    if let (Some(port), Some(reported)) = (&recorded, reported) {
+        if port.mac != reported {
+            diffs.push(Diff {
+                text: format!(
+                    "host veth {name} lets MAC {} through, but ADD gave {} MAC {}",
+                    format_mac(port.mac),
+                    who.ifname,
+                    c.mac
+                ),
+                restorable: false,
+            });
+        }
     }
     Ok(diffs)
+}
+
+/// A MAC as a result gives it ("8a:d4:be:a4:73:82"); None when empty or malformed.
+fn parse_mac(text: &str) -> Option<[u8; 6]> {
+    let bytes: Vec<u8> = text
+        .split(':')
+        .map(|b| u8::from_str_radix(b, 16))
+        .collect::<std::result::Result<_, _>>()
+        .ok()?;
+    bytes.try_into().ok()
 }
 
 /// GC: removes the guarded ports of this network whose owner is not live.
@@ -175,101 +165,91 @@ pub fn sweep(s: &mut Sweeping) {
     }
 }
 
-/// What an admin's flush took of the filter of the network's wired attachments: the
-/// rule (without it no frame is checked), and each attachment's guard.
-pub fn missing(l: &mut Looking) -> Result<Vec<String>> {
+/// What the network's wired attachments want: the network's filter and each one's
+/// guard, with the MAC its map element records, or, for a port the map lost, the MAC
+/// of the container's interface read over netlink through the veth's peer (no netns
+/// is entered; `nl` None: unknown, as STATUS looks).
+fn wired_wants(l: &mut Looking, mut nl: Option<&mut Netlink>) -> Result<Vec<Want>> {
     let (conf, wired) = (l.conf, l.wired);
     if !conf.mac_spoof_check || wired.attachments.is_empty() {
         return Ok(Vec::new());
     }
     let nft = l.nft.get()?;
-    let mut missing = Vec::new();
-    if !has_guard_rule(nft, &conf.name)? {
-        missing.push(format!(
-            "the macspoofchk rule of network {} (every guarded port accepts any source MAC)",
-            conf.name
-        ));
-    }
-    let unguarded = unguarded(nft, conf, wired)?;
-    if !unguarded.is_empty() {
-        missing.push(format!(
-            "the MAC filter of {} wired container(s)",
-            unguarded.len()
-        ));
-    }
-    Ok(missing)
-}
-
-/// The host veths of wired attachments whose guard is not complete.
-fn unguarded(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<String>> {
-    let mut found = Vec::new();
-    for a in &wired.attachments {
-        let veth = a.who(conf).host_name();
-        let complete = match guarded_port(nft, &conf.name, &veth)? {
-            Some(p) => {
-                port_guarded(nft, &conf.name, &veth)? && port_allows(nft, &conf.name, &veth, p.mac)?
-            }
-            None => false,
-        };
-        if !complete {
-            found.push(veth);
-        }
-    }
-    Ok(found)
-}
-
-/// Puts the rule and the wired attachments' guards back. Whatever of the network's
-/// map, sets and rule is missing is made again in place (filter.rs): the elements
-/// still there stay, so an ADD running beside the restore keeps its guard. The MAC a
-/// port may send is the container interface's, read over netlink through the veth's
-/// peer (no netns is entered).
-pub fn restore(l: &mut Looking) -> Result<Vec<String>> {
-    let missing = missing(l)?;
-    if missing.is_empty() {
-        return Ok(missing);
-    }
-    let (conf, wired, nft) = (l.conf, l.wired, l.nft.get()?);
-    filter::complete_guard(nft, &conf.name)?;
-    let veths = unguarded(nft, conf, wired)?;
-    let mut nl = Netlink::open()?;
+    let mut wants = network_wants(conf, Keys::AsConfigured);
     for a in &wired.attachments {
         let who = a.who(conf);
-        if !veths.contains(&who.host_name()) {
-            continue;
-        }
-        let Some(mac) = nl.peer_mac(&who.host_name())? else {
-            eprintln!(
-                "academy: cannot read the MAC of {}'s interface {}: its MAC filter is not restored",
-                a.container_id, a.ifname
-            );
-            continue;
+        let veth = who.host_name();
+        let mac = match (guarded_port(nft, &conf.name, &veth)?, nl.as_deref_mut()) {
+            (Some(port), _) => Some(port.mac),
+            (None, Some(nl)) => {
+                let mac = nl.peer_mac(&veth)?;
+                if mac.is_none() {
+                    eprintln!(
+                        "academy: cannot read the MAC of {}'s interface {}: its MAC filter is not restored",
+                        a.container_id, a.ifname
+                    );
+                    continue;
+                }
+                mac
+            }
+            (None, None) => None,
         };
-        if let Some(old) = guarded_port(nft, &conf.name, &who.host_name())? {
-            unguard_ports(nft, &conf.name, &[old])?;
-        }
-        guard(nft, conf, &who, mac)?;
+        wants.extend(port_wants(&conf.name, &who, mac));
     }
-    Ok(missing)
+    Ok(wants)
+}
+
+/// STATUS: what a flush took of the filter of the network's wired attachments: the
+/// network's objects one by one, the ports' guards counted.
+pub fn missing(l: &mut Looking) -> Result<Vec<String>> {
+    let wants = wired_wants(l, None)?;
+    if wants.is_empty() {
+        return Ok(Vec::new());
+    }
+    let found = engine::look(l.nft.get()?, &wants)?;
+    Ok(engine::summary(&found.missing, "MAC filter"))
+}
+
+/// Puts back what `missing` names: whatever of the network's map, sets and rule is
+/// missing is made again in place (the elements still there stay, so an ADD running
+/// beside the restore keeps its guard), then each wired port's guard.
+pub fn restore(l: &mut Looking) -> Result<Repair> {
+    let mut nl = Netlink::open()?;
+    let wants = wired_wants(l, Some(&mut nl))?;
+    if wants.is_empty() {
+        return Ok(Repair::default());
+    }
+    let completed = engine::complete(l.nft.get()?, &wants)?;
+    Ok(Repair {
+        put_back: completed.words("MAC filter"),
+        not_put_back: completed.left,
+        unrecorded: Vec::new(),
+    })
 }
 
 /// The network's rule, map and sets in `bridge academy`, once no port is guarded;
 /// looked for whether or not macspoofchk is still set (it may have been taken out since
-/// ADD). Without the map there is nothing: the rule and the sets are made with it.
+/// ADD). Only those there: a network that never had the key has none to report deleted.
 pub fn objects(r: &mut Releasing) -> Result<Option<Vec<Object>>> {
-    let conf = r.conf;
-    let nft = r.nft.get()?;
-    if !guarded_ports(nft, &conf.name)?.is_empty() {
+    let nft: &mut Nftables = r.nft.get()?;
+    if !guarded_ports(nft, &r.conf.name)?.is_empty() {
         return Ok(None);
     }
-    let mut objects: Vec<Object> = guard_rule(nft, &conf.name)?
-        .into_iter()
-        .map(Object::Rule)
-        .collect();
-    // Only those there: a network that never had the key has none to report deleted.
-    for set in guard_sets(&conf.name) {
-        if guard_set_exists(nft, &set)? {
-            objects.push(Object::Set(ACADEMY_BRIDGE, set));
-        }
+    let wants = network_wants(r.conf, Keys::All);
+    Ok(Some(engine::present(nft, &wants)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_result_s_mac_is_read_back() {
+        assert_eq!(
+            parse_mac("8a:d4:be:a4:73:82"),
+            Some([0x8a, 0xd4, 0xbe, 0xa4, 0x73, 0x82])
+        );
+        assert_eq!(parse_mac(""), None);
+        assert_eq!(parse_mac("8a:d4:be"), None);
     }
-    Ok(Some(objects))
 }

@@ -20,30 +20,15 @@
 //! in the map itself: kernels before 6.5 (Debian 12 runs 6.1) refuse a lookup in a map
 //! that does not load its value (EINVAL; "relax set/map validation checks", May 2023).
 
-use super::filter::create_guard;
 use super::names::{allowed_set, guard_sets, guarded_set, pair_key, ports_map, GuardedPort};
 use crate::firewall::tables::ACADEMY_BRIDGE;
 use crate::netlink::nftables::attrs::ifname_bytes;
 use crate::netlink::nftables::model::{Change, Element, Op};
 use crate::netlink::{Nftables, NlResult};
 
-/// Guards `port`: its three elements in one batch, creating the network's table,
-/// chain, map, sets and rule first when missing. A port already guarded with another
-/// MAC is refused by the kernel (EBUSY): the caller decides whether it is stale.
-pub fn guard_port(nft: &mut Nftables, network: &str, port: &GuardedPort) -> NlResult<()> {
-    let ports = std::slice::from_ref(port);
-    match nft.run(change_ports(Guard::Add, network, ports)) {
-        Err(e) if e.is(libc::ENOENT) => {
-            create_guard(nft, network)?;
-            nft.run(change_ports(Guard::Add, network, ports))
-        }
-        other => other,
-    }
-}
-
 /// Removes the ports' elements. Elements already gone are success.
 pub fn unguard_ports(nft: &mut Nftables, network: &str, ports: &[GuardedPort]) -> NlResult<()> {
-    match nft.run(change_ports(Guard::Remove, network, ports)) {
+    match nft.run(change_ports(network, ports)) {
         // One missing element fails the whole batch (a removal repeated, a table
         // never made): then each element alone, missing ones skipped.
         Err(e) if e.is(libc::ENOENT) => {
@@ -86,68 +71,24 @@ pub fn guarded_ports(nft: &mut Nftables, network: &str) -> NlResult<Vec<GuardedP
     Ok(found.iter().filter_map(port_of).collect())
 }
 
-/// Whether the guarded set holds `port`.
-pub fn port_guarded(nft: &mut Nftables, network: &str, port: &str) -> NlResult<bool> {
-    bridge_has_element(nft, &guarded_set(network), &ifname_bytes(port), port)
-}
-
-/// Whether the allowed set holds `port` with `mac`.
-pub fn port_allows(nft: &mut Nftables, network: &str, port: &str, mac: [u8; 6]) -> NlResult<bool> {
-    bridge_has_element(nft, &allowed_set(network), &pair_key(port, mac), port)
-}
-
-fn bridge_has_element(nft: &mut Nftables, set: &str, key: &[u8], port: &str) -> NlResult<bool> {
-    let what = format!("look up {port} in nf_tables set {ACADEMY_BRIDGE} {set}");
-    nft.has_element(ACADEMY_BRIDGE, set, key, &what)
-}
-
-/// Whether a batch adds the ports' elements or removes them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Guard {
-    Add,
-    Remove,
-}
-
-/// One batch's messages: one per map or set, each with the ports' elements in it.
-fn change_ports(what: Guard, network: &str, ports: &[GuardedPort]) -> Vec<Change> {
+/// One batch's messages removing the ports' elements: one per map or set, each with
+/// the ports' keys in it (a removal names the key alone, as `nft delete element` does).
+fn change_ports(network: &str, ports: &[GuardedPort]) -> Vec<Change> {
     let names: Vec<&str> = ports.iter().map(|p| p.port.as_str()).collect();
     let mut changes = Vec::new();
     for (i, set) in guard_sets(network).into_iter().enumerate() {
-        let mut elements = ports.iter().map(|port| {
-            let (_, key, data) = elements_of(network, port).swap_remove(i);
-            (port, key, data)
-        });
-        let (verb, op) = match what {
-            // An element that exists already, same data (an ADD repeated), is fine.
-            Guard::Add => (
-                "add",
-                Op::AddElements {
-                    table: ACADEMY_BRIDGE,
-                    set: set.clone(),
-                    elements: elements
-                        .map(|(port, key, data)| Element {
-                            key,
-                            data,
-                            comment: port.comment.clone(),
-                        })
-                        .collect(),
-                    exclusive: false,
-                    publish: false,
-                },
-            ),
-            // A removal names the key alone, as `nft delete element` does.
-            Guard::Remove => (
-                "remove",
-                Op::DeleteElements {
-                    table: ACADEMY_BRIDGE,
-                    set: set.clone(),
-                    keys: elements.by_ref().map(|(_, key, _)| key).collect(),
-                    publish: false,
-                },
-            ),
+        let keys = ports
+            .iter()
+            .map(|port| elements_of(network, port).swap_remove(i).1)
+            .collect();
+        let op = Op::DeleteElements {
+            table: ACADEMY_BRIDGE,
+            set: set.clone(),
+            keys,
+            publish: false,
         };
         let what = format!(
-            "{verb} {} in nf_tables {ACADEMY_BRIDGE} {set}",
+            "remove {} in nf_tables {ACADEMY_BRIDGE} {set}",
             names.join(", ")
         );
         changes.push(Change::new(op, what));
@@ -213,6 +154,33 @@ mod tests {
             hex(&sha256(&list)),
             "7d0bd1d2e2c2f05e046bb6041ef0998cae51b2e9f0bda6080c559f8da383c67e"
         );
+    }
+
+    /// ADD's elements (wants.rs) are those a removal deletes, byte for byte: the
+    /// pinned digest above holds for what ADD sends.
+    #[test]
+    fn a_port_s_wanted_elements_are_the_ones_a_removal_deletes() {
+        use crate::attachment::Attachment;
+        use crate::firewall::engine::Wanted;
+        let who = Attachment::new("n", "c", "eth0");
+        let mac = [2, 0, 0, 0, 0, 9];
+        let port = GuardedPort {
+            port: who.host_name(),
+            mac,
+            comment: who.owner(),
+        };
+        let wanted: Vec<(String, Vec<u8>, Option<Vec<u8>>)> =
+            super::super::wants::port_wants("n", &who, Some(mac))
+                .into_iter()
+                .map(|w| match w.wanted {
+                    Wanted::Element { set, element, .. } => {
+                        assert_eq!(element.comment, port.comment);
+                        (set, element.key, element.data)
+                    }
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+        assert_eq!(wanted, elements_of("n", &port));
     }
 
     #[test]
