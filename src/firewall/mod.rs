@@ -22,6 +22,11 @@
 //! - `release`: the network's own objects, deleted by network.rs once the network has no
 //!   attachment left, looked for whether or not the key is still set.
 //!
+//! A kind declared to the engine (engine/) says only what it wants (`Kind::wants`):
+//! its `add`, `check`, `missing`, `restore` and `release` are then the engine's one
+//! comparison of those wants with the kernel (isolation and the FORWARD accepts wholly;
+//! the MAC filter, whose wants are per attachment too, through its own thin calls).
+//!
 //! Each operation takes one context: the config, the sockets it may use (opened at the
 //! first kind that needs one) and what that operation is about. ADD, the one removal,
 //! GC, CHECK, STATUS and the restore command loop over `KINDS` and name no kind.

@@ -3,8 +3,8 @@
 //! `filter`, whose FORWARD chain Docker's DROP policy makes everyone's business.
 
 use crate::netlink::nftables::consts::{IFNAMSIZ, TYPE_BITS, TYPE_IFNAME};
-use crate::netlink::nftables::model::{Chain, ChainType, Change, Hook, Priority, Set};
-use crate::netlink::{Family, Table};
+use crate::netlink::nftables::model::{Chain, ChainType, Change, Hook, Priority, Set, Verdict};
+use crate::netlink::{Family, Nftables, NlResult, Table};
 
 /// The name of academy's own tables.
 pub const NAME: &str = "academy";
@@ -18,6 +18,14 @@ pub const ACADEMY_BRIDGE: Table = Table::bridge(NAME);
 /// `ip filter` / `ip6 filter`, iptables-nft's: the FORWARD accepts.
 pub fn iptables_filter(family: Family) -> Table {
     Table::ip(family, "filter")
+}
+
+/// Whether iptables' FORWARD chain of `family` exists and drops by policy (Docker sets
+/// it so): then every frame routed to or from a container needs an accept there.
+pub fn forward_drops(nft: &mut Nftables, family: Family) -> NlResult<bool> {
+    let what = "look up chain FORWARD of iptables' table filter";
+    let chain = nft.chain_info(iptables_filter(family), "FORWARD", what)?;
+    Ok(chain.is_some_and(|c| c.policy == Some(Verdict::Drop)))
 }
 
 /// The masquerade's chain, which port mapping's postrouting rules share.

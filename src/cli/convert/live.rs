@@ -3,8 +3,8 @@
 //! whether this host must keep the `firewall` plugin.
 
 use crate::config::Config;
-use crate::firewall::forward::forward_drops;
 use crate::firewall::reference;
+use crate::firewall::tables::forward_drops;
 use crate::ipam::store::StoreDir;
 use crate::netlink::{Family, Netlink, Nftables};
 

@@ -11,13 +11,13 @@
 //! (nft.rs).
 
 use super::engine::{Keys, Want};
+use super::tables::forward_drops;
 use crate::cni::Result;
 use crate::config::Config;
 use crate::netlink::{Family, NftablesOnDemand};
 
 mod nft;
 
-pub use nft::forward_drops;
 use nft::{accept, outdated, ACCEPTS};
 
 /// The bridge's accepts (the VLAN gateway's too, where it routes) in each family whose

@@ -30,9 +30,8 @@ use crate::netlink::nftables::consts::{
     XT_CONNTRACK_STATE_RELATED, XT_MAX_COMMENT_LEN,
 };
 use crate::netlink::nftables::model::{CmpOp, Expr, MetaKey, Reg, Rule, Verdict};
-use crate::netlink::{Family, Nftables, NlResult};
+use crate::netlink::Family;
 
-const FILTER: &str = "filter";
 const FORWARD: &str = "FORWARD";
 
 /// One of academy's accept rules for a bridge.
@@ -96,13 +95,6 @@ impl Accept {
 /// traffic to the bridge, wider than the firewall plugin's. Deleted wherever found.
 fn outdated_comment(bridge: &str) -> String {
     format!("academy: forwarding to bridge {bridge}")
-}
-
-/// Whether iptables' FORWARD chain of `family` exists and drops by policy.
-pub fn forward_drops(nft: &mut Nftables, family: Family) -> NlResult<bool> {
-    let what = format!("look up chain {FORWARD} of iptables' table {FILTER}");
-    let chain = nft.chain_info(iptables_filter(family), FORWARD, &what)?;
-    Ok(chain.is_some_and(|c| c.policy == Some(Verdict::Drop)))
 }
 
 /// One of `bridge`'s accepts in iptables' FORWARD chain of `family`, known by its
