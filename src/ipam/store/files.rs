@@ -338,7 +338,7 @@ pub fn host_lock(path: &str, wait: Duration) -> Option<Flock<File>> {
 /// folder is made (0700) only when the temp file's open says it is missing: once per
 /// boot, not a mkdir per write.
 pub fn replace_host_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
@@ -351,7 +351,25 @@ pub fn replace_host_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&tmp)
     };
-    let file = match open() {
+    let written = open_making_dir(dir, open)
+        .and_then(|mut f| f.write_all(bytes))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// `open()` of a file in academy's folder `dir` under /run, the folder made (0700, with
+/// its parents) only when the open says it is missing, and the open tried again: a
+/// folder of /run is made once per boot, so the usual path is one open, not a mkdir
+/// and a stat each time.
+pub fn open_making_dir<T>(
+    dir: impl AsRef<Path>,
+    open: impl Fn() -> io::Result<T>,
+) -> io::Result<T> {
+    use std::os::unix::fs::DirBuilderExt;
+    match open() {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -360,14 +378,7 @@ pub fn replace_host_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
             open()
         }
         other => other,
-    };
-    let written = file
-        .and_then(|mut f| f.write_all(bytes))
-        .and_then(|()| std::fs::rename(&tmp, path));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
     }
-    written
 }
 
 /// Reads a small host file whole (a /proc/sys value, one of academy's records under
