@@ -196,8 +196,16 @@ impl Dir {
     pub fn overwrite(&self, name: &str, content: &[u8]) -> io::Result<()> {
         let flags = OFlag::O_WRONLY | OFlag::O_CREAT;
         let mut opened = self.open_regular(name, flags, 0o600)?;
-        opened.file.write_all(content)?;
-        opened.file.set_len(content.len() as u64)
+        overwrite_file(&mut opened.file, content)
+    }
+
+    /// Opens the regular file `name` for reading and then writing over it
+    /// ([`overwrite_file`]); None when nothing has that name.
+    pub fn open_rw(&self, name: &str) -> io::Result<Option<Opened>> {
+        match self.open_regular(name, OFlag::O_RDWR, 0) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            other => other.map(Some),
+        }
     }
 
     /// Creates `name`, which must not exist (O_EXCL never follows a symlink either).
@@ -295,6 +303,14 @@ impl Dir {
         // Regular files never block; reads and writes behave as without O_NONBLOCK.
         Ok(Opened { file, stat })
     }
+}
+
+/// Writes `content` over `file` from its start, wherever a read left it, then cuts it to
+/// length (see [`Dir::overwrite`] for why not O_TRUNC).
+pub fn overwrite_file(file: &mut File, content: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    file.write_all_at(content, 0)?;
+    file.set_len(content.len() as u64)
 }
 
 /// Takes an exclusive flock on `file`, released when the returned guard is dropped.
