@@ -15,8 +15,18 @@ use crate::cni::{code, Error, Result};
 /// The node: this process's network namespace (the main thread never leaves it), by
 /// inode, as academy's records under /run name it (one stat per process).
 pub fn node() -> Option<u64> {
-    static NODE: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
-    *NODE.get_or_init(|| std::fs::metadata("/proc/self/ns/net").ok().map(|m| m.ino()))
+    own().map(|(_, ino)| ino)
+}
+
+/// The node's netns as (device, inode): asked once, for the records' names and for
+/// `Netns::open`'s refusal of the node itself (one stat an ADD, not two).
+fn own() -> Option<(u64, u64)> {
+    static OWN: std::sync::OnceLock<Option<(u64, u64)>> = std::sync::OnceLock::new();
+    *OWN.get_or_init(|| {
+        std::fs::metadata("/proc/self/ns/net")
+            .ok()
+            .map(|m| (m.dev(), m.ino()))
+    })
 }
 
 /// statfs f_type of nsfs, where every /proc/<pid>/ns/* and bind-mounted netns lives.
@@ -71,10 +81,9 @@ impl Netns {
                 "CNI_NETNS {path} is a namespace, but not a network namespace"
             )));
         }
-        let ours = std::fs::metadata("/proc/thread-self/ns/net");
-        let theirs = file.metadata();
-        if let (Ok(ours), Ok(theirs)) = (ours, theirs) {
-            if ours.ino() == theirs.ino() && ours.dev() == theirs.dev() {
+        // The node's own netns (the main thread's, which never leaves it).
+        if let (Some(ours), Ok(theirs)) = (own(), file.metadata()) {
+            if ours == (theirs.dev(), theirs.ino()) {
                 return Err(unusable(format!(
                     "CNI_NETNS {path} is the host's own network namespace; academy wires containers, not the host"
                 )));

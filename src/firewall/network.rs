@@ -430,7 +430,7 @@ fn release_due(due: Vec<Marker>) {
 /// went with it), else dated one grace later, so a quiet live node is looked at once per
 /// minute, not by every invocation.
 fn drop_gone_nodes(others: Vec<Marker>) {
-    let Some(alive) = nodes::alive() else {
+    let Some(alive) = nodes::alive(&others.iter().map(|m| m.node).collect()) else {
         return;
     };
     let later = records::now_ms().saturating_add(OTHER_NODE_OVERDUE_MS);
@@ -452,14 +452,15 @@ fn drop_gone_nodes(others: Vec<Marker>) {
 /// What nodes that are gone left on the host: their networks' state versions
 /// (`<name>.<node>.state`, upgrade.rs), release records and markers, and their bridges'
 /// locks. A node netns goes with everything of academy's in it but these files in /run,
-/// which nothing would ever read again. Asked by GC (one look at /proc for the live
-/// netns), never on ADD's path. Returns how many files went.
+/// which nothing would ever read again. Asked by GC (one read of mountinfo; /proc only
+/// for a node no mount holds), never on ADD's path. Returns how many files went.
 pub fn drop_what_gone_nodes_left() -> usize {
     let Some(here) = node() else {
         return 0;
     };
-    // Other nodes' files, found by name; /proc is looked at only if there are some (a
-    // host that runs one node never pays for it).
+    // Other nodes' files, found by name; mountinfo is read only if there are some (a
+    // host that runs one node never pays for it), /proc only if one of their nodes is
+    // not bind-mounted (gone, or held by a process alone).
     let mut theirs: Vec<(std::path::PathBuf, u64)> = Vec::new();
     for (dir, node_of) in [
         (LOCK_DIR, node_of_record as fn(&str) -> Option<u64>),
@@ -475,7 +476,7 @@ pub fn drop_what_gone_nodes_left() -> usize {
     if theirs.is_empty() {
         return 0;
     }
-    let Some(alive) = nodes::alive() else {
+    let Some(alive) = nodes::alive(&theirs.iter().map(|(_, n)| *n).collect()) else {
         return 0;
     };
     let dropped = theirs

@@ -160,7 +160,11 @@ impl NlSocket {
         // Best-effort: they only make errors more precise and dumps smaller.
         let _ = socket.set_ext_ack(true);
         let _ = socket.set_cap_ack(true);
-        let _ = socket.set_netlink_get_strict_chk(true);
+        // Strict checking (dumps filtered by the kernel) is rtnetlink's alone: nfnetlink
+        // never reads it, so a netfilter socket is spared the syscall (one per ADD).
+        if subsystem == Subsystem::Rtnetlink {
+            let _ = socket.set_netlink_get_strict_chk(true);
+        }
         Ok(NlSocket {
             socket,
             subsystem,

@@ -173,10 +173,11 @@ pub fn create_pair(
     container_mac: Option<[u8; 6]>,
     host_up: bool,
 ) -> Result<Created> {
+    let [host_mac, random_container_mac] = random_macs();
     let host = HostVeth {
         name: who.host_name(),
-        mac: random_mac(),
-        container_mac: container_mac.unwrap_or_else(random_mac),
+        mac: host_mac,
+        container_mac: container_mac.unwrap_or(random_container_mac),
     };
     let pair = VethPair {
         host_name: &host.name,
@@ -431,17 +432,28 @@ pub fn kind_name(kind: &LinkKind) -> String {
 /// A random locally administered unicast MAC. Chosen here rather than by the kernel so
 /// the result can report it without reading it back.
 pub fn random_mac() -> [u8; 6] {
-    let mut mac = [0u8; 6];
-    if !crate::random::fill(&mut mac) {
+    let [mac] = random_macs();
+    mac
+}
+
+/// `N` random MACs from one getrandom (a pair's two ends: a syscall fewer per ADD).
+pub fn random_macs<const N: usize>() -> [[u8; 6]; N] {
+    let mut macs = [[0u8; 6]; N];
+    if !crate::random::fill(macs.as_flattened_mut()) {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0)
             ^ u128::from(std::process::id()) << 64;
-        mac.copy_from_slice(&nanos.to_le_bytes()[..6]);
+        for (i, mac) in macs.iter_mut().enumerate() {
+            let varied = nanos.wrapping_add(i as u128).to_le_bytes();
+            mac.copy_from_slice(&varied[..6]);
+        }
     }
-    mac[0] = (mac[0] & 0xfe) | 0x02;
-    mac
+    for mac in &mut macs {
+        mac[0] = (mac[0] & 0xfe) | 0x02;
+    }
+    macs
 }
 
 /// DEL of a container the reference bridge made (before its network was converted):

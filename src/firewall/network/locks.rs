@@ -8,13 +8,14 @@
 //! for either (it skips what is busy), so no two holders can wait on each other.
 
 use std::fs::File;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
 use super::LOCK_DIR;
+use crate::ipam::store::files;
 
 /// Where the bridges' locks are, one per bridge of a node: `<bridge>@<node>.lock` (a
 /// bridge name is per netns, as its objects are).
@@ -87,18 +88,7 @@ fn take(dir: &str, path: &str, how: Wait) -> std::io::Result<Flock<File>> {
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(path)
     };
-    // The folder is made once per boot: looked for only when the open says it is not
-    // there (one syscall on the usual path, not a mkdir and a stat each time).
-    let mut file = match open() {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)?;
-            open()?
-        }
-        other => other?,
-    };
+    let mut file = files::open_making_dir(dir, open)?;
     let deadline = Instant::now() + Duration::from_secs(5);
     let arg = match how {
         Wait::Shared => FlockArg::LockSharedNonblock,

@@ -196,8 +196,16 @@ impl Dir {
     pub fn overwrite(&self, name: &str, content: &[u8]) -> io::Result<()> {
         let flags = OFlag::O_WRONLY | OFlag::O_CREAT;
         let mut opened = self.open_regular(name, flags, 0o600)?;
-        opened.file.write_all(content)?;
-        opened.file.set_len(content.len() as u64)
+        overwrite_file(&mut opened.file, content)
+    }
+
+    /// Opens the regular file `name` for reading and then writing over it
+    /// ([`overwrite_file`]); None when nothing has that name.
+    pub fn open_rw(&self, name: &str) -> io::Result<Option<Opened>> {
+        match self.open_regular(name, OFlag::O_RDWR, 0) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            other => other.map(Some),
+        }
     }
 
     /// Creates `name`, which must not exist (O_EXCL never follows a symlink either).
@@ -297,6 +305,14 @@ impl Dir {
     }
 }
 
+/// Writes `content` over `file` from its start, wherever a read left it, then cuts it to
+/// length (see [`Dir::overwrite`] for why not O_TRUNC).
+pub fn overwrite_file(file: &mut File, content: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    file.write_all_at(content, 0)?;
+    file.set_len(content.len() as u64)
+}
+
 /// Takes an exclusive flock on `file`, released when the returned guard is dropped.
 /// Another academy remover holds it for microseconds; whoever holds it longer than
 /// `wait` is not academy, and waiting on it would hang DEL or GC: EWOULDBLOCK then.
@@ -338,7 +354,7 @@ pub fn host_lock(path: &str, wait: Duration) -> Option<Flock<File>> {
 /// folder is made (0700) only when the temp file's open says it is missing: once per
 /// boot, not a mkdir per write.
 pub fn replace_host_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
@@ -351,7 +367,25 @@ pub fn replace_host_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&tmp)
     };
-    let file = match open() {
+    let written = open_making_dir(dir, open)
+        .and_then(|mut f| f.write_all(bytes))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// `open()` of a file in academy's folder `dir` under /run, the folder made (0700, with
+/// its parents) only when the open says it is missing, and the open tried again: a
+/// folder of /run is made once per boot, so the usual path is one open, not a mkdir
+/// and a stat each time.
+pub fn open_making_dir<T>(
+    dir: impl AsRef<Path>,
+    open: impl Fn() -> io::Result<T>,
+) -> io::Result<T> {
+    use std::os::unix::fs::DirBuilderExt;
+    match open() {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -360,14 +394,7 @@ pub fn replace_host_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
             open()
         }
         other => other,
-    };
-    let written = file
-        .and_then(|mut f| f.write_all(bytes))
-        .and_then(|()| std::fs::rename(&tmp, path));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
     }
-    written
 }
 
 /// Reads a small host file whole (a /proc/sys value, one of academy's records under

@@ -5,7 +5,7 @@
 //! of a path cannot redirect a write, and anything in the store that is not a regular
 //! file is never read, written or removed as if it were academy's.
 
-use std::fs::{self, DirBuilder};
+use std::fs::{self, DirBuilder, File};
 use std::io;
 use std::net::IpAddr;
 use std::os::unix::fs::DirBuilderExt;
@@ -82,6 +82,10 @@ fn holder_tmp_name(holder: &Holder) -> String {
     format!("{TMP_PREFIX}{}", holder.key())
 }
 
+fn parse_hint(bytes: &[u8]) -> Option<IpAddr> {
+    std::str::from_utf8(bytes).ok()?.trim().parse().ok()
+}
+
 fn validate_network(network: &str) -> Result<()> {
     if network.is_empty() || network == "." || network == ".." || network.contains(['/', '\0']) {
         return Err(Error::config(format!(
@@ -115,18 +119,26 @@ impl Store {
         dir.check_private()
             .map_err(|(problem, details)| refuse_dir(&path, problem, &details))?;
         let holders_path = dir.path_of(HOLDERS);
-        if let Err(e) = dir.mkdir(HOLDERS, 0o700) {
-            if e.kind() != io::ErrorKind::AlreadyExists {
-                return Err(Error::io(
-                    format!(
-                        "network {network}: cannot create {}",
-                        holders_path.display()
-                    ),
-                    &e,
-                ));
+        // As the store: opened first, made only when missing (once per network, where a
+        // mkdir on every open cost each ADD and DEL a failed syscall).
+        let holders = match dir.subdir(HOLDERS) {
+            Err(e) if not_found(&e) => {
+                if let Err(e) = dir.mkdir(HOLDERS, 0o700) {
+                    if e.kind() != io::ErrorKind::AlreadyExists {
+                        return Err(Error::io(
+                            format!(
+                                "network {network}: cannot create {}",
+                                holders_path.display()
+                            ),
+                            &e,
+                        ));
+                    }
+                }
+                dir.subdir(HOLDERS)
             }
+            other => other,
         }
-        let holders = dir.subdir(HOLDERS).map_err(|e| {
+        .map_err(|e| {
             refuse_dir(
                 &holders_path,
                 format_args!("cannot be opened: {e}"),
@@ -211,7 +223,7 @@ impl Store {
             // Otherwise a candidate lost to someone else (or never linked): dropped below.
         }
 
-        let hint = self.read_hint(pool);
+        let (hint, mut hint_file) = self.open_hint(pool);
         let mut index_touched = false;
         let outcome = self.reserve_from(holder, pool, hint, &kept, &mut index_touched);
         if !matches!(outcome, Ok(Ok(_))) && index_touched {
@@ -219,7 +231,7 @@ impl Store {
         }
         match outcome {
             Ok(Ok(addr)) => {
-                self.write_hint(pool, addr);
+                self.write_hint(pool, addr, hint_file.as_mut());
                 Ok(Ok(addr))
             }
             Ok(Err(held)) => Ok(Err(self.exhausted(pool, held))),
@@ -506,16 +518,34 @@ impl Store {
     /// The round-robin hint; anything unreadable (missing, garbage, a FIFO) is no hint.
     fn read_hint(&self, pool: &Pool) -> Option<IpAddr> {
         let name = format!("{HINT_PREFIX}{}", pool.range_set());
-        let bytes = self.dir.read(&name, MAX_HINT).ok()??;
-        std::str::from_utf8(&bytes).ok()?.trim().parse().ok()
+        parse_hint(&self.dir.read(&name, MAX_HINT).ok()??)
     }
 
-    fn write_hint(&self, pool: &Pool, addr: IpAddr) {
+    /// The hint, and its file kept open for `write_hint`: an ADD reads it and rewrites
+    /// it, and one open serves both (an open, an fstat and a close fewer).
+    fn open_hint(&self, pool: &Pool) -> (Option<IpAddr>, Option<File>) {
         let name = format!("{HINT_PREFIX}{}", pool.range_set());
+        let Ok(Some(mut opened)) = self.dir.open_rw(&name) else {
+            return (None, None);
+        };
+        let hint = files::read_capped(&mut opened.file, MAX_HINT)
+            .ok()
+            .and_then(|bytes| parse_hint(&bytes));
+        (hint, Some(opened.file))
+    }
+
+    /// Writes the hint into `file` (the one `open_hint` read) or, without one, by name.
+    fn write_hint(&self, pool: &Pool, addr: IpAddr, file: Option<&mut File>) {
         // Plain overwrite: a torn or racing write only yields a hint that reads as garbage
         // or points elsewhere, and either just moves where the next search starts. Failing
         // an ADD that already holds its address over a hint would be worse.
-        let _ = self.dir.overwrite(&name, addr.to_string().as_bytes());
+        let text = addr.to_string();
+        if let Some(file) = file {
+            let _ = files::overwrite_file(file, text.as_bytes());
+            return;
+        }
+        let name = format!("{HINT_PREFIX}{}", pool.range_set());
+        let _ = self.dir.overwrite(&name, text.as_bytes());
     }
 
     /// Removes the reservation `name` if `release_it` says so of its content (and, when
