@@ -133,3 +133,54 @@ fn a_restore_makes_the_missing_parts_of_a_mac_filter_again() {
         "elements after every DEL"
     );
 }
+
+/// A second copy of the network's rule (two first ADDs whose repair lock timed out, or
+/// an admin's `nft add rule` of the same text): the restore, the engine's completion,
+/// deletes it and says so, and the filter stays whole. Before the engine only a missing
+/// rule was looked for: the copy stayed.
+#[test]
+fn a_restore_deletes_a_second_copy_of_the_rule() {
+    let lab = Lab::new("mscopy");
+    let node = Node::new(&lab);
+    lab.write_conflist("1.1.0", "academy", json!({"macspoofchk": true}));
+    let config = lab.config_with("1.1.0", "macspoofchk", json!(true));
+    let conf_dir = lab.conf_dir.to_str().unwrap();
+    let a = lab.attachment("a");
+    let result = node.call("ADD", &a, &config).expect_result("ADD a");
+    let net = &lab.network;
+    let want = mac_filter_in(Some(&node.ns), net);
+    let comment = format!("\"academy macspoofchk {net}\"");
+    let out = node.nft(&[
+        "add",
+        "rule",
+        "bridge",
+        "academy",
+        "prerouting",
+        "iifname",
+        &format!("@{net}-guarded"),
+        "iifname",
+        ".",
+        "ether",
+        "saddr",
+        "!=",
+        &format!("@{net}-allowed"),
+        "drop",
+        "comment",
+        &comment,
+    ]);
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(mac_filter_rules(Some(&node.ns), net), 2, "the copy is made");
+
+    let out = node.academy(&["restore", "--conf-dir", conf_dir]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.stderr.contains("second copy"), "{out}");
+    assert_eq!(mac_filter_rules(Some(&node.ns), net), 1, "one rule left");
+    assert_eq!(mac_filter_objects(Some(&node.ns), net), whole(net));
+    assert_eq!(mac_filter_in(Some(&node.ns), net), want);
+    let mut checked = config.clone();
+    checked["prevResult"] = result;
+    node.call("CHECK", &a, &checked)
+        .expect_silent_success("CHECK after the restore");
+    let out = node.call("DEL", &a, &config);
+    assert_eq!(out.code, 0, "{out}");
+}

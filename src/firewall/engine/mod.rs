@@ -136,27 +136,23 @@ fn held_by(want: &Want, comment: &str) -> (String, String) {
     (want.put_back_words(), because)
 }
 
-/// ADD of one attachment: its elements (`own`) in one batch; when the kernel refuses
-/// for want of a set or table, the network's wants (`network`) completed and the
-/// batch sent again. Elements under the attachment's own key with another value (its
-/// earlier pair's, from an ADD killed before its DEL) are replaced.
+/// ADD of one attachment: its elements (`own`) in one batch, the steady case; when the
+/// kernel refuses them for want of a set or table, the network's wants and the
+/// attachment's completed in one batch (what the elements need made first is their
+/// setup). Elements under the attachment's own key with another value (its earlier
+/// pair's, from an ADD killed before its DEL) are replaced.
 pub fn add(nft: &mut Nftables, network: &[Want], own: &[Want]) -> NlResult<Completed> {
     if own.is_empty() {
         return complete(nft, network);
     }
-    let adds = element_adds(own.iter());
-    let mut completed = Completed::default();
-    match nft.run(adds.clone()) {
+    match nft.run(element_adds(own.iter())) {
         Err(e) if e.is(libc::ENOENT) => {
-            completed = complete(nft, network)?;
-            nft.run(adds)?;
+            let all: Vec<Want> = network.iter().chain(own).cloned().collect();
+            complete(nft, &all)
         }
-        Err(e) if e.is(libc::EBUSY) || e.is(libc::EEXIST) => {
-            completed = complete(nft, own)?;
-        }
-        other => other?,
+        Err(e) if e.is(libc::EBUSY) || e.is(libc::EEXIST) => complete(nft, own),
+        other => other.map(|()| Completed::default()),
     }
-    Ok(completed)
 }
 
 /// The elements added, one message per set (a set's elements in one list).

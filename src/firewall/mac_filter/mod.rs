@@ -9,7 +9,7 @@
 //! them by that identity before the veth goes. The network's rule, map and sets go with
 //! its last attachment (network.rs).
 
-use super::engine::{self, Keys, Want};
+use super::engine::{self, Keys, Want, Wanted};
 use super::{Adding, Checking, Diff, Looking, Releasing, Removing, Repair, Sweeping};
 use crate::cni::result::format_mac;
 use crate::cni::Result;
@@ -83,20 +83,16 @@ pub fn check(c: &mut Checking) -> Result<Vec<Diff>> {
     }
     let (nft, conf, who) = (c.nft.get()?, c.conf, c.who);
     let name = who.host_name();
-    let recorded = guarded_port(nft, &conf.name, &name)?;
-    let reported = parse_mac(c.mac);
+    // The MAC ADD reported; without one (a result that lost it), the map's.
+    let mac = match parse_mac(c.mac) {
+        Some(mac) => Some(mac),
+        None => guarded_port(nft, &conf.name, &name)?.map(|p| p.mac),
+    };
     let mut wants = network_wants(conf, Keys::AsConfigured);
-    let mac = recorded.as_ref().map(|p| p.mac).or(reported);
     wants.extend(port_wants(&conf.name, who, mac));
     let found = engine::look(nft, &wants)?;
-    let mut diffs: Vec<Diff> = found
-        .missing
-        .iter()
-        .map(|w| Diff {
-            text: w.missing_words(),
-            restorable: true,
-        })
-        .collect();
+    let mut diffs = Vec::new();
+    let mut other_mac = false;
     for (want, there) in &found.differing {
         if !want.owner.owns(&there.comment) {
             diffs.push(Diff {
@@ -109,13 +105,13 @@ pub fn check(c: &mut Checking) -> Result<Vec<Diff>> {
                 restorable: false,
             });
         }
-    }
-    if let (Some(port), Some(reported)) = (&recorded, reported) {
-        if port.mac != reported {
+        if let Some(recorded) = there.data.as_deref() {
+            let recorded: [u8; 6] = recorded.try_into().unwrap_or_default();
+            other_mac = true;
             diffs.push(Diff {
                 text: format!(
                     "host veth {name} lets MAC {} through, but ADD gave {} MAC {}",
-                    format_mac(port.mac),
+                    format_mac(recorded),
                     who.ifname,
                     c.mac
                 ),
@@ -123,6 +119,16 @@ pub fn check(c: &mut Checking) -> Result<Vec<Diff>> {
             });
         }
     }
+    // With another MAC in the map, the reported MAC's pair is missing because of it:
+    // said once, above, as what only DEL and ADD mend.
+    let pairs = names::allowed_set(&conf.name);
+    let missing = found.missing.iter().filter(|w| {
+        !(other_mac && matches!(&w.wanted, Wanted::Element { set, .. } if *set == pairs))
+    });
+    diffs.extend(missing.map(|w| Diff {
+        text: w.missing_words(),
+        restorable: true,
+    }));
     Ok(diffs)
 }
 
