@@ -184,3 +184,91 @@ fn a_restore_deletes_a_second_copy_of_the_rule() {
     let out = node.call("DEL", &a, &config);
     assert_eq!(out.code, 0, "{out}");
 }
+
+/// The container interface's MAC in an ADD result.
+fn container_mac(result: &serde_json::Value) -> String {
+    let interfaces = result["interfaces"].as_array().expect("interfaces");
+    let container = interfaces.iter().find(|i| i["sandbox"].is_string());
+    container.expect("a container interface")["mac"]
+        .as_str()
+        .expect("its mac")
+        .to_string()
+}
+
+/// A restore of more ports than the engine looks up one by one (it reads such a set
+/// whole): after the filter's table is deleted, every port's three elements come back
+/// with their owner comments, CHECK passes for each, and a second restore finds
+/// nothing to do; with only some elements gone, only those are put back.
+#[test]
+fn a_restore_of_many_ports_puts_back_each_port_s_guard() {
+    let lab = Lab::new("msmany");
+    let node = Node::new(&lab);
+    lab.write_conflist("1.1.0", "academy", json!({"macspoofchk": true}));
+    let config = lab.config_with("1.1.0", "macspoofchk", json!(true));
+    let conf_dir = lab.conf_dir.to_str().unwrap();
+    let net = &lab.network;
+    let ports: Vec<(Attach, serde_json::Value)> = (0..20)
+        .map(|i| {
+            let a = lab.attachment(&format!("p{i}"));
+            let result = node.call("ADD", &a, &config).expect_result("ADD");
+            (a, result)
+        })
+        .collect();
+    let want = mac_filter_in(Some(&node.ns), net);
+    assert_eq!(want.len(), 60, "{want:?}");
+
+    let out = node.nft(&["delete", "table", "bridge", "academy"]);
+    assert_eq!(out.code, 0, "{out}");
+    let out = node.academy(&["restore", "--conf-dir", conf_dir]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stderr.contains("MAC filter of 20 wired container(s)"),
+        "{out}"
+    );
+    assert_eq!(
+        mac_filter_in(Some(&node.ns), net),
+        want,
+        "after the restore"
+    );
+    assert_eq!(mac_filter_objects(Some(&node.ns), net), whole(net));
+
+    // Three ports' elements of the allowed set only.
+    for (_, result) in &ports[..3] {
+        let veth = result_host_veth(result);
+        let mac = container_mac(result);
+        let element = format!("{{ {veth} . {mac} }}");
+        let out = node.nft(&[
+            "delete",
+            "element",
+            "bridge",
+            "academy",
+            &format!("{net}-allowed"),
+            &element,
+        ]);
+        assert_eq!(out.code, 0, "{out}");
+    }
+    let out = node.academy(&["restore", "--conf-dir", conf_dir]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stderr.contains("MAC filter of 3 wired container(s)"),
+        "{out}"
+    );
+    assert_eq!(
+        mac_filter_in(Some(&node.ns), net),
+        want,
+        "after the second cut"
+    );
+    let out = node.academy(&["restore", "--conf-dir", conf_dir]);
+    assert!(out.stderr.contains("complete, nothing to do"), "{out}");
+    for (a, result) in &ports {
+        let mut checked = config.clone();
+        checked["prevResult"] = result.clone();
+        node.call("CHECK", a, &checked)
+            .expect_silent_success("CHECK after the restores");
+    }
+    for (a, _) in &ports {
+        let out = node.call("DEL", a, &config);
+        assert_eq!(out.code, 0, "{out}");
+    }
+    assert_eq!(mac_filter_in(Some(&node.ns), net), BTreeSet::new());
+}

@@ -1,6 +1,10 @@
 //! One comparison of wants with the kernel: one dump per chain that holds a wanted
-//! rule, one lookup per wanted set or element (a network's set may hold thousands of
-//! others' elements; a lookup costs the same whatever their number).
+//! rule, one lookup per wanted set, and per set one lookup per wanted element (a
+//! network's set may hold thousands of others' elements; a lookup costs the same
+//! whatever their number) or, past DUMP_PAST elements wanted of it (a restore of many
+//! ports), one dump of the set.
+
+use std::collections::HashMap;
 
 use super::want::{Want, Wanted};
 use crate::netlink::nftables::model::Element;
@@ -48,6 +52,10 @@ impl Look<'_> {
     }
 }
 
+/// Wanted elements of one set past which one dump of the set is cheaper than a lookup
+/// each (a dump reply carries many elements per message).
+const DUMP_PAST: usize = 16;
+
 /// A rule read back: its handle and its comments.
 type Commented = (u64, Vec<String>);
 
@@ -73,10 +81,48 @@ impl Chains {
     }
 }
 
+/// The sets read whole (those with more than DUMP_PAST wanted elements): their
+/// elements by key.
+struct Dumped(Vec<((Table, String), ByKey)>);
+
+/// A set's elements by key.
+type ByKey = HashMap<Vec<u8>, Element>;
+
+impl Dumped {
+    fn of(nft: &mut Nftables, wants: &[Want]) -> NlResult<Dumped> {
+        let mut counts: Vec<((Table, &str), usize)> = Vec::new();
+        for want in wants {
+            if let Wanted::Element { table, set, .. } = &want.wanted {
+                match counts
+                    .iter_mut()
+                    .find(|(k, _)| *k == (*table, set.as_str()))
+                {
+                    Some((_, n)) => *n += 1,
+                    None => counts.push(((*table, set), 1)),
+                }
+            }
+        }
+        let mut dumped = Vec::new();
+        for ((table, set), _) in counts.into_iter().filter(|(_, n)| *n > DUMP_PAST) {
+            let elements = nft.elements_of(table, set)?;
+            let by_key = elements.into_iter().map(|e| (e.key.clone(), e)).collect();
+            dumped.push(((table, set.to_string()), by_key));
+        }
+        Ok(Dumped(dumped))
+    }
+
+    /// The element of `set` under `key`, when the set was read whole.
+    fn get(&self, table: Table, set: &str, key: &[u8]) -> Option<Option<Element>> {
+        let (_, by_key) = self.0.iter().find(|((t, s), _)| *t == table && s == set)?;
+        Some(by_key.get(key).cloned())
+    }
+}
+
 /// Compares `wants` with what nf_tables holds.
 pub fn look<'w>(nft: &mut Nftables, wants: &'w [Want]) -> NlResult<Look<'w>> {
     let mut found = Look::default();
     let mut chains = Chains(Vec::new());
+    let dumped = Dumped::of(nft, wants)?;
     for want in wants {
         match &want.wanted {
             Wanted::Rule { rule, known_as, .. } => {
@@ -114,8 +160,14 @@ pub fn look<'w>(nft: &mut Nftables, wants: &'w [Want]) -> NlResult<Look<'w>> {
                 element,
                 ..
             } => {
-                let what = format!("look up {} in nf_tables set {table} {set}", want.what);
-                match nft.element_of(*table, set, &element.key, &what)? {
+                let there = match dumped.get(*table, set, &element.key) {
+                    Some(there) => there,
+                    None => {
+                        let what = format!("look up {} in nf_tables set {table} {set}", want.what);
+                        nft.element_of(*table, set, &element.key, &what)?
+                    }
+                };
+                match there {
                     None => found.missing.push(want),
                     Some(there) => {
                         if differs(want, element, &there) {
