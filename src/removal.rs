@@ -135,6 +135,10 @@ pub fn attachments(conf: &Config, targets: Vec<Target>) -> Report {
         }
     }
 
+    // Tests only: a removal held with its veths gone and its reservations still held
+    // (tests/it/failure/races.rs: an ADD meeting a GC there must fail).
+    crate::firewall::hold_for_test("ACADEMY_TEST_HOLD_FREEING");
+
     // 3. The reservations, of the attachments whose other state is gone.
     for (t, failed) in targets.into_iter().zip(failed) {
         let key = t.who.holder().key();

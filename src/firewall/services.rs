@@ -14,6 +14,8 @@
 //! mark is the Ports kind's network state (checked, reported, restored and released
 //! with it: ports.rs).
 
+use super::engine;
+use super::ports::{hairpin_mark, portmap_rules};
 use crate::cni::Result;
 use crate::config::Config;
 use crate::ipam::store::files;
@@ -39,13 +41,10 @@ pub fn add(nft: &mut NftablesOnDemand, conf: &Config) -> Result<()> {
     if !need_hairpin(conf) {
         return Ok(());
     }
-    let nft = nft.get()?;
-    if nft.has_hairpin(&conf.bridge)? && nft.missing_portmap_rules()?.is_empty() {
+    let wants = [portmap_rules(), hairpin_mark(&conf.bridge)];
+    if engine::complete(nft.get()?, &wants)?.put_back.is_empty() {
         return Ok(());
     }
-    let _lock = super::network::repair_lock();
-    nft.ensure_portmap()?;
-    nft.mark_hairpin(&conf.bridge)?;
     crate::log::debug(format_args!(
         "bridged traffic on {} does not pass netfilter (br_netfilter not loaded, or net.bridge.bridge-nf-call-iptables / -ip6tables is 0): a Service whose endpoint is a pod of this bridge is reached through a masquerade, so the endpoint sees the gateway's address; `modprobe br_netfilter` and `sysctl -w net.bridge.bridge-nf-call-iptables=1 net.bridge.bridge-nf-call-ip6tables=1` keep the client's",
         conf.bridge

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use super::want::{Want, Wanted};
 use crate::netlink::nftables::model::Element;
-use crate::netlink::{Nftables, NlResult, Object, Table};
+use crate::netlink::{Nftables, NlResult, Object, Table, TableRule};
 
 /// What the kernel has of some wants.
 #[derive(Debug, Default)]
@@ -24,9 +24,34 @@ pub struct Look<'w> {
     /// Every object of the wants that is there, surplus and differing included (what
     /// a release deletes).
     pub present: Vec<(&'w Want, Object)>,
+    /// For each incomplete group, the comments of its rules that are not there.
+    pub group_lacks: Vec<(&'w Want, Vec<String>)>,
 }
 
 impl Look<'_> {
+    /// What is missing, in CHECK's and STATUS's words: a group names the rules it
+    /// lacks (or says it has others of its prefix).
+    pub fn missing_words(&self) -> Vec<String> {
+        let mut words = Vec::new();
+        for want in &self.missing {
+            let lacks = self
+                .group_lacks
+                .iter()
+                .find(|(g, _)| std::ptr::eq(*g, *want));
+            let (what, place, harm) = (&want.what, want.place(), &want.harm);
+            match lacks {
+                Some((_, lacks)) if lacks.is_empty() => words.push(format!(
+                    "{what}'s rules in {place} include others of their kind or second copies: {harm}"
+                )),
+                Some((_, lacks)) => words.extend(lacks.iter().map(|rule| {
+                    format!("{what}'s rule {rule:?} is missing from {place}: {harm}")
+                })),
+                None => words.push(want.missing_words()),
+            }
+        }
+        words
+    }
+
     /// Whether completing it appends or deletes a rule: rules are not merged like
     /// elements, so two invocations that both found one missing would both append it.
     pub fn writes_rules(&self) -> bool {
@@ -34,7 +59,7 @@ impl Look<'_> {
             || self
                 .missing
                 .iter()
-                .any(|w| matches!(w.wanted, Wanted::Rule { .. }))
+                .any(|w| matches!(w.wanted, Wanted::Rule { .. } | Wanted::Group { .. }))
     }
 
     /// The differing elements a completion replaces (their key is their owner's own).
@@ -59,25 +84,53 @@ const DUMP_PAST: usize = 16;
 /// A rule read back: its handle and its comments.
 type Commented = (u64, Vec<String>);
 
-/// The rules of each chain looked at, read once.
-struct Chains(Vec<((Table, String), Vec<Commented>)>);
+/// What one dump read: a table's rules (`chain` None: all of its chains), each with its
+/// chain.
+struct Read {
+    table: Table,
+    chain: Option<String>,
+    rules: Vec<(String, Commented)>,
+}
+
+/// The rules looked at, each chain read once: a table read whole (for a group, whose
+/// rules span its chains) serves every chain of it.
+struct Chains(Vec<Read>);
 
 impl Chains {
-    fn of(&mut self, nft: &mut Nftables, table: Table, chain: &str) -> NlResult<&[Commented]> {
-        let at = match self
-            .0
+    fn of(&mut self, nft: &mut Nftables, table: Table, chain: &str) -> NlResult<Vec<Commented>> {
+        let covers = |r: &Read| r.table == table && r.chain.as_deref().is_none_or(|c| c == chain);
+        if !self.0.iter().any(covers) {
+            self.read(nft, table, Some(chain))?;
+        }
+        let read = self.0.iter().find(|r| covers(r)).expect("just read");
+        Ok(read
+            .rules
             .iter()
-            .position(|((t, c), _)| *t == table && c == chain)
-        {
-            Some(at) => at,
-            None => {
-                let rules = nft.rules(table, Some(chain))?;
-                let read = rules.iter().map(|r| (r.handle, r.comments())).collect();
-                self.0.push(((table, chain.to_string()), read));
-                self.0.len() - 1
-            }
-        };
-        Ok(&self.0[at].1)
+            .filter(|(c, _)| c == chain)
+            .map(|(_, rule)| rule.clone())
+            .collect())
+    }
+
+    /// Reads all of `table` in one dump, unless it was.
+    fn read_whole(&mut self, nft: &mut Nftables, table: Table) -> NlResult<()> {
+        match self.0.iter().any(|r| r.table == table && r.chain.is_none()) {
+            true => Ok(()),
+            false => self.read(nft, table, None),
+        }
+    }
+
+    fn read(&mut self, nft: &mut Nftables, table: Table, chain: Option<&str>) -> NlResult<()> {
+        let rules = nft.rules(table, chain)?;
+        let rules = rules
+            .iter()
+            .map(|r| (r.chain.clone(), (r.handle, r.comments())))
+            .collect();
+        self.0.push(Read {
+            table,
+            chain: chain.map(str::to_string),
+            rules,
+        });
+        Ok(())
     }
 }
 
@@ -127,7 +180,7 @@ pub fn look<'w>(nft: &mut Nftables, wants: &'w [Want]) -> NlResult<Look<'w>> {
         match &want.wanted {
             Wanted::Rule { rule, known_as, .. } => {
                 let rules = chains.of(nft, rule.table, &rule.chain)?;
-                let handles = with_comment(rules, known_as);
+                let handles = with_comment(&rules, known_as);
                 match handles.split_first() {
                     None => found.missing.push(want),
                     Some((_, copies)) => {
@@ -139,13 +192,52 @@ pub fn look<'w>(nft: &mut Nftables, wants: &'w [Want]) -> NlResult<Look<'w>> {
                     found.present.push((want, want.object(handle)));
                 }
             }
+            Wanted::Group { prefix, rules, .. } => {
+                let mut ours: Vec<TableRule> = Vec::new();
+                let mut seen: Vec<(Table, &str)> = Vec::new();
+                for rule in rules {
+                    if seen.contains(&(rule.table, rule.chain.as_str())) {
+                        continue;
+                    }
+                    seen.push((rule.table, &rule.chain));
+                    chains.read_whole(nft, rule.table)?;
+                    for (handle, comments) in chains.of(nft, rule.table, &rule.chain)? {
+                        if let Some(c) = comments.iter().find(|c| c.starts_with(prefix.as_str())) {
+                            ours.push(TableRule {
+                                table: rule.table,
+                                chain: rule.chain.clone(),
+                                handle,
+                                comment: c.clone(),
+                            });
+                        }
+                    }
+                }
+                let lacks: Vec<String> = rules
+                    .iter()
+                    .filter(|r| {
+                        let comment = r.comment.as_deref();
+                        !ours
+                            .iter()
+                            .any(|o| o.chain == r.chain && Some(o.comment.as_str()) == comment)
+                    })
+                    .map(|r| r.comment.clone().unwrap_or_default())
+                    .collect();
+                if !lacks.is_empty() || ours.len() != rules.len() {
+                    found.missing.push(want);
+                    found.group_lacks.push((want, lacks));
+                    found.surplus.extend(ours.iter().cloned().map(Object::Rule));
+                }
+                found
+                    .present
+                    .extend(ours.into_iter().map(|r| (want, Object::Rule(r))));
+            }
             Wanted::OutdatedRule {
                 table,
                 chain,
                 comment,
             } => {
                 let rules = chains.of(nft, *table, chain)?;
-                for handle in with_comment(rules, std::slice::from_ref(comment)) {
+                for handle in with_comment(&rules, std::slice::from_ref(comment)) {
                     found.surplus.push(want.object(handle));
                     found.present.push((want, want.object(handle)));
                 }

@@ -95,16 +95,32 @@ fn grouped(wants: &[&Want], noun: &str, say: fn(&Want) -> String) -> Vec<String>
 /// A batch that appends or deletes a rule is made under the host's repair lock after a
 /// second look, so concurrent invocations that both found a rule missing append it once.
 pub fn complete(nft: &mut Nftables, wants: &[Want]) -> NlResult<Completed> {
-    match complete_once(nft, wants) {
+    complete_retried(nft, wants, Lock::Take)
+}
+
+/// `complete`, for a caller that holds the host's repair lock already (a second take,
+/// on another descriptor, would wait for itself).
+pub fn complete_held(nft: &mut Nftables, wants: &[Want]) -> NlResult<Completed> {
+    complete_retried(nft, wants, Lock::Held)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lock {
+    Take,
+    Held,
+}
+
+fn complete_retried(nft: &mut Nftables, wants: &[Want], lock: Lock) -> NlResult<Completed> {
+    match complete_once(nft, wants, lock) {
         // A release deleting a table or set between the look and the batch: look again.
-        Err(e) if e.is(libc::ENOENT) => complete_once(nft, wants),
+        Err(e) if e.is(libc::ENOENT) => complete_once(nft, wants, lock),
         other => other,
     }
 }
 
-fn complete_once(nft: &mut Nftables, wants: &[Want]) -> NlResult<Completed> {
+fn complete_once(nft: &mut Nftables, wants: &[Want], lock: Lock) -> NlResult<Completed> {
     let mut found = look(nft, wants)?;
-    let _held = match found.writes_rules() {
+    let _held = match lock == Lock::Take && found.writes_rules() {
         true => {
             let held = super::network::repair_lock();
             found = look(nft, wants)?;
@@ -209,6 +225,17 @@ fn batch(found: &Look) -> Vec<Change> {
         let what = format!("add {} to {}", want.what, want.place());
         match &want.wanted {
             Wanted::Rule { rule, .. } => changes.push(Change::add_rule(rule.clone(), what)),
+            Wanted::Group { rules, .. } => {
+                for rule in rules {
+                    let what = format!(
+                        "add the rule {:?} to chain {} {}",
+                        rule.comment.as_deref().unwrap_or(""),
+                        rule.table,
+                        rule.chain
+                    );
+                    changes.push(Change::add_rule(rule.clone(), what));
+                }
+            }
             Wanted::Set { set, .. } => changes.push(Change::add_set(set.clone())),
             Wanted::Element { .. } => changes.extend(element_adds(std::iter::once(*want))),
             Wanted::OutdatedRule { .. } => {}
@@ -220,11 +247,7 @@ fn batch(found: &Look) -> Vec<Change> {
 
 /// What of `wants` nf_tables lacks, in CHECK's and STATUS's words.
 pub fn missing(nft: &mut Nftables, wants: &[Want]) -> NlResult<Vec<String>> {
-    Ok(look(nft, wants)?
-        .missing
-        .iter()
-        .map(|w| w.missing_words())
-        .collect())
+    Ok(look(nft, wants)?.missing_words())
 }
 
 /// The objects of `wants` nf_tables has, those of every network on the host aside:

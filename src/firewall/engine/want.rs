@@ -41,6 +41,16 @@ pub enum Wanted {
         known_as: Vec<String>,
         setup: Vec<Change>,
     },
+    /// Rules that go together, each in its chain in the order given: every rule of
+    /// those chains whose comment starts with `prefix` is the group's. Whole when each
+    /// is there once and nothing else of the prefix is; otherwise made again whole
+    /// (what is there deleted, all added in order), since a rule appended alone would
+    /// come after the others. `setup` makes what they need.
+    Group {
+        prefix: String,
+        rules: Vec<Rule>,
+        setup: Vec<Change>,
+    },
     /// A set or map, known by its name.
     Set { set: Set, setup: Vec<Change> },
     /// An element, known by its key. Wanted with its value and comment when it has
@@ -90,7 +100,8 @@ impl Wanted {
 pub struct Want {
     pub wanted: Wanted,
     pub owner: Owner,
-    /// The object in words: "the isolation rule", "br0 . br0".
+    /// The object in words: "the isolation rule", "br0 . br0"; for a group, whose
+    /// rules they are ("port mapping").
     pub what: String,
     /// What is open while it is missing: "bridge br0 is reachable from ...".
     pub harm: String,
@@ -101,6 +112,10 @@ impl Want {
     pub fn place(&self) -> String {
         match &self.wanted {
             Wanted::Rule { rule, .. } => format!("nf_tables chain {} {}", rule.table, rule.chain),
+            Wanted::Group { rules, .. } => match rules.first() {
+                Some(rule) => format!("nf_tables table {}", rule.table),
+                None => "nf_tables".to_string(),
+            },
             Wanted::Set { set, .. } => format!("nf_tables table {}", set.table),
             Wanted::Element { table, set, .. } => format!("nf_tables set {table} {set}"),
             Wanted::OutdatedRule { table, chain, .. } => {
@@ -111,17 +126,19 @@ impl Want {
 
     /// What CHECK and STATUS say of it when it is missing.
     pub fn missing_words(&self) -> String {
-        format!(
-            "{} is missing from {}: {}",
-            self.what,
-            self.place(),
-            self.harm
-        )
+        let (what, place, harm) = (&self.what, self.place(), &self.harm);
+        match self.wanted {
+            Wanted::Group { .. } => format!("{what}'s rules are incomplete in {place}: {harm}"),
+            _ => format!("{what} is missing from {place}: {harm}"),
+        }
     }
 
     /// What a restore says once it is back.
     pub fn put_back_words(&self) -> String {
-        format!("{} in {}", self.what, self.place())
+        match self.wanted {
+            Wanted::Group { .. } => format!("{}'s rules in {}", self.what, self.place()),
+            _ => format!("{} in {}", self.what, self.place()),
+        }
     }
 
     /// The object as the kernel has it (a rule under `handle`).
@@ -144,6 +161,16 @@ impl Want {
                 comment: comment.clone(),
             }),
             Wanted::Set { set, .. } => Object::Set(set.table, set.name.clone()),
+            // A group's rules are named one by one where they are found (look.rs);
+            // under its first rule's chain otherwise.
+            Wanted::Group { prefix, rules, .. } => Object::Rule(TableRule {
+                table: rules
+                    .first()
+                    .map_or(crate::firewall::tables::ACADEMY, |r| r.table),
+                chain: rules.first().map_or(String::new(), |r| r.chain.clone()),
+                handle,
+                comment: prefix.clone(),
+            }),
             Wanted::Element {
                 table,
                 set,
@@ -162,6 +189,7 @@ impl Want {
     pub(super) fn setup(&self) -> &[Change] {
         match &self.wanted {
             Wanted::Rule { setup, .. }
+            | Wanted::Group { setup, .. }
             | Wanted::Set { setup, .. }
             | Wanted::Element { setup, .. } => setup,
             Wanted::OutdatedRule { .. } => &[],

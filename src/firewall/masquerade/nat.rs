@@ -21,7 +21,7 @@ use crate::cni::{code, Error, Result};
 use crate::config::Config;
 use crate::firewall::network::repair_lock;
 use crate::firewall::ports::{self, key_text, PortElement, PortKey};
-use crate::firewall::{Adding, Wired};
+use crate::firewall::{engine, Adding, Wired};
 use crate::ipam::Holder;
 use crate::netlink::{Family, Nftables, NlError, Step};
 
@@ -195,7 +195,11 @@ fn send(
             // removed a set, or port mapping's maps are not there yet: look again.
             Err(e) if attempt < 3 && e.is(libc::ENOENT) => {
                 if !published.is_empty() {
-                    nft.ensure_portmap()?;
+                    let wants = [ports::portmap_rules()];
+                    match lock {
+                        Some(_) => engine::complete_held(nft, &wants)?,
+                        None => engine::complete(nft, &wants)?,
+                    };
                 }
             }
             Err(e)

@@ -20,6 +20,7 @@
 //! passes. The kernel already refuses ::1 from any interface but lo (a martian, before
 //! the hooks); its rule is kept for a kernel or a sysctl that would not.
 
+use crate::firewall::engine::{Owner, Want, Wanted};
 use crate::firewall::tables::{ACADEMY, INPUT};
 use crate::netlink::nftables::attrs::{ifname_bytes, name_byteorder};
 use crate::netlink::nftables::consts::{IFNAMSIZ, IPS_DST_NAT, TYPE_IFNAME};
@@ -27,7 +28,7 @@ use crate::netlink::nftables::model::{
     Chain, ChainType, Change, CmpOp, CtKey, Element, Expr, Hook, MetaKey, PayloadBase, Priority,
     Reg, Rule, Set, Verdict,
 };
-use crate::netlink::{Family, Nftables, NlResult, Object};
+use crate::netlink::Family;
 
 /// The loopback guard's set of bridges academy set route_localnet on.
 pub const LOCALNET_SET: &str = "_localnet";
@@ -38,99 +39,65 @@ const RULE_PREFIX: &str = "academy localnet";
 /// The set's id in the batch that creates it, for the rules' lookups.
 const SET_ID: u32 = 1;
 
-/// The guard's rules, as (family, comment).
-fn wanted_rules() -> [(Family, String); 2] {
-    [
+/// The guard's two rules, every guarded bridge's (the host's, never released): made
+/// whole, in their order, with the table, set and chain they need.
+/// `bridge`: the one CHECK or STATUS asks about, named in what a lack opens.
+pub fn localnet_rules(bridge: &str) -> Want {
+    let input = Chain {
+        table: ACADEMY,
+        name: INPUT,
+        hook: Hook::Input,
+        priority: Priority::FILTER,
+        kind: ChainType::Filter,
+    };
+    let mut setup = base();
+    setup.push(Change::add_chain(input));
+    let rules = [
         (Family::V4, format!("{RULE_PREFIX} 127.0.0.0/8")),
         (Family::V6, format!("{RULE_PREFIX} ::1")),
     ]
+    .into_iter()
+    .map(|(family, comment)| Rule {
+        table: ACADEMY,
+        chain: INPUT.to_string(),
+        handle: 0,
+        comment: Some(comment),
+        exprs: localnet_rule(family, SET_ID),
+    })
+    .collect();
+    Want {
+        wanted: Wanted::Group {
+            prefix: RULE_PREFIX.to_string(),
+            rules,
+            setup,
+        },
+        owner: Owner::Host,
+        what: "the loopback guard".to_string(),
+        harm: format!("bridge {bridge} routes 127.0.0.0/8, and its containers {OPEN}"),
+    }
 }
 
-impl Nftables {
-    /// Makes sure of the guard and puts `bridge` in `_localnet`: one small dump of the
-    /// chain's rules, then one batch. When both rules are there, the batch only adds the
-    /// element (already there is success). Otherwise `lock` is taken (the host's repair
-    /// lock, so concurrent first ADDs leave one rule each), the chain looked at again,
-    /// and the batch also creates table, set and chain if missing (an identical one is
-    /// success) and replaces whatever is left of the rules. True when it wrote rules.
-    pub fn ensure_localnet<G>(&mut self, bridge: &str, lock: impl FnOnce() -> G) -> NlResult<bool> {
-        let mut present = self.localnet_rules()?;
-        let _held = match complete(&present) {
-            true => None,
-            false => {
-                let held = lock();
-                present = self.localnet_rules()?;
-                Some(held)
-            }
-        };
-        let repair = !complete(&present);
-        // The usual publishing ADD finds the guard whole and its bridge in the set: a
-        // lookup instead of a commit (a transaction, which costs the kernel far more).
-        if !repair && self.has_localnet(bridge)? {
-            return Ok(false);
-        }
-        let mut changes = match repair {
-            true => guard_objects(&present),
-            false => Vec::new(),
-        };
-        changes.push(Change::add_element(
+/// The bridge in `_localnet`: its guard, going with its last network (and its
+/// route_localnet, localnet.rs).
+pub fn localnet_guard(bridge: &str) -> Want {
+    Want {
+        wanted: Wanted::element(
             ACADEMY,
             LOCALNET_SET,
             Element::key(ifname_bytes(bridge)),
-            format!("add {bridge} to nf_tables set {ACADEMY} {LOCALNET_SET}"),
-        ));
-        self.run(changes).map(|()| repair)
-    }
-
-    /// The comments of the guard's rules that are not in chain `input`.
-    pub fn missing_localnet_rules(&mut self) -> NlResult<Vec<String>> {
-        let present = self.localnet_rules()?;
-        Ok(wanted_rules()
-            .into_iter()
-            .map(|(_, comment)| comment)
-            .filter(|comment| !present.iter().any(|(c, _)| c == comment))
-            .collect())
-    }
-
-    /// Whether `_localnet` holds `bridge`.
-    pub fn has_localnet(&mut self, bridge: &str) -> NlResult<bool> {
-        let what = format!("look up {bridge} in nf_tables set {ACADEMY} {LOCALNET_SET}");
-        self.has_element(ACADEMY, LOCALNET_SET, &ifname_bytes(bridge), &what)
-    }
-
-    /// The guard's rules in chain `input`, as (comment, handle); none when it is gone.
-    fn localnet_rules(&mut self) -> NlResult<Vec<(String, u64)>> {
-        Ok(self
-            .rules_of(ACADEMY, Some(INPUT))?
-            .into_iter()
-            .filter(|r| r.comment.starts_with(RULE_PREFIX))
-            .map(|r| (r.comment, r.handle))
-            .collect())
+            base(),
+        ),
+        owner: Owner::Bridge(bridge.to_string()),
+        what: bridge.to_string(),
+        harm: format!("bridge {bridge} routes 127.0.0.0/8, and its containers {OPEN}"),
     }
 }
 
-/// The bridge's element of `_localnet`, to delete with its network.
-pub fn localnet_object(bridge: &str) -> Object {
-    Object::Element {
-        table: ACADEMY,
-        set: LOCALNET_SET.to_string(),
-        key: ifname_bytes(bridge),
-        shown: bridge.to_string(),
-    }
-}
+/// What the guard keeps closed.
+const OPEN: &str = "can reach the host's services bound to 127.0.0.1";
 
-/// Whether both rules are there, once each.
-fn complete(present: &[(String, u64)]) -> bool {
-    let wanted = wanted_rules();
-    present.len() == wanted.len()
-        && wanted
-            .iter()
-            .all(|(_, comment)| present.iter().any(|(c, _)| c == comment))
-}
-
-/// Table, set and chain (created if missing), what is left of the rules deleted, and
-/// both rules added, in their order.
-fn guard_objects(present: &[(String, u64)]) -> Vec<Change> {
+/// The table and the guard's set, made if missing.
+fn base() -> Vec<Change> {
     let set = Set {
         table: ACADEMY,
         name: LOCALNET_SET.to_string(),
@@ -140,34 +107,7 @@ fn guard_objects(present: &[(String, u64)]) -> Vec<Change> {
         userdata: Some(name_byteorder(false)),
         exclusive: false,
     };
-    let input = Chain {
-        table: ACADEMY,
-        name: INPUT,
-        hook: Hook::Input,
-        priority: Priority::FILTER,
-        kind: ChainType::Filter,
-    };
-    let mut changes = vec![
-        Change::add_table(ACADEMY),
-        Change::add_set(set),
-        Change::add_chain(input),
-    ];
-    for (comment, handle) in present {
-        let what = format!("delete the rule {comment:?} (handle {handle}) from chain {INPUT}");
-        changes.push(Change::delete_rule(ACADEMY, INPUT, *handle, what));
-    }
-    for (family, comment) in wanted_rules() {
-        let what = format!("add the rule {comment:?} to chain {INPUT}");
-        let rule = Rule {
-            table: ACADEMY,
-            chain: INPUT.to_string(),
-            handle: 0,
-            comment: Some(comment),
-            exprs: localnet_rule(family, SET_ID),
-        };
-        changes.push(Change::add_rule(rule, what));
-    }
-    changes
+    vec![Change::add_table(ACADEMY), Change::add_set(set)]
 }
 
 /// `iifname @_localnet ip daddr 127.0.0.0/8 ct status & dnat != dnat drop` (IPv6:

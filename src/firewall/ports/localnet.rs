@@ -2,7 +2,9 @@
 //! ADD turns on, what STATUS and CHECK miss, and route_localnet off again with the
 //! network's last attachment.
 
+use super::guard::{localnet_guard, localnet_rules};
 use crate::cni::{Error, Result};
+use crate::firewall::engine;
 use crate::netlink::Nftables;
 
 /// Traffic to 127.0.0.1:hostPort is sent on to the container with its source kept; the
@@ -11,12 +13,7 @@ use crate::netlink::Nftables;
 /// loopback guard comes first: with route_localnet, a container's frame to 127.0.0.1
 /// would otherwise reach the host's services bound there (guard.rs).
 pub(crate) fn allow_localhost(nft: &mut Nftables, bridge: &str) -> Result<()> {
-    let lock = crate::firewall::network::repair_lock;
-    // A release deleting the table between the look and the batch: look again.
-    match nft.ensure_localnet(bridge, lock) {
-        Err(e) if e.is(libc::ENOENT) => nft.ensure_localnet(bridge, lock).map(drop)?,
-        other => other.map(drop)?,
-    }
+    engine::complete(nft, &[localnet_rules(bridge), localnet_guard(bridge)])?;
     let path = format!("/proc/sys/net/ipv4/conf/{bridge}/route_localnet");
     if std::fs::read(&path).is_ok_and(|v| v.starts_with(b"1")) {
         return Ok(());
@@ -28,25 +25,6 @@ pub(crate) fn allow_localhost(nft: &mut Nftables, bridge: &str) -> Result<()> {
 pub(crate) fn localnet_on(bridge: &str) -> bool {
     let path = format!("/proc/sys/net/ipv4/conf/{bridge}/route_localnet");
     std::fs::read(path).is_ok_and(|v| v.starts_with(b"1"))
-}
-
-/// What of `bridge`'s loopback guard nf_tables lacks, in words (CHECK, STATUS).
-pub(crate) fn localnet_missing(nft: &mut Nftables, bridge: &str) -> Result<Vec<String>> {
-    let open = "its containers can reach the host's services bound to 127.0.0.1";
-    let rule = |r: String| {
-        format!("the loopback guard's rule {r:?} is missing from nf_tables table inet academy: bridge {bridge} routes 127.0.0.0/8, and {open}")
-    };
-    let mut missing: Vec<String> = nft
-        .missing_localnet_rules()?
-        .into_iter()
-        .map(rule)
-        .collect();
-    if !nft.has_localnet(bridge)? {
-        missing.push(format!(
-            "bridge {bridge} is missing from nf_tables set inet academy _localnet: {open}"
-        ));
-    }
-    Ok(missing)
 }
 
 /// route_localnet back to 0 on `bridge`; whether it is off (or the bridge gone). A

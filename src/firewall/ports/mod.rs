@@ -19,6 +19,7 @@ use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 
+use super::engine::{self, Want};
 use super::{Adding, Checking, Diff, Looking, Releasing, Removing, Repair, Sweeping};
 use crate::attachment::{of_network, Attachment};
 use crate::cni::{Error, Result};
@@ -42,8 +43,8 @@ mod nft;
 mod rules;
 
 pub use elements::{key_text, PortElement, PortKey};
-pub use guard::localnet_object;
-pub use nft::{hairpin_key, hairpin_object, port_changes};
+use guard::{localnet_guard, localnet_rules};
+pub use nft::{hairpin_key, hairpin_mark, port_changes, portmap_rules};
 
 const IPPROTO_UDP: u8 = 17;
 
@@ -101,10 +102,9 @@ pub fn add(a: &mut Adding) -> Result<()> {
     a.batch.publish_lock = publish_lock();
     // Port mapping's maps and rules as an admin's flush may have left them (one small
     // dump); a concurrent repair's deletions make one attempt fail with ENOENT.
-    let remade = match nft.ensure_portmap() {
-        Err(e) if e.is(libc::ENOENT) => nft.ensure_portmap()?,
-        other => other?,
-    };
+    let remade = !engine::complete(nft, &[portmap_rules()])?
+        .put_back
+        .is_empty();
     // A flush took the maps with the other containers' ports: the maps cannot say who
     // holds what, their records can (wants.rs). Read only then, so a steady ADD reads
     // no record but its own; and what the records ask for is put back at once, so the
@@ -349,31 +349,15 @@ pub fn check(c: &mut Checking) -> Result<Vec<Diff>> {
             Some(_) => {}
         }
     }
-    for rule in nft.missing_portmap_rules()? {
-        diffs.push(Diff {
-            text: format!(
-                "port mapping's rule {rule:?} is missing from nf_tables table inet academy"
-            ),
-            restorable: true,
-        });
-    }
-    if !nft.has_hairpin(&conf.bridge)? {
-        diffs.push(Diff {
-            text: format!(
-                "bridge {} is missing from nf_tables set inet academy _hairpin: its containers cannot reach each other's published ports",
-                conf.bridge
-            ),
-            restorable: true,
-        });
-    }
+    let mut wants = vec![portmap_rules(), hairpin_mark(&conf.bridge)];
     let routed = conf.routed_interface();
     if localnet_on(&routed) {
-        let texts = localnet_missing(nft, &routed)?;
-        diffs.extend(texts.into_iter().map(|text| Diff {
-            text,
-            restorable: true,
-        }));
+        wants.extend([localnet_rules(&routed), localnet_guard(&routed)]);
     }
+    diffs.extend(engine::missing(nft, &wants)?.into_iter().map(|text| Diff {
+        text,
+        restorable: true,
+    }));
     Ok(diffs)
 }
 
@@ -392,25 +376,27 @@ pub fn missing(l: &mut Looking) -> Result<Vec<String>> {
     Ok(missing)
 }
 
-/// Port mapping's rules, the hairpin mark and the loopback guard that are missing.
-fn missing_objects(nft: &mut Nftables, conf: &Config, lost: bool) -> Result<Vec<String>> {
-    let mut missing = Vec::new();
+/// Port mapping's rules, the hairpin mark and the loopback guard the network wants:
+/// the first two where it publishes (a port the records ask for, `lost`; one in the
+/// maps) or needs the mark for Services, the guard wherever its bridge routes
+/// 127.0.0.0/8, ports or not (after a deletion of the table its ports are gone and the
+/// bridge is still open).
+fn object_wants(nft: &mut Nftables, conf: &Config, lost: bool) -> Result<Vec<Want>> {
+    let mut wants = Vec::new();
     if lost || published_here(nft, conf)? || super::services::need_hairpin(conf) {
-        let rules = nft.missing_portmap_rules()?;
-        if !rules.is_empty() {
-            missing.push(format!("port mapping's rules ({} of them)", rules.len()));
-        }
-        if !nft.has_hairpin(&conf.bridge)? {
-            missing.push(format!("the hairpin mark of bridge {}", conf.bridge));
-        }
+        wants.extend([portmap_rules(), hairpin_mark(&conf.bridge)]);
     }
-    // The bridge routes 127.0.0.0/8 as long as route_localnet is on, ports or not (after
-    // a deletion of the table, its ports are gone and the bridge is still open).
     let routed = conf.routed_interface();
     if localnet_on(&routed) {
-        missing.extend(localnet_missing(nft, &routed)?);
+        wants.extend([localnet_rules(&routed), localnet_guard(&routed)]);
     }
-    Ok(missing)
+    Ok(wants)
+}
+
+/// What of `object_wants` nf_tables lacks, in words.
+fn missing_objects(nft: &mut Nftables, conf: &Config, lost: bool) -> Result<Vec<String>> {
+    let wants = object_wants(nft, conf, lost)?;
+    Ok(engine::missing(nft, &wants)?)
 }
 
 /// Whether the maps hold a port of this network.
@@ -467,24 +453,13 @@ fn put_back(
     if missing.is_empty() && lost.ports.is_empty() {
         return Ok(repair);
     }
-    if !lost.ports.is_empty() || published_here(nft, conf)? || super::services::need_hairpin(conf) {
-        // A concurrent repair's deletions make one attempt fail with ENOENT.
-        if let Err(e) = nft.ensure_portmap() {
-            if !e.is(libc::ENOENT) {
-                return Err(e.into());
-            }
-            nft.ensure_portmap()?;
-        }
-        nft.mark_hairpin(&conf.bridge)?;
-    }
-    // Before the ports answer, as in ADD. route_localnet is a sysctl, which no flush
-    // turns off: on wherever an IPv4 port was ever published.
-    let routed = conf.routed_interface();
-    if localnet_on(&routed) {
-        nft.ensure_localnet(&routed, || ())?; // the repair lock is held
-    }
+    // Before the ports answer, as in ADD: the guard too (route_localnet is a sysctl,
+    // which no flush turns off: on wherever an IPv4 port was ever published). The
+    // repair lock is held.
+    let wants = object_wants(nft, conf, !lost.ports.is_empty())?;
+    let completed = engine::complete_held(nft, &wants)?;
     let ports = lost.elements();
-    repair.put_back = missing;
+    repair.put_back = completed.words("published ports");
     if !ports.is_empty() {
         match nft.publish_ports(&ports, &conf.bridge) {
             // An ADD took one of the keys since the look: looked at again, once.
@@ -517,15 +492,13 @@ pub fn objects(r: &mut Releasing) -> Result<Option<Vec<Object>>> {
     if published_here(nft, conf)? {
         return Ok(None);
     }
-    let mut objects = Vec::new();
     // Set for published ports, or for Services (services.rs).
-    if nft.has_hairpin(&conf.bridge)? {
-        objects.push(hairpin_object(&conf.bridge));
-    }
+    let mut objects = engine::present(nft, &[hairpin_mark(&conf.bridge)])?;
     let routed = conf.routed_interface();
-    let guarded = conf.publishes_ports || nft.has_localnet(&routed)?;
+    let guard = engine::present(nft, &[localnet_guard(&routed)])?;
+    let guarded = conf.publishes_ports || !guard.is_empty();
     if guarded && localhost_off(&routed) {
-        objects.push(localnet_object(&routed));
+        objects.extend(guard);
     }
     Ok(Some(objects))
 }

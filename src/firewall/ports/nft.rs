@@ -28,6 +28,7 @@ use super::elements::{
     describe, key_text, port_element, PortElement, PortKey, PortMap, HAIRPIN_SET,
 };
 use super::rules::{dnat_rule, hairpin_rule, localhost_rule, masquerade_marked};
+use crate::firewall::engine::{Owner, Want, Wanted};
 use crate::firewall::tables::{
     bridge_pairs, forward, postrouting, ACADEMY, FORWARD, OUTPUT, POSTROUTING, PREROUTING,
 };
@@ -36,7 +37,7 @@ use crate::netlink::nftables::batch::named;
 use crate::netlink::nftables::model::{
     Chain, ChainType, Change, Element, Expr, Hook, Op, Priority, Rule, Set,
 };
-use crate::netlink::{Family, Nftables, NlResult, Object};
+use crate::netlink::{Family, Nftables, NlResult};
 
 /// Keys per batch of a removal: a key is at most 36 bytes encoded (a v6 host address,
 /// protocol and port), so a batch stays below BATCH_BYTES.
@@ -104,61 +105,10 @@ impl Nftables {
         Ok(())
     }
 
-    /// Table, chains, maps, set and rules of port mapping, made sure of in one batch:
-    /// nothing is sent when every rule is there (one small dump of the table's rules);
-    /// otherwise the objects are created if missing (an identical one is success) and
-    /// academy's port mapping rules replaced, so an admin's `nft flush table` or `flush
-    /// chain` (which keep the maps and their elements) is repaired. True when it wrote.
-    pub fn ensure_portmap(&mut self) -> NlResult<bool> {
-        let present: Vec<(String, String, u64)> = self
-            .rules_of(ACADEMY, None)?
-            .into_iter()
-            .filter(|r| r.comment.starts_with(RULE_PREFIX))
-            .map(|r| (r.chain, r.comment, r.handle))
-            .collect();
-        let wanted = wanted_rules();
-        let complete = present.len() == wanted.len()
-            && wanted
-                .iter()
-                .all(|(chain, comment)| present.iter().any(|p| p.0 == *chain && p.1 == *comment));
-        if complete {
-            return Ok(false);
-        }
-        self.run(portmap_objects(&present))?;
-        Ok(true)
-    }
-
-    /// The comments of port mapping's rules that are not in the table (none missing
-    /// when the table holds no port mapping at all: nothing was ever published).
-    pub fn missing_portmap_rules(&mut self) -> NlResult<Vec<String>> {
-        let present: Vec<(String, String)> = self
-            .rules_of(ACADEMY, None)?
-            .into_iter()
-            .filter(|r| r.comment.starts_with(RULE_PREFIX))
-            .map(|r| (r.chain, r.comment))
-            .collect();
-        Ok(wanted_rules()
-            .into_iter()
-            .filter(|(chain, comment)| !present.iter().any(|p| p.0 == *chain && p.1 == *comment))
-            .map(|(_, comment)| comment)
-            .collect())
-    }
-
     /// Publishes `ports` and marks `bridge` for hairpin in one batch, as ADD's batch
-    /// does (the restore of ports a flush took; the maps must exist: ensure_portmap).
+    /// does (the restore of ports a flush took; the maps must exist: `portmap_rules`).
     pub fn publish_ports(&mut self, ports: &[PortElement], bridge: &str) -> NlResult<()> {
         self.run(port_changes(ports, bridge, true))
-    }
-
-    /// Marks `bridge`'s hairpin traffic (its element in `_hairpin`), as ADD's batch does.
-    pub fn mark_hairpin(&mut self, bridge: &str) -> NlResult<()> {
-        self.run(port_changes(&[], bridge, true))
-    }
-
-    /// Whether `_hairpin` holds `bridge . bridge`.
-    pub fn has_hairpin(&mut self, bridge: &str) -> NlResult<bool> {
-        let what = format!("look up {bridge} . {bridge} in nf_tables set {ACADEMY} {HAIRPIN_SET}");
-        self.has_element(ACADEMY, HAIRPIN_SET, &hairpin_key(bridge), &what)
     }
 }
 
@@ -188,12 +138,14 @@ fn unpublish(keys: &[PortKey]) -> Vec<Change> {
     changes
 }
 
-/// Port mapping's table, chains, maps, set and rules; the rules `present` (chain,
-/// comment, handle) deleted first, since they are added back whole, in their order.
-fn portmap_objects(present: &[(String, String, u64)]) -> Vec<Change> {
-    let mut changes = vec![Change::add_table(ACADEMY)];
+/// Port mapping's rules, every publishing network's (the host's, never released):
+/// made whole, in their order, with the table, chains, maps and hairpin set they need,
+/// whenever one is missing or another of their prefix is there (an admin's `nft flush
+/// table` or `flush chain` keeps the maps and their elements, and loses only these).
+pub fn portmap_rules() -> Want {
+    let mut setup = vec![Change::add_table(ACADEMY)];
     for (name, hook) in [(PREROUTING, Hook::Prerouting), (OUTPUT, Hook::Output)] {
-        changes.push(Change::add_chain(Chain {
+        setup.push(Change::add_chain(Chain {
             table: ACADEMY,
             name,
             hook,
@@ -201,10 +153,10 @@ fn portmap_objects(present: &[(String, String, u64)]) -> Vec<Change> {
             kind: ChainType::Nat,
         }));
     }
-    changes.push(forward());
-    changes.push(postrouting());
+    setup.push(forward());
+    setup.push(postrouting());
     for (id, map) in (1..).zip(PortMap::ALL) {
-        changes.push(Change::add_set(Set {
+        setup.push(Change::add_set(Set {
             table: ACADEMY,
             name: map.name(),
             id,
@@ -215,57 +167,67 @@ fn portmap_objects(present: &[(String, String, u64)]) -> Vec<Change> {
         }));
     }
     let hairpin_id = PortMap::ALL.len() as u32 + 1;
-    changes.push(bridge_pairs(HAIRPIN_SET, hairpin_id));
-    for (chain, comment, handle) in present {
-        let what = format!("delete the rule {comment:?} (handle {handle}) from chain {chain}");
-        changes.push(Change::delete_rule(ACADEMY, chain, *handle, what));
-    }
+    setup.push(bridge_pairs(HAIRPIN_SET, hairpin_id));
+    let mut rules = Vec::new();
     for chain in [PREROUTING, OUTPUT] {
         for (id, map) in (1..).zip(PortMap::ALL) {
             let comment = format!("{RULE_PREFIX} {}", map.name());
-            changes.push(rule(chain, comment, dnat_rule(map, id)));
+            rules.push(rule(chain, comment, dnat_rule(map, id)));
         }
     }
     let hairpin_rule_comment = format!("{RULE_PREFIX} hairpin");
-    changes.push(rule(
+    rules.push(rule(
         FORWARD,
         hairpin_rule_comment,
         hairpin_rule(hairpin_id),
     ));
     let marked = format!("{RULE_PREFIX} masquerade marked");
-    changes.push(rule(POSTROUTING, marked, masquerade_marked()));
+    rules.push(rule(POSTROUTING, marked, masquerade_marked()));
     let localhost = format!("{RULE_PREFIX} localhost");
-    changes.push(rule(POSTROUTING, localhost, localhost_rule()));
-    changes
+    rules.push(rule(POSTROUTING, localhost, localhost_rule()));
+    Want {
+        wanted: Wanted::Group {
+            prefix: RULE_PREFIX.to_string(),
+            rules,
+            setup,
+        },
+        owner: Owner::Host,
+        what: "port mapping".to_string(),
+        harm: "published ports are not forwarded to their containers".to_string(),
+    }
 }
 
-/// Every rule of port mapping's, as (chain, comment).
-fn wanted_rules() -> Vec<(&'static str, String)> {
-    let mut wanted = Vec::new();
-    for chain in [PREROUTING, OUTPUT] {
-        for map in PortMap::ALL {
-            wanted.push((chain, format!("{RULE_PREFIX} {}", map.name())));
-        }
+/// The bridge's element of `_hairpin` (its containers reaching each other's published
+/// ports, or Services, through the host): the bridge's, going with its last network.
+pub fn hairpin_mark(bridge: &str) -> Want {
+    let hairpin_id = PortMap::ALL.len() as u32 + 1;
+    Want {
+        wanted: Wanted::element(
+            ACADEMY,
+            HAIRPIN_SET,
+            Element::key(hairpin_key(bridge)),
+            vec![
+                Change::add_table(ACADEMY),
+                bridge_pairs(HAIRPIN_SET, hairpin_id),
+            ],
+        ),
+        owner: Owner::Bridge(bridge.to_string()),
+        what: format!("the hairpin mark of bridge {bridge} ({bridge} . {bridge})"),
+        harm: "its containers cannot reach each other's published ports".to_string(),
     }
-    wanted.push((FORWARD, format!("{RULE_PREFIX} hairpin")));
-    wanted.push((POSTROUTING, format!("{RULE_PREFIX} masquerade marked")));
-    wanted.push((POSTROUTING, format!("{RULE_PREFIX} localhost")));
-    wanted
 }
 
 /// Every port mapping rule's comment starts so.
 const RULE_PREFIX: &str = "academy portmap";
 
-fn rule(chain: &str, comment: String, exprs: Vec<Expr>) -> Change {
-    let what = format!("add the rule {comment:?} to chain {chain}");
-    let rule = Rule {
+fn rule(chain: &str, comment: String, exprs: Vec<Expr>) -> Rule {
+    Rule {
         table: ACADEMY,
         chain: chain.to_string(),
         handle: 0,
         comment: Some(comment),
         exprs,
-    };
-    Change::add_rule(rule, what)
+    }
 }
 
 /// The changes of ADD's batch that publish `ports` and mark `bridge` for hairpin (they
@@ -315,14 +277,4 @@ pub fn port_changes(ports: &[PortElement], bridge: &str, hairpin: bool) -> Vec<C
 pub fn hairpin_key(bridge: &str) -> Vec<u8> {
     let name = ifname_bytes(bridge);
     [name.clone(), name].concat()
-}
-
-/// The bridge's hairpin element, to delete with its network.
-pub fn hairpin_object(bridge: &str) -> Object {
-    Object::Element {
-        table: ACADEMY,
-        set: HAIRPIN_SET.to_string(),
-        key: hairpin_key(bridge),
-        shown: format!("{bridge} . {bridge}"),
-    }
 }

@@ -9,7 +9,6 @@ use super::consts::{
 use super::decode;
 use super::encode::{element, element_list};
 use super::model::{ChainInfo, Element, Rule, SetInfo, Table};
-use super::objects::TableRule;
 use super::Nftables;
 use crate::netlink::nfnetlink::Attrs;
 use crate::netlink::socket::{Await, NlResult};
@@ -39,23 +38,6 @@ impl Nftables {
         self.dump(table.nfproto, NFT_MSG_GETRULE, attrs, &what, |p, found| {
             found.extend(decode::rule(p, table))
         })
-    }
-
-    /// The commented rules of `table` (of one chain when given), in one dump; none when
-    /// the table or chain is gone.
-    pub fn rules_of(&mut self, table: Table, chain: Option<&str>) -> NlResult<Vec<TableRule>> {
-        Ok(self
-            .rules(table, chain)?
-            .into_iter()
-            .filter_map(|rule| {
-                Some(TableRule {
-                    comment: rule.comment?,
-                    table,
-                    chain: rule.chain,
-                    handle: rule.handle,
-                })
-            })
-            .collect())
     }
 
     /// Every element of `set`; none when the set (or its table) is gone.
@@ -88,21 +70,6 @@ impl Nftables {
         match result {
             Ok(()) => Ok(found),
             Err(e) if e.is(libc::ENOENT) => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Whether `set` holds the element whose key is `key`. A missing set or table is "no".
-    pub fn has_element(
-        &mut self,
-        table: Table,
-        set: &str,
-        key: &[u8],
-        what: &str,
-    ) -> NlResult<bool> {
-        match self.get_element(table, set, key, what, |_| {}) {
-            Ok(()) => Ok(true),
-            Err(e) if e.is(libc::ENOENT) => Ok(false),
             Err(e) => Err(e),
         }
     }

@@ -233,24 +233,29 @@ fn unlisted_add_losing_its_veth_to_gc_does_not_succeed() {
     );
     let veth = lab.lab_veths();
     assert_eq!(veth.len(), 1, "ADD has not made its pair yet");
-    // GC opens the store (mkdirat of holders/, EEXIST) once to find the stale attachments,
-    // and again in the one removal to free their reservations, after their veths went.
+    // GC held in its one removal with the veths gone and the reservations still held
+    // (a debug build's hook: the store's opens leave no syscall of their own to wait on).
     let gc_file = lab.root.join("gc.trace");
-    let gc_inject = Inject {
-        syscall: "mkdirat".into(),
-        when: 2,
-        action: Action::Delay(2_500_000),
-    };
+    let hold = lab.root.join("gc.hold");
+    std::fs::write(&hold, b"").expect("the hold file");
+    let held = lab.root.join("gc.hold.held");
+    struct Resume<'a>(&'a std::path::Path);
+    impl Drop for Resume<'_> {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(self.0);
+        }
+    }
+    let resume = Resume(&hold);
     let mut gc_run = start_strace(
-        &gc_call(&lab, lab.config("1.1.0"), &[]),
+        &gc_call(&lab, lab.config("1.1.0"), &[])
+            .env("ACADEMY_TEST_HOLD_FREEING", hold.to_str().unwrap()),
         &gc_file,
-        "mkdirat",
-        Some(&gc_inject),
+        "sendto",
+        None,
     );
     assert!(
-        wait_until(Duration::from_secs(5), || std::fs::read_to_string(&gc_file)
-            .is_ok_and(|t| t.matches("mkdirat(").count() >= 2)),
-        "GC never reached the store's second open"
+        wait_until(Duration::from_secs(5), || held.exists()),
+        "GC never reached its removal's reservations"
     );
     assert!(!link_exists(&veth[0]), "GC's link sweep left {}", veth[0]);
     assert!(
@@ -258,10 +263,8 @@ fn unlisted_add_losing_its_veth_to_gc_does_not_succeed() {
         "ADD finished before GC swept its veth: the delay was too short"
     );
     let out = add.finish();
-    assert!(
-        gc_run.running(),
-        "GC finished before ADD: the delay was too short"
-    );
+    assert!(gc_run.running(), "GC finished before ADD: it was not held");
+    drop(resume);
     gc_run.finish().expect_silent_success("GC []");
     let mut p = Vec::new();
     expect_clean(&lab, &base, "after GC", false, &mut p);
