@@ -275,7 +275,8 @@ pub fn configure_container(netns: &Netns, setup: &ContainerSetup) -> Result<()> 
         .details("configure the IPAM plugin without routes, or drop disableContainerInterface"));
     }
     netns.run(|| {
-        let mut nl = Netlink::open()?;
+        // Its one dump (DAD's) is matched by link again: no strict checking needed.
+        let mut nl = Netlink::open_unfiltered()?;
         let link = nl.link(ifname)?.ok_or_else(|| {
             Error::new(
                 code::KERNEL_REFUSED,
