@@ -39,10 +39,7 @@
 //! the old bridge's objects do not outlive it and the new network's first ADD makes its
 //! objects as a first ADD does (no "repaired" line for a config change).
 
-use std::fs::File;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-use nix::fcntl::Flock;
 
 use super::Releasing;
 use super::KINDS;
@@ -50,7 +47,7 @@ use crate::addressing::open_store;
 use crate::attachment::owner;
 use crate::cni::Result;
 use crate::config::Config;
-use crate::ipam::store::files;
+use crate::ipam::store::files::{self, FileLock};
 use crate::netlink::{Link, LinkKind, Netlink, NftablesOnDemand, Object};
 
 mod locks;
@@ -65,7 +62,7 @@ use records::{Entry, Marker, Record};
 /// The host's lock on repairs of academy's NAT (any network): a repair is rare and takes
 /// a millisecond. Best effort: without /run, or after 5 s, ADD goes on unlocked (at
 /// worst a network gets two identical rules, which the next repair makes one).
-pub fn repair_lock() -> Option<Flock<File>> {
+pub fn repair_lock() -> Option<FileLock> {
     files::host_lock(REPAIR_LOCK, Duration::from_secs(5))
 }
 
@@ -78,8 +75,8 @@ pub const RECORDS_DIR: &str = LOCK_DIR;
 /// ADD's (or the restore's) share of its network's lock and of its bridge's, released
 /// when dropped.
 pub struct InUse {
-    _network: Option<Flock<File>>,
-    _bridge: Option<Flock<File>>,
+    _network: Option<FileLock>,
+    _bridge: Option<FileLock>,
 }
 
 /// Takes the network's lock shared, then its bridge's, for an ADD or a restore. Best
@@ -153,12 +150,12 @@ pub fn restoring(conf: &Config) -> InUse {
 /// until its last nf_tables step, so while this is held an element whose owner has no
 /// reservation is no ADD's in the making. Waits up to 5 s for the ADDs in flight; None
 /// when they outlast that, or without /run.
-pub fn without_adds_in_flight(conf: &Config) -> Option<Flock<File>> {
+pub fn without_adds_in_flight(conf: &Config) -> Option<FileLock> {
     locks::network(&conf.name, Wait::Exclusive).ok()
 }
 
 /// A removal's share of its network's removal lock, released when dropped.
-pub struct Removal(#[allow(dead_code)] Option<Flock<File>>);
+pub struct Removal(#[allow(dead_code)] Option<FileLock>);
 
 /// A put-back must not bring back the state of an attachment being removed. A restore
 /// (or an ADD putting back the ports a flush took) reads the wired attachments, then
@@ -186,7 +183,7 @@ pub fn removal(conf: &Config) -> Removal {
 /// The network's removal lock held whole, for a put-back from its look at the wired
 /// attachments to its last batch (see `removal`). Waits out the removals in flight (5 s
 /// at most).
-pub fn no_removal_in_flight(network: &str) -> Option<Flock<File>> {
+pub fn no_removal_in_flight(network: &str) -> Option<FileLock> {
     locks::removals(network, Wait::Exclusive).ok()
 }
 
@@ -196,9 +193,14 @@ pub fn no_removal_in_flight(network: &str) -> Option<Flock<File>> {
 /// recorded).
 pub fn release_if_unused(conf: &Config) -> Result<Vec<String>> {
     // Cheap look first, unlocked: a network with attachments (the usual DEL) costs no
-    // lock and no nf_tables request.
+    // lock and no nf_tables request, and when its store holds an address (the usual
+    // DEL of a network of academy's IPAM) no rtnetlink socket either (5 syscalls to
+    // open, one to close).
+    if held_in_store(conf)? {
+        return Ok(Vec::new());
+    }
     let mut nl = Netlink::open()?;
-    if !unused(conf, &mut nl)? {
+    if has_ports_of_its_own(conf, &mut nl)? {
         return Ok(Vec::new());
     }
     // Never waited for: a held share is an ADD or a restore in flight (DEL and GC must
@@ -244,7 +246,7 @@ enum Found {
 #[derive(Default)]
 struct Batch {
     objects: Vec<Object>,
-    bridges: Vec<Flock<File>>,
+    bridges: Vec<FileLock>,
 }
 
 impl Batch {
@@ -530,24 +532,34 @@ fn describe(object: &Object) -> String {
 /// bridge, and counting it would leave this network with no release at all (found by
 /// the soak, seed 2027). Without the store, an unlabelled port may be its own.
 fn unused(conf: &Config, nl: &mut Netlink) -> Result<bool> {
-    let by_store = conf.builtin().is_some();
-    if by_store {
-        if let Some(store) = open_store(conf)? {
-            if store.holds_any()? {
-                return Ok(false);
-            }
-        }
-    }
     // The node's links only once the store holds nothing: every DEL but a network's last
     // then dumps none (beside 1,000 pods the dump was 105 more receives and about half
     // of a DEL's time).
+    Ok(!held_in_store(conf)? && !has_ports_of_its_own(conf, nl)?)
+}
+
+/// The network's store (academy's IPAM) holds an address.
+fn held_in_store(conf: &Config) -> Result<bool> {
+    if conf.builtin().is_none() {
+        return Ok(false);
+    }
+    match open_store(conf)? {
+        Some(store) => Ok(store.holds_any()?),
+        None => Ok(false),
+    }
+}
+
+/// A port of the network's bridge may be one of its attachments: its alias names the
+/// network, or (a delegated IPAM, which keeps no store to ask) it has no owner's alias.
+fn has_ports_of_its_own(conf: &Config, nl: &mut Netlink) -> Result<bool> {
+    let by_store = conf.builtin().is_some();
     let links = nl.links()?;
     let may_be_its_own = |l: &Link| match l.alias.as_deref().and_then(owner) {
         Some((network, _, _)) => network == conf.name,
         None => !by_store,
     };
     let in_use = ports(conf, &links).any(may_be_its_own);
-    Ok(!in_use)
+    Ok(in_use)
 }
 
 /// No network uses the bridge: it has no port (or is not there).

@@ -147,6 +147,19 @@ pub struct NlSocket {
 impl NlSocket {
     /// Opens a socket to `subsystem` in the calling thread's network namespace.
     pub fn open(subsystem: Subsystem) -> NlResult<NlSocket> {
+        // Strict checking (dumps filtered by the kernel) is rtnetlink's alone: nfnetlink
+        // never reads it, so a netfilter socket is spared the syscall (one per ADD).
+        Self::open_with(subsystem, subsystem == Subsystem::Rtnetlink)
+    }
+
+    /// As `open`, without NETLINK_GET_STRICT_CHK (one setsockopt fewer): the kernel then
+    /// ignores a dump's filters and sends every object, so only for a socket whose
+    /// dumps are few and small and whose replies are matched again.
+    pub fn open_unfiltered(subsystem: Subsystem) -> NlResult<NlSocket> {
+        Self::open_with(subsystem, false)
+    }
+
+    fn open_with(subsystem: Subsystem, strict: bool) -> NlResult<NlSocket> {
         let name = subsystem.name();
         let failed =
             |step: &str, e| NlError::io(&format!("{step} {name} socket"), e).within(subsystem);
@@ -160,9 +173,7 @@ impl NlSocket {
         // Best-effort: they only make errors more precise and dumps smaller.
         let _ = socket.set_ext_ack(true);
         let _ = socket.set_cap_ack(true);
-        // Strict checking (dumps filtered by the kernel) is rtnetlink's alone: nfnetlink
-        // never reads it, so a netfilter socket is spared the syscall (one per ADD).
-        if subsystem == Subsystem::Rtnetlink {
+        if strict {
             let _ = socket.set_netlink_get_strict_chk(true);
         }
         Ok(NlSocket {

@@ -275,7 +275,8 @@ pub fn configure_container(netns: &Netns, setup: &ContainerSetup) -> Result<()> 
         .details("configure the IPAM plugin without routes, or drop disableContainerInterface"));
     }
     netns.run(|| {
-        let mut nl = Netlink::open()?;
+        // Its one dump (DAD's) is matched by link again: no strict checking needed.
+        let mut nl = Netlink::open_unfiltered()?;
         let link = nl.link(ifname)?.ok_or_else(|| {
             Error::new(
                 code::KERNEL_REFUSED,
@@ -286,8 +287,16 @@ pub fn configure_container(netns: &Netns, setup: &ContainerSetup) -> Result<()> 
             )
         })?;
         tune_sysctls(ifname, setup.addresses, setup.dad);
+        // The reference's gratuitous ARP when the interface comes up: arp_notify, set in
+        // the request that brings it up. The kernel sets it just after the flags there,
+        // but no IPv4 address is on the interface yet, so there was nothing to announce
+        // at that moment either way.
+        let arp_notify = setup.addresses.iter().any(|a| a.is_ipv4());
         if setup.up {
-            nl.set_up(link.index)?;
+            nl.set_container_link(link.index, true, arp_notify)?;
+        } else {
+            // Down (disableContainerInterface): best effort, as the setting always was.
+            let _ = nl.set_container_link(link.index, false, arp_notify);
         }
         for address in setup.addresses {
             nl.add_container_address(link.index, *address)?;
@@ -308,17 +317,14 @@ pub fn configure_container(netns: &Netns, setup: &ContainerSetup) -> Result<()> 
     })
 }
 
-/// The reference plugin's per-interface settings, for the same behaviour: duplicate
-/// address detection only with `enabledad` (else the address is ours; DAD would hold it
-/// tentative for a second), and a gratuitous ARP when the interface comes up. Best
-/// effort, like the reference: a kernel without IPv6 has no such file. /proc/sys/net is
-/// the calling thread's netns.
+/// The reference plugin's IPv6 settings, for the same behaviour: duplicate address
+/// detection only with `enabledad` (else the address is ours; DAD would hold it
+/// tentative for a second). Best effort, like the reference: a kernel without IPv6 has
+/// no such file. /proc/sys/net is the calling thread's netns. (IPv4's arp_notify goes
+/// in the link-up request.)
 fn tune_sysctls(ifname: &str, addresses: &[IpNetwork], dad: bool) {
     if addresses.iter().any(|a| a.is_ipv6()) {
         dad::set_sysctls(ifname, dad);
-    }
-    if addresses.iter().any(|a| a.is_ipv4()) {
-        let _ = std::fs::write(format!("/proc/sys/net/ipv4/conf/{ifname}/arp_notify"), "1");
     }
 }
 

@@ -73,6 +73,9 @@ fn add_look_del(lab: &Lab, tag: &str) -> Seen {
     for key in ["accept_dad", "enhanced_dad"] {
         state.push(format!("{key}={}", netns_sysctl(&ns, "ipv6", "eth0", key)));
     }
+    // academy sets it over rtnetlink (IFLA_AF_SPEC), the reference through /proc/sys.
+    let arp_notify = netns_sysctl(&ns, "ipv4", "eth0", "arp_notify");
+    state.push(format!("arp_notify={arp_notify}"));
     tool(lab, "del", &ns).expect_silent_success(&format!("DEL ({tag})"));
     Seen {
         result,
@@ -134,6 +137,12 @@ fn enabledad_as_the_reference_does() {
     let (reference, ours) = both(&lab, "off", json!({}));
     assert_eq!(ours.state, reference.state, "without enabledad");
     assert!(ours.state.contains(&"accept_dad=0".to_string()));
+    // A gratuitous ARP when eth0 comes up, as the reference's.
+    assert!(
+        ours.state.contains(&"arp_notify=1".to_string()),
+        "{:#?}",
+        ours.state
+    );
 }
 
 /// Another host on the bridge already has the address: DAD fails, and academy fails the
@@ -242,6 +251,11 @@ fn disable_container_interface_leaves_it_down() {
         netns_routes(&lab.netns),
         Vec::<String>::new(),
         "no route on a down link"
+    );
+    assert_eq!(
+        netns_sysctl(&lab.netns, "ipv4", "eth0", "arp_notify"),
+        "1",
+        "a gratuitous ARP once someone brings it up"
     );
     let mut check = conf.clone();
     check["prevResult"] = result;

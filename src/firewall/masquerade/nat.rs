@@ -4,11 +4,9 @@
 //! STATUS through the table of kinds).
 
 use std::collections::HashSet;
-use std::fs::File;
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
-use nix::fcntl::Flock;
 
 use super::{apply, element, elements, masquerade_rules, set_shape};
 use super::{
@@ -22,6 +20,7 @@ use crate::config::Config;
 use crate::firewall::network::repair_lock;
 use crate::firewall::ports::{self, key_text, PortElement, PortKey};
 use crate::firewall::{engine, Adding, Wired};
+use crate::ipam::store::files::FileLock;
 use crate::ipam::Holder;
 use crate::netlink::{Family, Nftables, NlError, Step};
 
@@ -34,7 +33,7 @@ pub struct Staged {
     /// Port mapping's: the ports to publish, and the host's publish lock, held until the
     /// batch is in.
     pub ports: Vec<PortElement>,
-    pub publish_lock: Option<Flock<File>>,
+    pub publish_lock: Option<FileLock>,
 }
 
 /// ADD: the attachment's masquerade elements (ipMasq) and published ports

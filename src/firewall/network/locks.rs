@@ -7,15 +7,13 @@
 //! Order: a holder takes the network's lock, then the bridge's; a release never waits
 //! for either (it skips what is busy), so no two holders can wait on each other.
 
-use std::fs::File;
 use std::os::unix::fs::OpenOptionsExt;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg};
 
 use super::LOCK_DIR;
-use crate::ipam::store::files;
+use crate::ipam::store::files::{self, FileLock, Share};
 
 /// Where the bridges' locks are, one per bridge of a node: `<bridge>@<node>.lock` (a
 /// bridge name is per netns, as its objects are).
@@ -38,7 +36,7 @@ pub(super) enum Wait {
 /// reservations are freed; a put-back (the restore's, an ADD's of the ports a flush
 /// took) holds it whole from its look at the attachments to its last batch: see
 /// `network::no_removal_in_flight`.
-pub(super) fn removals(name: &str, how: Wait) -> std::io::Result<Flock<File>> {
+pub(super) fn removals(name: &str, how: Wait) -> std::io::Result<FileLock> {
     take(
         REMOVAL_LOCK_DIR,
         &format!("{REMOVAL_LOCK_DIR}/{name}.lock"),
@@ -52,7 +50,7 @@ const REMOVAL_LOCK_DIR: &str = "/run/academy/networks/removals";
 /// state to the restore (an ADD holding the host's publish lock must not wait on a
 /// restore holding this one and waiting for that): Err while a removal is in flight;
 /// Ok(None) when there is no lock to take (no /run: unlocked, as everywhere).
-pub fn no_removal_now(network: &str) -> std::result::Result<Option<Flock<File>>, RemovalInFlight> {
+pub fn no_removal_now(network: &str) -> std::result::Result<Option<FileLock>, RemovalInFlight> {
     match removals(network, Wait::No) {
         Ok(lock) => Ok(Some(lock)),
         Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Err(RemovalInFlight),
@@ -65,12 +63,12 @@ pub fn no_removal_now(network: &str) -> std::result::Result<Option<Flock<File>>,
 pub struct RemovalInFlight;
 
 /// The network's lock.
-pub(super) fn network(name: &str, how: Wait) -> std::io::Result<Flock<File>> {
+pub(super) fn network(name: &str, how: Wait) -> std::io::Result<FileLock> {
     take(LOCK_DIR, &format!("{LOCK_DIR}/{name}.lock"), how)
 }
 
 /// The lock of bridge `bridge` of node `node`.
-pub(super) fn bridge(bridge: &str, node: u64, how: Wait) -> std::io::Result<Flock<File>> {
+pub(super) fn bridge(bridge: &str, node: u64, how: Wait) -> std::io::Result<FileLock> {
     take(
         BRIDGE_LOCK_DIR,
         &format!("{BRIDGE_LOCK_DIR}/{bridge}@{node}.lock"),
@@ -78,7 +76,7 @@ pub(super) fn bridge(bridge: &str, node: u64, how: Wait) -> std::io::Result<Floc
     )
 }
 
-fn take(dir: &str, path: &str, how: Wait) -> std::io::Result<Flock<File>> {
+fn take(dir: &str, path: &str, how: Wait) -> std::io::Result<FileLock> {
     let open = || {
         std::fs::OpenOptions::new()
             .read(true)
@@ -90,12 +88,12 @@ fn take(dir: &str, path: &str, how: Wait) -> std::io::Result<Flock<File>> {
     };
     let mut file = files::open_making_dir(dir, open)?;
     let deadline = Instant::now() + Duration::from_secs(5);
-    let arg = match how {
-        Wait::Shared => FlockArg::LockSharedNonblock,
-        Wait::Exclusive | Wait::No => FlockArg::LockExclusiveNonblock,
+    let share = match how {
+        Wait::Shared => Share::Shared,
+        Wait::Exclusive | Wait::No => Share::Exclusive,
     };
     loop {
-        match Flock::lock(file, arg) {
+        match FileLock::take(file, share) {
             Ok(locked) => return Ok(locked),
             Err((f, Errno::EWOULDBLOCK)) if how != Wait::No && Instant::now() < deadline => {
                 file = f;

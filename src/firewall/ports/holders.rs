@@ -3,15 +3,12 @@
 //! holder in an error.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::File;
 use std::time::Duration;
-
-use nix::fcntl::Flock;
 
 use super::{key_text, PortElement, PortKey};
 use crate::attachment::{container_of, Attachment};
 use crate::cni::{code, Error, Result};
-use crate::ipam::store::files;
+use crate::ipam::store::files::{self, FileLock};
 use crate::netlink::{Family, Nftables};
 
 /// Keys looked up one by one before one dump of their map is cheaper (a lookup and a
@@ -171,7 +168,7 @@ pub(crate) fn other_container(who: &Attachment, comment: &str) -> bool {
 /// for every other publishing ADD (the kernel's EEXIST covers one map, not two). Held
 /// for the batch only, by ADDs that publish; best effort like the repair lock: without
 /// /run, or after 5 s, ADD goes on unlocked.
-pub(crate) fn publish_lock() -> Option<Flock<File>> {
+pub(crate) fn publish_lock() -> Option<FileLock> {
     files::host_lock(PUBLISH_LOCK, Duration::from_secs(5))
 }
 

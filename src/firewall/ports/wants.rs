@@ -11,18 +11,17 @@
 //! not known to this ADD).
 
 use std::collections::{HashMap, HashSet};
-use std::fs::File;
 use std::net::IpAddr;
 use std::path::Path;
 
 use ipnetwork::IpNetwork;
-use nix::fcntl::Flock;
 
 use super::holders::other_container;
 use super::{elements_of, held, PortElement, PortKey};
 use crate::attachment::{container_of, host_name, Attachment};
 use crate::cni::Result;
 use crate::config::{Config, Recorded};
+use crate::ipam::store::files::FileLock;
 use crate::ipam::store::{Runtime, StoreDir};
 use crate::ipam::Holder;
 use crate::netlink::{Netlink, Nftables};
@@ -98,7 +97,7 @@ pub(crate) fn put_back_wants(
 /// The removal locks of the networks stored beside `conf`'s, each held whole (in name
 /// order, so two such holders never wait on each other), for a put-back from its look
 /// at the records to its batch: no removal of theirs is then in flight (network::removal).
-pub(crate) fn no_removals_beside(conf: &Config) -> Vec<Option<Flock<File>>> {
+pub(crate) fn no_removals_beside(conf: &Config) -> Vec<Option<FileLock>> {
     let Some(b) = conf.builtin() else {
         return Vec::new();
     };

@@ -321,7 +321,7 @@ pub struct Locked<'a> {
     store: &'a StoreDir,
     name: String,
     read: FileStat,
-    _lock: nix::fcntl::Flock<std::fs::File>,
+    _lock: files::FileLock,
 }
 
 impl<'a> Locked<'a> {

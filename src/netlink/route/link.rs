@@ -217,6 +217,26 @@ impl Netlink {
         self.change_link(msg, &format!("set alias of link {name}"))
     }
 
+    /// The container's interface, in one request: up (when `up`) and announcing itself
+    /// (when `arp_notify`: its IPv4 arp_notify on, a gratuitous ARP whenever it comes up
+    /// or changes its MAC). The setting goes in IFLA_AF_SPEC (the kernel's
+    /// inet_set_link_af), not through /proc/sys, an open, a write and a close more. The
+    /// kernel checks the setting before it changes anything, so a refused request leaves
+    /// the link as it was; it refuses it only for a link without IPv4 (inet_validate_link_af,
+    /// EAFNOSUPPORT), which could not take the IPv4 address that follows either. Nothing is
+    /// sent when there is nothing to set.
+    pub fn set_container_link(&mut self, index: u32, up: bool, arp_notify: bool) -> NlResult<()> {
+        if !up && !arp_notify {
+            return Ok(());
+        }
+        let what = match (up, arp_notify) {
+            (true, true) => format!("set link #{index} up, with arp_notify"),
+            (true, false) => format!("set link #{index} up"),
+            _ => format!("set arp_notify of link #{index}"),
+        };
+        self.change_link(container_link(index, up, arp_notify), &what)
+    }
+
     pub fn set_up(&mut self, index: u32) -> NlResult<()> {
         let mut msg = LinkMessage::default();
         msg.header.index = index;
@@ -315,6 +335,26 @@ fn master_of(message: &[u8]) -> Option<u32> {
     None
 }
 
+/// `set_container_link`'s request.
+fn container_link(index: u32, up: bool, arp_notify: bool) -> LinkMessage {
+    let mut msg = LinkMessage::default();
+    msg.header.index = index;
+    if up {
+        set_flags(&mut msg, LinkFlags::Up, true);
+    }
+    if arp_notify {
+        // Only the fields that are not zero go out (the crate's DevConfRequest):
+        // arp_notify alone, the link's other settings left as they are.
+        let mut conf = InetDevConf::default();
+        conf.arp_notify = 1;
+        msg.attributes
+            .push(LinkAttribute::AfSpecUnspec(vec![AfSpecUnspec::Inet(vec![
+                AfSpecInet::DevConfRequest(conf),
+            ])]));
+    }
+    msg
+}
+
 /// Sets or clears one flag, leaving the others as the kernel has them.
 pub(super) fn set_flags(msg: &mut LinkMessage, flag: LinkFlags, on: bool) {
     msg.header.change_mask |= flag;
@@ -381,6 +421,29 @@ mod tests {
         let mut bytes = vec![0u8; packet.buffer_len()];
         packet.serialize(&mut bytes);
         bytes
+    }
+
+    #[test]
+    fn arp_notify_alone_goes_in_the_link_up_request() {
+        let bytes = wire(container_link(7, true, true).attributes);
+        // After nlmsghdr and ifinfomsg: IFLA_AF_SPEC { AF_INET { IFLA_INET_CONF (nested)
+        // { IPV4_DEVCONF_ARP_NOTIFY = 1 } } }, nothing else.
+        let mut expected = Vec::new();
+        for (len, kind) in [(20u16, 26u16), (16, 2), (12, 1 | 0x8000), (8, 22)] {
+            expected.extend_from_slice(&len.to_ne_bytes());
+            expected.extend_from_slice(&kind.to_ne_bytes());
+        }
+        expected.extend_from_slice(&1u32.to_ne_bytes());
+        assert_eq!(&bytes[32..], &expected[..]);
+        let msg = container_link(7, true, true);
+        assert!(msg.header.flags.contains(LinkFlags::Up));
+        assert!(msg.header.change_mask.contains(LinkFlags::Up));
+        let down = container_link(7, false, true);
+        assert!(
+            !down.header.change_mask.contains(LinkFlags::Up),
+            "left as it is"
+        );
+        assert!(container_link(7, true, false).attributes.is_empty());
     }
 
     #[test]
