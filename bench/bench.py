@@ -318,7 +318,7 @@ def residents(b: Bench) -> dict:
     atts, errs = {}, []
     for k, plugin in networks(b).items():
         att = Attachment(cid=f"bnch-resident-{k}", netns=b.resident_ns[k])
-        run = cni.invoke(b.sp, plugin, "ADD", att)
+        run = cni.invoke(b.sp, resident_plugin(b, k, plugin), "ADD", att)
         if run.ok:
             atts[k] = att
         else:
@@ -335,15 +335,22 @@ def residents_gone(b: Bench, resident: dict) -> list:
     """The residents' DELs (untimed), after the cycles; what failed."""
     nets, errs = networks(b), []
     for k, att in resident["atts"].items():
-        if not cni.invoke(b.sp, nets[k], "DEL", att).ok:
+        if not cni.invoke(b.sp, resident_plugin(b, k, nets[k]), "DEL", att).ok:
             errs.append(f"{k}.DEL: {att.errors[-1][:300]}")
     return errs
 
 
+def resident_plugin(b: Bench, k: str, plugin: Plugin) -> Plugin:
+    """What network k's resident is ADDed and DELed with: the network's own plugin, but
+    where the baseline comparison's network publishes a port, one publishing the
+    resident's own port."""
+    return b.versus.resident(k) if b.versus and k in b.versus.plugins else plugin
+
+
 def lifetime_keys(b: Bench) -> list:
-    """Where a network's first ADD and last DEL are timed: the baseline comparison's four
-    networks when there is a baseline, else academy's plain and ipMasq ones."""
-    return list(b.versus.plugins) if b.versus else ["academy", "academy-masq"]
+    """Where a network's first ADD and last DEL are timed: the baseline comparison's
+    plain and ipMasq networks when there is a baseline, else academy's."""
+    return list(baseline.LIFETIME_KEYS) if b.versus else ["academy", "academy-masq"]
 
 
 def first_last(b: Bench, n: int, i0: int, record):
@@ -376,7 +383,7 @@ def one_cycle(b: Bench, i: int, keep: bool, record):
     atts.update({k: Attachment(cid=f"bnch-{k[:3]}m-{i:04d}", netns=b.ns[k]) for k in b.masq})
     atts.update({k: Attachment(cid=f"bnch-abw-{i:04d}", netns=b.ns[k]) for k in b.bw})
     versus = b.versus.plugins if b.versus else {}
-    atts.update({k: Attachment(cid=f"bnch-v{k[0]}{'m' if 'masq' in k else ''}-{i:04d}",
+    atts.update({k: Attachment(cid=f"bnch-v{baseline.tag_of(k)}-{i:04d}",
                                netns=b.versus.netns[k]) for k in versus})
     others = {**b.masq, **b.bw, **versus}
     adds = {

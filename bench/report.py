@@ -453,12 +453,11 @@ def above_floor(sc: dict) -> list:
 
 # ---- academy vs its baseline (--baseline) -------------------------------------------
 
-VERSUS_OPS = [("ADD", "current.ADD", "baseline.ADD"),
-              ("CHECK", "current.CHECK", "baseline.CHECK"),
-              ("DEL", "current.DEL", "baseline.DEL"),
-              ("ADD with ipMasq", "current-masq.ADD", "baseline-masq.ADD"),
-              ("CHECK with ipMasq", "current-masq.CHECK", "baseline-masq.CHECK"),
-              ("DEL with ipMasq", "current-masq.DEL", "baseline-masq.DEL")]
+VERSUS_SHAPES = [("", ""), ("-masq", " with ipMasq"), ("-port", " with a published port"),
+                 ("-podman", ", podman's chain converted")]
+VERSUS_OPS = [(f"{op}{label}", f"current{key}.{op}", f"baseline{key}.{op}")
+              for key, label in VERSUS_SHAPES for op in ("ADD", "CHECK", "DEL")]
+VERSUS_KEYS = [f"{who}{key}" for who in ("current", "baseline") for key, _ in VERSUS_SHAPES]
 
 
 def _ratio_of(a: dict | None, b: dict | None) -> float:
@@ -590,8 +589,7 @@ def versus_markdown(results: dict) -> str:
     left = {k: x_ for k, x_ in results["cycles"].get("leftovers", {}).items()
             if k.startswith(("current", "baseline")) and (x_["ports"] or x_["reservations"])}
     errors = [e for e in results["cycles"].get("errors", [])
-              if any(f" {k}." in e for k in ("current", "current-masq", "baseline",
-                                              "baseline-masq"))]
+              if any(f" {k}." in e for k in VERSUS_KEYS)]
     lines = [
         "",
         "### academy vs its baseline",
@@ -601,8 +599,11 @@ def versus_markdown(results: dict) -> str:
         f"{pv.get('baseline_label', '?')} (sha256 {str(pv.get('baseline_sha256', '?'))[:12]}), "
         "each on a private node of its own with its own networks, bridges, subnets and "
         "stores, in the same interleaved cycles as the table above (a resident attachment "
-        "on each network: ordinary ADDs and DELs); then GC of a network "
-        "on each, rounds alternating. Medians (min–max), ms.",
+        "on each network: ordinary ADDs and DELs). The shapes: plain, ipMasq, one published "
+        "TCP port (the portMappings capability; the resident publishes its own), and podman's "
+        "generated chain after the current binary's `academy convert` (one academy entry: "
+        "ipMasq, hairpinMode, host-local ranges, portMappings; the same entry on both, with a "
+        "port). Then GC of a network on each, rounds alternating. Medians (min–max), ms.",
         "",
         "| | current | baseline | current / baseline |",
         "| --- | --- | --- | --- |",
