@@ -453,6 +453,9 @@ def above_floor(sc: dict) -> list:
 
 # ---- academy vs its baseline (--baseline) -------------------------------------------
 
+# Issue 35 item 7: ADD, CHECK and DEL of each shape no worse than the baseline's in the
+# same run. GC rows are reported only.
+VERSUS_LIMIT = 1.05
 VERSUS_SHAPES = [("", ""), ("-masq", " with ipMasq"), ("-port", " with a published port"),
                  ("-podman", ", podman's chain converted")]
 VERSUS_OPS = [(f"{op}{label}", f"current{key}.{op}", f"baseline{key}.{op}")
@@ -467,26 +470,44 @@ def _ratio_of(a: dict | None, b: dict | None) -> float:
         return float("nan")
 
 
+def _failed(label: str, st: dict | None) -> list:
+    return [f"{label}: {st['failures']} failed"] if st and st.get("failures") else []
+
+
+def versus_row(what: str, cur: dict | None, base: dict | None,
+               limit: float | None = None, faults: list | None = None) -> dict:
+    """One row of the table: the medians' ratio, and against `limit` (None: reported
+    only) its verdict, a MISS when either side had failures or `faults`."""
+    ratio = _ratio_of(cur, base)
+    faults = _failed("current", cur) + _failed("baseline", base) + list(faults or [])
+    return {"what": what, "current": cur, "baseline": base, "ratio": ratio, "limit": limit,
+            "verdict": verdict(ratio, limit, faults) if limit else None, "faults": faults}
+
+
 def versus_summary(results: dict, st: dict) -> dict | None:
-    """current / baseline: the medians' ratios of the cycles' series and of GC (valid:
-    every attachment listed, nothing to remove; stale: none listed, their netns gone).
-    None without a baseline in the run."""
+    """current / baseline: the medians' ratios of the cycles' series (each against
+    VERSUS_LIMIT) and of GC (valid: every attachment listed, nothing to remove; stale:
+    none listed, their netns gone). None without a baseline in the run."""
     gc = results.get("gc")
-    if not gc and "baseline.ADD" not in st:
+    if not gc and not any(k.startswith("baseline") for k in st):
         return None
-    rows = []
-    for label, cur, base in VERSUS_OPS:
-        rows.append({"what": label, "current": st.get(cur), "baseline": st.get(base),
-                     "ratio": _ratio_of(st.get(cur), st.get(base))})
+    left = results.get("cycles", {}).get("leftovers", {})
+
+    def left_by(cur: str, base: str) -> list:
+        """What the cycles left on this row's two networks (ports, reservations)."""
+        keys = (cur.rsplit(".", 1)[0], base.rsplit(".", 1)[0])
+        return [f"{k} left {dict((w, n) for w, n in left[k].items() if n)}"
+                for k in keys if any((left.get(k) or {}).values())]
+
+    rows = [versus_row(label, st.get(cur), st.get(base), VERSUS_LIMIT, left_by(cur, base))
+            for label, cur, base in VERSUS_OPS]
     if gc:
         n = gc["attachments"]
         for kind, label in (("valid", f"GC, {n} attachments all valid (nothing to remove)"),
                             ("stale", f"GC, {n} stale attachments (netns gone; frees their "
                                       "addresses and nf_tables elements)")):
-            cur = stats(gc["runs"]["current"][kind])
-            base = stats(gc["runs"]["baseline"][kind])
-            rows.append({"what": label, "current": cur, "baseline": base,
-                         "ratio": _ratio_of(cur, base)})
+            rows.append(versus_row(label, stats(gc["runs"]["current"][kind]),
+                                   stats(gc["runs"]["baseline"][kind])))
     return {"rows": rows, "problems": list(gc.get("problems", [])) if gc else [],
             "ratios": {r["what"]: r["ratio"] for r in rows}}
 
@@ -603,14 +624,17 @@ def versus_markdown(results: dict) -> str:
         "TCP port (the portMappings capability; the resident publishes its own), and podman's "
         "generated chain after the current binary's `academy convert` (one academy entry: "
         "ipMasq, hairpinMode, host-local ranges, portMappings; the same entry on both, with a "
-        "port). Then GC of a network on each, rounds alternating. Medians (min–max), ms.",
+        "port). Then GC of a network on each, rounds alternating. Medians (min–max), ms. "
+        f"Target: current / baseline at most {VERSUS_LIMIT} for each ADD, CHECK and DEL (a "
+        "failure or a leftover on either network is a MISS); the GC rows are reported only.",
         "",
-        "| | current | baseline | current / baseline |",
-        "| --- | --- | --- | --- |",
+        "| | current | baseline | current / baseline | target |",
+        "| --- | --- | --- | --- | --- |",
     ]
     for r in v["rows"]:
+        goal = f"<= {r['limit']} {r['verdict']}" if r.get("limit") else "-"
         lines.append(f"| {r['what']} | {cell(r['current'])} | {cell(r['baseline'])} | "
-                     f"**{x(r['ratio'])}** |")
+                     f"**{x(r['ratio'])}** | {goal} |")
     lines.append("")
     problems = v["problems"] + errors[:5]
     if problems:
