@@ -454,7 +454,7 @@ def above_floor(sc: dict) -> list:
 # ---- academy vs its baseline (--baseline) -------------------------------------------
 
 # Issue 35 item 7: ADD, CHECK and DEL of each shape no worse than the baseline's in the
-# same run. GC rows are reported only.
+# same run. GC and restore rows are reported only.
 VERSUS_LIMIT = 1.05
 VERSUS_SHAPES = [("", ""), ("-masq", " with ipMasq"), ("-port", " with a published port"),
                  ("-podman", ", podman's chain converted")]
@@ -486,10 +486,11 @@ def versus_row(what: str, cur: dict | None, base: dict | None,
 
 def versus_summary(results: dict, st: dict) -> dict | None:
     """current / baseline: the medians' ratios of the cycles' series (each against
-    VERSUS_LIMIT) and of GC (valid: every attachment listed, nothing to remove; stale:
-    none listed, their netns gone). None without a baseline in the run."""
-    gc = results.get("gc")
-    if not gc and not any(k.startswith("baseline") for k in st):
+    VERSUS_LIMIT), of GC (valid: every attachment listed, nothing to remove; stale: none
+    listed, their netns gone) and of the restore phase (a restore after the table's
+    delete, GC valid and stale, at its own size). None without a baseline in the run."""
+    gc, rs = results.get("gc"), results.get("restore")
+    if not gc and not rs and not any(k.startswith("baseline") for k in st):
         return None
     left = results.get("cycles", {}).get("leftovers", {})
 
@@ -508,8 +509,38 @@ def versus_summary(results: dict, st: dict) -> dict | None:
                                       "addresses and nf_tables elements)")):
             rows.append(versus_row(label, stats(gc["runs"]["current"][kind]),
                                    stats(gc["runs"]["baseline"][kind])))
-    return {"rows": rows, "problems": list(gc.get("problems", [])) if gc else [],
+    if rs:
+        n = rs["attachments"]
+        for kind, label in (
+                ("restore", f"restore of {n} attachments (`nft delete table inet academy` "
+                            "in the node, then `academy restore --conf-dir`)"),
+                ("gc_valid", f"GC, {n} attachments all valid (nothing to remove)"),
+                ("gc_stale", f"GC, {n} stale attachments (netns gone)")):
+            rows.append(versus_row(label, stats(rs["runs"]["current"][kind]),
+                                   stats(rs["runs"]["baseline"][kind])))
+    problems = list(gc.get("problems", [])) if gc else []
+    problems += list(rs.get("problems", [])) if rs else []
+    pb = put_back(rs)
+    short = [f"{w}'s restores put back {p['min']} of the {p['attachments']} elements"
+             for w, p in (pb or {}).items() if p["min"] < p["attachments"]]
+    if not any("restore put back" in p for p in problems):  # baseline.py's own word
+        problems += short
+    return {"rows": rows, "problems": problems, "put_back": pb, "short": short,
             "ratios": {r["what"]: r["ratio"] for r in rows}}
+
+
+def put_back(rs: dict | None) -> dict | None:
+    """Per binary, what its restores put back: the fewest and most elements of the
+    masquerade set over the restores, against the attachments."""
+    if not rs:
+        return None
+    out = {}
+    for w, runs in rs.get("put_back", {}).items():
+        if runs:
+            got = [r["masq_elements"] for r in runs]
+            out[w] = {"restores": len(runs), "attachments": min(r["attachments"] for r in runs),
+                      "min": min(got), "max": max(got)}
+    return out
 
 
 def lifetime_summary(st: dict) -> dict | None:
@@ -624,9 +655,11 @@ def versus_markdown(results: dict) -> str:
         "TCP port (the portMappings capability; the resident publishes its own), and podman's "
         "generated chain after the current binary's `academy convert` (one academy entry: "
         "ipMasq, hairpinMode, host-local ranges, portMappings; the same entry on both, with a "
-        "port). Then GC of a network on each, rounds alternating. Medians (min–max), ms. "
-        f"Target: current / baseline at most {VERSUS_LIMIT} for each ADD, CHECK and DEL (a "
-        "failure or a leftover on either network is a MISS); the GC rows are reported only.",
+        "port). Then GC of a network on each, rounds alternating, and at a larger size a "
+        "restore after the node's academy table was deleted, and GC again. Medians "
+        "(min–max), ms. Target: current / baseline at most "
+        f"{VERSUS_LIMIT} for each ADD, CHECK and DEL (a failure or a leftover on either "
+        "network is a MISS); the GC and restore rows are reported only.",
         "",
         "| | current | baseline | current / baseline | target |",
         "| --- | --- | --- | --- | --- |",
@@ -636,13 +669,23 @@ def versus_markdown(results: dict) -> str:
         lines.append(f"| {r['what']} | {cell(r['current'])} | {cell(r['baseline'])} | "
                      f"**{x(r['ratio'])}** | {goal} |")
     lines.append("")
+    pb = v.get("put_back")
+    if pb:
+        lines.append("What each restore put back (elements of the GC network's masquerade "
+                     "set, one per live attachment): " + "; ".join(
+                         f"{w}: {p['min']}" + (f" to {p['max']}" if p["max"] != p["min"] else "")
+                         + f" of {p['attachments']}, in each of {p['restores']} restores"
+                         for w, p in pb.items()) + ".")
+        lines.append("")
     problems = v["problems"] + errors[:5]
     if problems:
         lines.append(f"**{len(problems)} problems:** " + "; ".join(f"`{p[:300]}`" for p in problems))
     else:
         lines.append("Every invocation of both succeeded; every GC removed exactly the stale "
                      "(nothing when all were valid; every reservation, veth and nf_tables "
-                     "element when none was).")
+                     "element when none was)" + ("; every restore put back the masquerade "
+                     "set's elements of every live attachment." if pb and not v.get("short")
+                     else "."))
     if left:
         lines += ["", f"**Left behind after the cycles:** {left}"]
     lt = results.get("summary", {}).get("lifetime")

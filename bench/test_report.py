@@ -280,13 +280,38 @@ class VersusTargets(unittest.TestCase):
         self.assertIn("veth1", rows["ADD with a published port"]["faults"][0])
         self.assertEqual(rows["ADD"]["verdict"], "PASS")
 
+    def restore(self, n=250, masq=250):
+        runs = {"gc_valid": [{"rc": 0, "wall_ms": 9.0}], "restore": [{"rc": 0, "wall_ms": 6.0}],
+                "gc_stale": [{"rc": 0, "wall_ms": 80.0}]}
+        return {"attachments": n, "problems": [],
+                "runs": {"current": runs, "baseline": dict(runs, restore=[
+                    {"rc": 0, "wall_ms": 4.0}])},
+                "put_back": {w: [{"attachments": n, "masq_elements": masq}] * 3
+                             for w in ("current", "baseline")}}
+
+    def test_restore_rows_are_reported_only(self):
+        v = self.summary({}, {"restore": self.restore()})
+        rows = {r["what"]: r for r in v["rows"]}
+        restore = [k for k in rows if k.startswith("restore of 250 attachments")]
+        self.assertEqual(len(restore), 1)
+        self.assertAlmostEqual(rows[restore[0]]["ratio"], 1.5)
+        self.assertIsNone(rows[restore[0]]["limit"])
+        self.assertIn("GC, 250 stale attachments (netns gone)", rows)
+        self.assertEqual(v["put_back"]["current"],
+                         {"restores": 3, "attachments": 250, "min": 250, "max": 250})
+
     def test_markdown_has_a_target_column(self):
-        results = {"provenance": {}, "cycles": {"errors": [], "leftovers": {}}}
+        results = {"restore": self.restore(masq=240), "provenance": {},
+                   "cycles": {"errors": [], "leftovers": {}}}
         st = {"current.ADD": med(2.1), "baseline.ADD": med(2.0)}
         results["summary"] = {"versus": report.versus_summary(results, st)}
         md = report.versus_markdown(results)
         self.assertIn("| | current | baseline | current / baseline | target |", md)
         self.assertIn("| **1.05** | <= 1.05 PASS |", md)
+        self.assertRegex(md, r"\| restore of 250 attachments [^\n]*\| \*\*1\.50\*\* \| - \|")
+        self.assertIn("current: 240 of 250, in each of 3 restores", md)
+        self.assertIn("current's restores put back 240 of the 250 elements", md)
+        self.assertNotIn("every restore put back", md)
 
 
 class BuiltFrom(unittest.TestCase):
