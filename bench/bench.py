@@ -66,11 +66,13 @@ BANDWIDTH = {"ingressRate": 8000000, "ingressBurst": 80000,
 
 FULL = dict(cycles=100, warmup=3, lifetime_cycles=15, burst=50, burst_rounds=2,
             points=[0, 1000, 8000, 32000], scale_cycles=11,
-            gc_attachments=50, gc_rounds=4, burst_sizes=[110, 250], crowd_cycles=20,
+            gc_attachments=50, gc_rounds=4, restore_attachments=250, restore_rounds=4,
+            burst_sizes=[110, 250], crowd_cycles=20,
             solo_cycles=solo.FULL["cycles"], scrape_networks=scrape.FULL["networks"])
 QUICK = dict(cycles=6, warmup=1, lifetime_cycles=2, burst=20, burst_rounds=1,
              points=[0, 1000, 8000], scale_cycles=3,
-             gc_attachments=10, gc_rounds=1, burst_sizes=[20, 40], crowd_cycles=3,
+             gc_attachments=10, gc_rounds=1, restore_attachments=20, restore_rounds=1,
+             burst_sizes=[20, 40], crowd_cycles=3,
             solo_cycles=solo.QUICK["cycles"], scrape_networks=scrape.QUICK["networks"])
 HOSTLOCAL_BUDGET_S = 60.0  # per scaling point: beyond it host-local's series stops
 # Bringing a bridged veth up leaves the kernel busy for a few ms after the request has
@@ -318,7 +320,7 @@ def residents(b: Bench) -> dict:
     atts, errs = {}, []
     for k, plugin in networks(b).items():
         att = Attachment(cid=f"bnch-resident-{k}", netns=b.resident_ns[k])
-        run = cni.invoke(b.sp, plugin, "ADD", att)
+        run = cni.invoke(b.sp, resident_plugin(b, k, plugin), "ADD", att)
         if run.ok:
             atts[k] = att
         else:
@@ -335,15 +337,22 @@ def residents_gone(b: Bench, resident: dict) -> list:
     """The residents' DELs (untimed), after the cycles; what failed."""
     nets, errs = networks(b), []
     for k, att in resident["atts"].items():
-        if not cni.invoke(b.sp, nets[k], "DEL", att).ok:
+        if not cni.invoke(b.sp, resident_plugin(b, k, nets[k]), "DEL", att).ok:
             errs.append(f"{k}.DEL: {att.errors[-1][:300]}")
     return errs
 
 
+def resident_plugin(b: Bench, k: str, plugin: Plugin) -> Plugin:
+    """What network k's resident is ADDed and DELed with: the network's own plugin, but
+    where the baseline comparison's network publishes a port, one publishing the
+    resident's own port."""
+    return b.versus.resident(k) if b.versus and k in b.versus.plugins else plugin
+
+
 def lifetime_keys(b: Bench) -> list:
-    """Where a network's first ADD and last DEL are timed: the baseline comparison's four
-    networks when there is a baseline, else academy's plain and ipMasq ones."""
-    return list(b.versus.plugins) if b.versus else ["academy", "academy-masq"]
+    """Where a network's first ADD and last DEL are timed: the baseline comparison's
+    plain and ipMasq networks when there is a baseline, else academy's."""
+    return list(baseline.LIFETIME_KEYS) if b.versus else ["academy", "academy-masq"]
 
 
 def first_last(b: Bench, n: int, i0: int, record):
@@ -376,7 +385,7 @@ def one_cycle(b: Bench, i: int, keep: bool, record):
     atts.update({k: Attachment(cid=f"bnch-{k[:3]}m-{i:04d}", netns=b.ns[k]) for k in b.masq})
     atts.update({k: Attachment(cid=f"bnch-abw-{i:04d}", netns=b.ns[k]) for k in b.bw})
     versus = b.versus.plugins if b.versus else {}
-    atts.update({k: Attachment(cid=f"bnch-v{k[0]}{'m' if 'masq' in k else ''}-{i:04d}",
+    atts.update({k: Attachment(cid=f"bnch-v{baseline.tag_of(k)}-{i:04d}",
                                netns=b.versus.netns[k]) for k in versus})
     others = {**b.masq, **b.bw, **versus}
     adds = {
@@ -718,6 +727,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--density-cycles", type=int, help="ADD+DEL cycles beside them")
     p.add_argument("--gc-attachments", type=int, help="attachments per GC (with --baseline)")
     p.add_argument("--gc-rounds", type=int, help="GC rounds (with --baseline)")
+    p.add_argument("--restore-attachments", type=int,
+                   help="attachments a restore (table deleted) and a GC put back and free "
+                        "(with --baseline; 0: not run)")
+    p.add_argument("--restore-rounds", type=int,
+                   help="rounds of the restore phase, the first binary alternating "
+                        "(with --baseline)")
     args = p.parse_args()
     preset = QUICK if args.quick else FULL
     for k, v in preset.items():
@@ -755,7 +770,8 @@ def main():
                                           "points", "scale_cycles", "seed", "quick",
                                           "gc_attachments", "gc_rounds", "burst_sizes",
                                           "crowd_cycles", "solo_cycles",
-                                          "scrape_networks")}}
+                                          "scrape_networks", "restore_attachments",
+                                          "restore_rounds")}}
         results["provenance"] = provenance.of(b)
         load = results["machine"]["loadavg_phases"] = {}
         gc.disable()  # no collector pauses inside a timed spawn-to-reap
@@ -814,6 +830,14 @@ def main():
             results["gc"] = baseline.gc_phase(b.sp, b.versus, args.gc_attachments,
                                               args.gc_rounds, _progress)
             _progress_done()
+            if args.restore_attachments and args.restore_rounds:
+                load["restore"] = os.getloadavg()
+                print(f"bench: restore and GC, {args.restore_attachments} attachments x "
+                      f"{args.restore_rounds} rounds, current and baseline ...",
+                      file=sys.stderr)
+                results["restore"] = baseline.restore_phase(
+                    b.sp, b.versus, args.restore_attachments, args.restore_rounds, _progress)
+                _progress_done()
         if args.burst_sizes:
             load["bursts"] = os.getloadavg()
             print(f"bench: bursts of {args.burst_sizes} on a node (ipMasq, a port each) ...",

@@ -355,14 +355,37 @@ def node_veths(node: str) -> list:
 def node_nft_elements(node: str) -> int:
     """Elements of every set and map of every table in a node (academy's masquerade
     sets and published ports, and whatever iptables-nft keeps in sets)."""
+    sets = node_nft_sets(node)
+    return -1 if sets is None else sum(sets.values())
+
+
+def node_nft_sets(node: str) -> dict | None:
+    """Every set and map of every table in a node: "<table family> <table> <name>" for
+    those outside academy's table, the bare name inside it -> how many elements; None
+    when nft's answer is not JSON."""
     r = sh("ip", "netns", "exec", os.path.basename(node), "nft", "-j", "list", "ruleset",
            check=False)
     try:
         items = json.loads(r.stdout or "{}").get("nftables", [])
     except ValueError:
-        return -1
-    return sum(len((i.get("set") or i.get("map") or {}).get("elem", []))
-               for i in items if "set" in i or "map" in i)
+        return None
+    out = {}
+    for i in items:
+        s = i.get("set") or i.get("map")
+        if s is None:
+            continue
+        name = s["name"] if (s.get("family"), s.get("table")) == ("inet", "academy") \
+            else f"{s.get('family')} {s.get('table')} {s['name']}"
+        out[name] = len(s.get("elem", []))
+    return out
+
+
+def node_delete_academy_table(node: str):
+    """`nft delete table inet academy` inside a node of the bench's own (a flush by
+    another program, as `academy restore` is meant for): never on the host."""
+    name = os.path.basename(node)
+    assert os.path.dirname(node) == NETNS_DIR and name.startswith(PREFIX + "-")
+    sh("ip", "netns", "exec", name, "nft", "delete", "table", "inet", "academy", check=False)
 
 
 def node_cni_chains(node: str) -> list:

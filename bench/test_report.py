@@ -237,6 +237,83 @@ class Versus(unittest.TestCase):
         self.assertIn("nft_elements", md)
 
 
+def med(v, failures=0):
+    return {"median": v, "min": v, "max": v, "n": 5, "failures": failures}
+
+
+class VersusTargets(unittest.TestCase):
+    """Issue 35 item 7: each shape's ADD, CHECK and DEL at most 1.05x the baseline's."""
+
+    def summary(self, st, results=None):
+        return report.versus_summary(dict(results or {}, cycles={"leftovers": {}}), st)
+
+    def test_each_shape_each_op_has_a_target_row(self):
+        v = self.summary({"current.ADD": med(2.0), "baseline.ADD": med(2.0)})
+        rows = {r["what"]: r for r in v["rows"]}
+        for what in ("ADD", "CHECK with ipMasq", "DEL with a published port",
+                     "ADD, podman's chain converted", "CHECK, podman's chain converted"):
+            self.assertEqual(rows[what]["limit"], 1.05, what)
+        self.assertEqual(len(v["rows"]), 12)
+        self.assertEqual(rows["ADD"]["verdict"], "PASS")
+        self.assertEqual(rows["DEL"]["verdict"], "n/a")  # not measured
+
+    def test_limit_is_inclusive_and_failures_miss(self):
+        st = {"current-port.ADD": med(10.5), "baseline-port.ADD": med(10.0),
+              "current-port.DEL": med(10.6), "baseline-port.DEL": med(10.0),
+              "current-podman.ADD": med(5.0, failures=1), "baseline-podman.ADD": med(10.0),
+              "current-podman.DEL": med(5.0), "baseline-podman.DEL": med(10.0, failures=2)}
+        rows = {r["what"]: r for r in self.summary(st)["rows"]}
+        self.assertEqual(rows["ADD with a published port"]["verdict"], "PASS")
+        self.assertEqual(rows["DEL with a published port"]["verdict"], "MISS")
+        self.assertEqual(rows["ADD, podman's chain converted"]["verdict"], "MISS")
+        self.assertEqual(rows["DEL, podman's chain converted"]["verdict"], "MISS")
+        self.assertIn("baseline: 2 failed", rows["DEL, podman's chain converted"]["faults"])
+
+    def test_leftovers_of_a_network_miss_its_rows(self):
+        st = {"current-port.ADD": med(1.0), "baseline-port.ADD": med(1.0),
+              "current.ADD": med(1.0), "baseline.ADD": med(1.0)}
+        results = {"cycles": {"leftovers": {
+            "current-port": {"ports": ["veth1"], "reservations": []},
+            "current": {"ports": [], "reservations": []}}}}
+        rows = {r["what"]: r for r in report.versus_summary(results, st)["rows"]}
+        self.assertEqual(rows["ADD with a published port"]["verdict"], "MISS")
+        self.assertIn("veth1", rows["ADD with a published port"]["faults"][0])
+        self.assertEqual(rows["ADD"]["verdict"], "PASS")
+
+    def restore(self, n=250, masq=250):
+        runs = {"gc_valid": [{"rc": 0, "wall_ms": 9.0}], "restore": [{"rc": 0, "wall_ms": 6.0}],
+                "gc_stale": [{"rc": 0, "wall_ms": 80.0}]}
+        return {"attachments": n, "problems": [],
+                "runs": {"current": runs, "baseline": dict(runs, restore=[
+                    {"rc": 0, "wall_ms": 4.0}])},
+                "put_back": {w: [{"attachments": n, "masq_elements": masq}] * 3
+                             for w in ("current", "baseline")}}
+
+    def test_restore_rows_are_reported_only(self):
+        v = self.summary({}, {"restore": self.restore()})
+        rows = {r["what"]: r for r in v["rows"]}
+        restore = [k for k in rows if k.startswith("restore of 250 attachments")]
+        self.assertEqual(len(restore), 1)
+        self.assertAlmostEqual(rows[restore[0]]["ratio"], 1.5)
+        self.assertIsNone(rows[restore[0]]["limit"])
+        self.assertIn("GC, 250 stale attachments (netns gone)", rows)
+        self.assertEqual(v["put_back"]["current"],
+                         {"restores": 3, "attachments": 250, "min": 250, "max": 250})
+
+    def test_markdown_has_a_target_column(self):
+        results = {"restore": self.restore(masq=240), "provenance": {},
+                   "cycles": {"errors": [], "leftovers": {}}}
+        st = {"current.ADD": med(2.1), "baseline.ADD": med(2.0)}
+        results["summary"] = {"versus": report.versus_summary(results, st)}
+        md = report.versus_markdown(results)
+        self.assertIn("| | current | baseline | current / baseline | target |", md)
+        self.assertIn("| **1.05** | <= 1.05 PASS |", md)
+        self.assertRegex(md, r"\| restore of 250 attachments [^\n]*\| \*\*1\.50\*\* \| - \|")
+        self.assertIn("current: 240 of 250, in each of 3 restores", md)
+        self.assertIn("current's restores put back 240 of the 250 elements", md)
+        self.assertNotIn("every restore put back", md)
+
+
 class BuiltFrom(unittest.TestCase):
     def test_a_bench_only_head_names_the_src_commit(self):
         self.assertEqual(report._built_from({"git_commit": "d5ee4a9", "src_commit": "6016029"}),
