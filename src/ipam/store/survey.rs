@@ -12,6 +12,7 @@
 //! the ADD's check comes first (its veth exists by then, so the reclaimer keeps it), or the
 //! reclaimer's removal does (and the ADD finds its address gone and fails with code 11).
 
+use std::cell::OnceCell;
 use std::io;
 use std::net::IpAddr;
 use std::path::Path;
@@ -82,6 +83,9 @@ impl StoreStamp {
 /// regular files read.
 pub struct StoreDir {
     dir: Dir,
+    /// `holders/`, opened at its first use and kept (a survey of a thousand
+    /// reservations reads a thousand indexes).
+    holders: OnceCell<Dir>,
 }
 
 impl StoreDir {
@@ -105,7 +109,23 @@ impl StoreDir {
             )
             .details(fix));
         }
-        Ok(Some(StoreDir { dir }))
+        Ok(Some(StoreDir {
+            dir,
+            holders: OnceCell::new(),
+        }))
+    }
+
+    /// `holders/`, once opened; None when the store has none (looked for again at the
+    /// next call: a concurrent first ADD may make it). An error is not kept either.
+    fn holders(&self) -> Result<Option<&Dir>> {
+        if let Some(opened) = self.holders.get() {
+            return Ok(Some(opened));
+        }
+        match self.dir.subdir(HOLDERS) {
+            Ok(d) => Ok(Some(self.holders.get_or_init(|| d))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(self.io_err("open", HOLDERS, &e)),
+        }
     }
 
     fn io_err(&self, what: &str, name: &str, e: &io::Error) -> Error {
@@ -131,10 +151,9 @@ impl StoreDir {
 
     pub fn stamp(&self) -> Result<StoreStamp> {
         let store = self.dir.stamp().map_err(|e| self.io_err("stat", ".", &e))?;
-        let holders = match self.dir.subdir(HOLDERS) {
-            Ok(d) => Some(d.stamp().map_err(|e| self.io_err("stat", HOLDERS, &e))?),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(self.io_err("open", HOLDERS, &e)),
+        let holders = match self.holders()? {
+            Some(d) => Some(d.stamp().map_err(|e| self.io_err("stat", HOLDERS, &e))?),
+            None => None,
         };
         Ok(StoreStamp { store, holders })
     }
@@ -239,10 +258,8 @@ impl StoreDir {
             return Ok(None);
         };
         let key = holder.key();
-        let holders = match self.dir.subdir(HOLDERS) {
-            Ok(d) => d,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(self.io_err("open", HOLDERS, &e)),
+        let Some(holders) = self.holders()? else {
+            return Ok(None);
         };
         match holders.read(&key, MAX_INDEX) {
             Ok(Some(listed)) => Ok(String::from_utf8_lossy(&listed)
@@ -260,10 +277,8 @@ impl StoreDir {
     /// kept (an ADD of the same attachment may be under way).
     pub fn drop_index_if_unused(&self, holder: &Holder) -> Result<()> {
         let key = holder.key();
-        let holders = match self.dir.subdir(HOLDERS) {
-            Ok(d) => d,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(self.io_err("open", HOLDERS, &e)),
+        let Some(holders) = self.holders()? else {
+            return Ok(());
         };
         let listed = match holders.read(&key, MAX_INDEX) {
             Ok(Some(content)) => content,
@@ -297,14 +312,13 @@ impl StoreDir {
     /// kernel lost). An index that is not a regular file reads as none.
     pub fn runtime_of(&self, holder: &Holder) -> Result<Runtime> {
         let key = holder.key();
-        let index = match self.dir.subdir(HOLDERS) {
-            Ok(holders) => match holders.read(&key, MAX_INDEX) {
+        let index = match self.holders()? {
+            Some(holders) => match holders.read(&key, MAX_INDEX) {
                 Ok(index) => index,
                 Err(e) if files::is_not_regular(&e) => None,
                 Err(e) => return Err(self.io_err("read holder index", &key, &e)),
             },
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(self.io_err("open", HOLDERS, &e)),
+            None => None,
         };
         super::runtime::read_record(&self.dir, &key, index.as_deref()).map_err(|e| {
             self.io_err(
