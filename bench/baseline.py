@@ -75,12 +75,26 @@ def tag_of(key: str) -> str:
 
 
 def commit_of(binary: str) -> str:
-    """The short commit of the work tree a binary was built in (target/release/academy
-    of a checkout), or "unknown"."""
-    top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(binary))))
-    r = subprocess.run(["git", "-C", top, "rev-parse", "--short", "HEAD"],
-                       capture_output=True, text=True)
-    return r.stdout.strip() if r.returncode == 0 else "unknown"
+    """What a binary is: `academy --version`'s version and commit ("0.5.0", "0.6.0-dev
+    c89b05a"), else the short commit of the git work tree it was built in (only when
+    target/release/academy sits at that tree's top: a source tree exported under another
+    repository's target/ is not that repository's HEAD), else "unknown"."""
+    r = subprocess.run([binary, "--version"], capture_output=True, text=True)
+    version = commit = ""
+    for line in r.stdout.splitlines():
+        if line.startswith("academy "):
+            version = line.split()[1]
+        elif line.startswith("git commit ") and line.split()[2] != "unknown":
+            commit = line.split()[2][:7]
+    if not commit:
+        top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(binary))))
+        g = subprocess.run(["git", "-C", top, "rev-parse", "--show-toplevel", "--short", "HEAD"],
+                           capture_output=True, text=True)
+        lines = g.stdout.split()
+        if g.returncode == 0 and len(lines) == 2 and os.path.samefile(lines[0], top):
+            commit = lines[1]
+    label = " ".join(x for x in (version, commit) if x)
+    return label or "unknown"
 
 
 class Versus:

@@ -53,10 +53,10 @@ pub mod masquerade;
 pub mod network;
 pub mod ports;
 pub mod reference;
+mod reports;
 pub mod services;
 pub mod tables;
 pub mod upgrade;
-mod reports;
 mod wired;
 
 pub use reports::{Diff, Repair, Restoration};
@@ -430,7 +430,8 @@ pub fn missing_in(
 pub fn restore(conf: &Config) -> Result<Restoration> {
     hold_for_test("ACADEMY_TEST_HOLD_RESTORE");
     let share = network::restoring(conf);
-    let wired = Wired::read(conf)?;
+    let links = Netlink::open()?.links()?;
+    let wired = Wired::beside(conf, &links)?;
     hold_for_test("ACADEMY_TEST_HOLD_RESTORE_LOCKED");
     if wired.attachments.is_empty() && !wired.bridge_in_use {
         drop(share);
@@ -439,9 +440,12 @@ pub fn restore(conf: &Config) -> Result<Restoration> {
         return Ok(Restoration::default());
     }
     // From here to the last batch no removal of the network is in flight, and the
-    // attachments are read again under that (network::removal).
+    // attachments are read again under that (network::removal): the store only. A
+    // removal that ran meanwhile freed its reservations last, so its attachment is gone
+    // from the store whatever the links said; an ADD's new veth, missing from them,
+    // leaves that attachment to its ADD, which makes its own state.
     let _no_removals = network::no_removal_in_flight(&conf.name);
-    let wired = Wired::read(conf)?;
+    let wired = Wired::beside(conf, &links)?;
     let mut nft = NftablesOnDemand::default();
     let mut look = Looking {
         conf,

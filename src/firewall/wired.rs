@@ -54,7 +54,11 @@ impl Wired {
     /// veths labelled for the network (their addresses unknown). A bridge that is not
     /// here (not made yet after a reboot, or another netns) has none.
     pub fn read(conf: &Config) -> Result<Wired> {
-        let all = Netlink::open()?.links()?;
+        Wired::beside(conf, &Netlink::open()?.links()?)
+    }
+
+    /// As `read`, with the host's links already read: the store is read now.
+    pub fn beside(conf: &Config, all: &[Link]) -> Result<Wired> {
         // A delegated IPAM keeps no store here (open_store refuses it).
         let store = match conf.builtin() {
             Some(_) => open_store(conf)?,
@@ -64,7 +68,7 @@ impl Wired {
             Some(store) => store.reservations()?,
             None => Vec::new(),
         };
-        Wired::of(conf, &all, &reservations, store.as_ref())
+        Wired::of(conf, all, &reservations, store.as_ref())
     }
 
     /// As `read`, from the host's links and the store's reservations read once for

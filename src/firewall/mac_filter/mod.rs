@@ -220,6 +220,9 @@ pub fn missing(l: &mut Looking) -> Result<Vec<String>> {
 /// missing is made again in place (the elements still there stay, so an ADD running
 /// beside the restore keeps its guard), then each wired port's guard.
 pub fn restore(l: &mut Looking) -> Result<Repair> {
+    if !l.conf.mac_spoof_check || l.wired.attachments.is_empty() {
+        return Ok(Repair::default());
+    }
     let mut nl = Netlink::open()?;
     let wants = wired_wants(l, Some(&mut nl))?;
     if wants.is_empty() {
