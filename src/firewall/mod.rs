@@ -25,7 +25,8 @@
 //! A kind declared to the engine (engine/) says only what it wants (`Kind::wants`):
 //! its `add`, `check`, `missing`, `restore` and `release` are then the engine's one
 //! comparison of those wants with the kernel (isolation and the FORWARD accepts wholly;
-//! the MAC filter, whose wants are per attachment too, through its own thin calls).
+//! the MAC filter, whose wants are per attachment too, and port mapping's network
+//! objects, beside its published ports, through their own thin calls).
 //!
 //! Each operation takes one context: the config, the sockets it may use (opened at the
 //! first kind that needs one) and what that operation is about. ADD, the one removal,
