@@ -15,6 +15,10 @@ capacity.rs). This phase asks what an ADD and a DEL cost on a bridge close to th
 - with them up, CYCLES ADD+DEL cycles of one more pod on the dense bridge and on the
   empty one, interleaved, the order rotating, each operation after SETTLE_S; the
   medians' ratios, dense / empty, against TARGET (at most 1.2x, issue 37 item 5);
+  beside each, the kernel's own part: nlfloor (bench/native/nlfloor.c, one small C
+  process making academy's netlink requests) and `ip link del` of its veth, in the same
+  node on the same bridge, so the report says how much of the growth is the kernel's
+  (academy's ratio against the floor's is shown, not judged);
 - the PODS pods brought down one after the other (the wall), then what is left on the
   dense node: veths, store files, nf_tables elements.
 Every plugin is spawned into its node by spawnstat before its clock starts (as bench.py
@@ -77,8 +81,9 @@ def _one_by_one(sp: Spawner, plugin: Plugin, command: str, pods: list,
             "per_pod_cpu_ms": cpus, "failures": len(errors), "errors": errors[:5]}
 
 
-def _cycles(sp: Spawner, plugins: dict, pods: dict, n: int) -> dict:
-    """n ADD+DEL cycles of one more pod on each node, interleaved, the order rotating."""
+def _cycles(sp: Spawner, plugins: dict, pods: dict, n: int, floor=None) -> dict:
+    """n ADD+DEL cycles of one more pod on each node, interleaved, the order rotating;
+    after each, the floor's ADD and DEL on the same bridge when `floor` can."""
     runs = {where: [] for where in plugins}
     errors = []
     order = list(plugins)
@@ -90,10 +95,44 @@ def _cycles(sp: Spawner, plugins: dict, pods: dict, n: int) -> dict:
             a = cni.invoke(sp, plugins[where], "ADD", att)
             time.sleep(SETTLE_S)
             d = cni.invoke(sp, plugins[where], "DEL", att)
-            runs[where].append({"add_ms": round(a.wall_ms, 3), "del_ms": round(d.wall_ms, 3),
-                                "ok": a.ok and d.ok})
+            cycle = {"add_ms": round(a.wall_ms, 3), "del_ms": round(d.wall_ms, 3),
+                     "ok": a.ok and d.ok}
+            if floor:
+                cycle.update(floor.cycle(where, plugins[where], i))
+                errors += floor.errors[-1:] if not cycle["floor_ok"] else []
+            runs[where].append(cycle)
             errors += att.errors
     return {"runs": runs, "errors": errors[:5]}
+
+
+class Floor:
+    """The kernel's part of a cycle on one node: nlfloor's ADD (academy's requests, one
+    process, its veth on the node's bridge, its peer in a netns of the floor's own) and
+    `ip link del` of that veth, each spawned into the node as academy is."""
+
+    def __init__(self, sp: Spawner, lab: Lab, nlfloor: str):
+        self.sp, self.nlfloor = sp, nlfloor
+        self.netns = {where: lab.add_netns(f"{PREFIX}-df{where[0]}") for where in NETS}
+        self.errors = []
+
+    def cycle(self, where: str, plugin: Plugin, i: int) -> dict:
+        host = f"{PREFIX}f{where[0]}{i:05d}"
+        a, b, c = NETS[where].split(".")
+        # The /20's last /24, far above the addresses the store hands out.
+        address = f"{a}.{b}.{int(c) + 15}.250"
+        time.sleep(SETTLE_S)
+        add = self.sp.run([self.nlfloor, plugin.bridge, host, f"academy:floor:{where}{i}:eth0",
+                           self.netns[where], "eth0", address, "20", f"{NETS[where]}.1"],
+                          dict(cni.BASE_ENV), b"", plugin.node)
+        time.sleep(SETTLE_S)
+        dele = self.sp.run(["/usr/sbin/ip", "link", "del", host], dict(cni.BASE_ENV), b"",
+                           plugin.node)
+        ok = add.rc == 0 and dele.rc == 0
+        if not ok:
+            self.errors.append(f"floor on {where}: " + (add.stderr + dele.stderr)
+                               .decode(errors="replace")[:300])
+        return {"floor_add_ms": round(add.wall_ms, 3), "floor_del_ms": round(dele.wall_ms, 3),
+                "floor_ok": ok}
 
 
 def _left(plugin: Plugin) -> dict:
@@ -125,7 +164,9 @@ def run(sp: Spawner, academy: str, lab: Lab, pods: int, cycles: int,
         out["up"] = _one_by_one(sp, plugins["dense"], "ADD", crowd, progress)
         out["ports_up"] = len(labmod.ports(plugins["dense"].bridge, nodes["dense"]))
         progress(f"density: {cycles} cycles beside {pods} pods and on an empty bridge")
-        out["beside"] = _cycles(sp, plugins, cycle_pods, cycles)
+        nlfloor = lab.build_native("nlfloor")
+        floor = Floor(sp, lab, nlfloor) if nlfloor else None
+        out["beside"] = _cycles(sp, plugins, cycle_pods, cycles, floor)
         out["down"] = _one_by_one(sp, plugins["dense"], "DEL", crowd, progress)
         out["left"] = {where: _left(plugin) for where, plugin in plugins.items()}
     finally:
@@ -168,11 +209,21 @@ def summary(r: dict | None) -> dict | None:
             verdicts[op] = "MISS" if problems else "n/a"
         else:
             verdicts[op] = "PASS" if ratio <= TARGET and not problems else "MISS"
+    # The kernel's part, where measured: its ratio, and academy's against it.
+    floor, against_floor = None, {}
+    if all(c.get("floor_ok") for where in ("dense", "empty") for c in runs.get(where, [])) \
+            and any("floor_ok" in c for c in runs.get("dense", [])):
+        floor = {where: {op: _median([c[f"floor_{op}_ms"] for c in runs[where]])
+                         for op in ("add", "del")} for where in ("dense", "empty")}
+        for op in ("add", "del"):
+            floor_ratio = floor["dense"][op] / floor["empty"][op] if floor["empty"][op] else 0
+            against_floor[op] = ratios[op] / floor_ratio if floor_ratio else float("nan")
     up = (r.get("up") or {}).get("per_pod_ms") or []
     up_cpu = (r.get("up") or {}).get("per_pod_cpu_ms") or []
     tenth = max(1, len(up) // 10)
     return {
         "median_ms": med, "ratio": ratios, "verdict": verdicts, "target": TARGET,
+        "floor_ms": floor, "against_floor": against_floor,
         "up_first_tenth_ms": _median(up[:tenth]), "up_last_tenth_ms": _median(up[-tenth:]),
         # CPU (user + sys), which the load of a shared machine moves less than the wall.
         "up_first_tenth_cpu_ms": _median(up_cpu[:tenth]),
@@ -198,6 +249,17 @@ def markdown(r: dict | None, s: dict | None) -> str:
     for op in ("add", "del"):
         lines.append(f"| {op.upper()} | {m['dense'][op]:.2f} ms | {m['empty'][op]:.2f} ms "
                      f"| {s['ratio'][op]:.2f}x | <= {s['target']}x | {s['verdict'][op]} |")
+    f = s.get("floor_ms")
+    if f:
+        names = {"add": "floor ADD: nlfloor, academy's requests from one C process",
+                 "del": "floor DEL: `ip link del` of that veth"}
+        for op in ("add", "del"):
+            ratio = f["dense"][op] / f["empty"][op] if f["empty"][op] else float("nan")
+            lines.append(f"| {names[op]} | {f['dense'][op]:.2f} ms | {f['empty'][op]:.2f} ms "
+                         f"| {ratio:.2f}x | | |")
+        a = s["against_floor"]
+        lines += ["", f"academy's ratio against the kernel's own (the floor's, same node, "
+                      f"same bridge, same cycles): ADD {a['add']:.2f}x, DEL {a['del']:.2f}x."]
     lines += [
         "",
         f"{n} pods brought up one after the other in {s['up_wall_s']:.1f} s (ADD median "

@@ -70,6 +70,24 @@ class Summary(unittest.TestCase):
 
 
 class Markdown(unittest.TestCase):
+    def test_the_floor_s_ratio_and_academy_s_against_it(self):
+        r = result(dense=((6.0, 6.0, 6.0), (20.0, 20.0, 20.0)))
+        for where, add in (("dense", 2.0), ("empty", 1.0)):
+            for c in r["beside"]["runs"][where]:
+                c.update({"floor_add_ms": add, "floor_del_ms": 18.0, "floor_ok": True})
+        s = density.summary(r)
+        self.assertEqual(s["floor_ms"]["dense"]["add"], 2.0)
+        # academy 1.5x, the kernel's own 2.0x: academy's part shrinks, 0.75x.
+        self.assertAlmostEqual(s["against_floor"]["add"], 0.75)
+        self.assertAlmostEqual(s["against_floor"]["del"], 1.0)
+        self.assertEqual(s["verdict"]["add"], "MISS")  # the target is academy's own ratio
+        md = density.markdown(r, s)
+        self.assertIn("floor ADD: nlfloor", md)
+        self.assertIn("ADD 0.75x", md)
+        # A floor that failed once is not reported.
+        r["beside"]["runs"]["empty"][0]["floor_ok"] = False
+        self.assertIsNone(density.summary(r)["floor_ms"])
+
     def test_the_table_has_both_operations_and_the_walls(self):
         r = result()
         md = density.markdown(r, density.summary(r))

@@ -21,6 +21,8 @@ pub struct Look<'w> {
     /// What to delete so that the kernel holds what is wanted: second copies of a
     /// wanted rule, outdated rules.
     pub surplus: Vec<Object>,
+    /// The rules of incomplete groups, deleted to be added again whole and in order.
+    pub remade: Vec<Object>,
     /// Every object of the wants that is there, surplus and differing included (what
     /// a release deletes).
     pub present: Vec<(&'w Want, Object)>,
@@ -225,7 +227,7 @@ pub fn look<'w>(nft: &mut Nftables, wants: &'w [Want]) -> NlResult<Look<'w>> {
                 if !lacks.is_empty() || ours.len() != rules.len() {
                     found.missing.push(want);
                     found.group_lacks.push((want, lacks));
-                    found.surplus.extend(ours.iter().cloned().map(Object::Rule));
+                    found.remade.extend(ours.iter().cloned().map(Object::Rule));
                 }
                 found
                     .present
