@@ -219,7 +219,13 @@ fn batch(found: &Look) -> Vec<Change> {
             }
         }
     }
-    changes.extend(found.surplus.iter().chain(&found.remade).map(Object::delete));
+    changes.extend(
+        found
+            .surplus
+            .iter()
+            .chain(&found.remade)
+            .map(Object::delete),
+    );
     changes.extend(replaced.iter().map(|w| w.object(0).delete()));
     for want in &found.missing {
         let what = format!("add {} to {}", want.what, want.place());
