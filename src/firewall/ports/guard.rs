@@ -88,8 +88,8 @@ pub fn localnet_guard(bridge: &str) -> Want {
             base(),
         ),
         owner: Owner::Bridge(bridge.to_string()),
-        what: bridge.to_string(),
-        harm: format!("bridge {bridge} routes 127.0.0.0/8, and its containers {OPEN}"),
+        what: format!("bridge {bridge}"),
+        harm: format!("it routes 127.0.0.0/8, and its containers {OPEN}"),
     }
 }
 
