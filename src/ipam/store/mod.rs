@@ -5,7 +5,7 @@
 //! of a path cannot redirect a write, and anything in the store that is not a regular
 //! file is never read, written or removed as if it were academy's.
 
-use std::fs::{self, DirBuilder, File};
+use std::fs::{self, DirBuilder};
 use std::io;
 use std::net::IpAddr;
 use std::os::unix::fs::DirBuilderExt;
@@ -22,13 +22,11 @@ use crate::cni::{code, Error, Result};
 
 const HOLDERS: &str = "holders";
 const TMP_PREFIX: &str = ".tmp.";
-const HINT_PREFIX: &str = "last_reserved_ip.";
 /// An interrupted write's temp file is only swept once surely abandoned.
 const STALE_TMP: Duration = Duration::from_secs(60);
 /// Upper bounds on what we read, so a garbage file cannot make us allocate without limit.
 const MAX_RESERVATION: usize = 4096;
 const MAX_INDEX: usize = 64 * 1024;
-const MAX_HINT: usize = 64;
 /// Removers hold a reservation's lock for microseconds; a holder this long is not academy.
 const LOCK_WAIT: Duration = Duration::from_secs(5);
 
@@ -80,10 +78,6 @@ fn unique_tmp_name() -> String {
 /// where GC never runs.
 fn holder_tmp_name(holder: &Holder) -> String {
     format!("{TMP_PREFIX}{}", holder.key())
-}
-
-fn parse_hint(bytes: &[u8]) -> Option<IpAddr> {
-    std::str::from_utf8(bytes).ok()?.trim().parse().ok()
 }
 
 fn validate_network(network: &str) -> Result<()> {
@@ -363,96 +357,6 @@ impl Store {
         }
     }
 
-    /// Frees every address `holder` holds, reading only its index: no directory scan, so
-    /// DEL stays O(1) in the size of the store. Also frees what this Store linked for the
-    /// holder itself, should its index have vanished meanwhile (the undo of an ADD that
-    /// lost its index to a racing GC or DEL). Idempotent; an unknown holder frees nothing.
-    pub fn release(&self, holder: &Holder) -> Result<Vec<IpAddr>> {
-        holder.validate()?;
-        let key = holder.key();
-        let index = match self.holders.read(&key, MAX_INDEX) {
-            Ok(index) => index,
-            // Not academy's file: nothing of ours is recorded there, and a DEL that could
-            // never succeed would wedge the container. Leave it, say so.
-            Err(e) if is_not_regular(&e) => {
-                let e = self.io_err_in(&self.holders, "read holder index", &key, &e);
-                eprintln!("academy: {e}; left alone");
-                None
-            }
-            Err(e) => return Err(self.io_err_in(&self.holders, "read holder index", &key, &e)),
-        };
-        let mut targets: Vec<(IpAddr, Option<FileStat>)> =
-            parse_index(index.as_deref().unwrap_or_default())
-                .into_iter()
-                .map(|a| (a, None))
-                .collect();
-        {
-            let mut linked = self.linked.lock().unwrap_or_else(|p| p.into_inner());
-            let (mine, others): (Vec<_>, Vec<_>) =
-                linked.drain(..).partition(|(owner, _, _)| *owner == key);
-            *linked = others;
-            targets.extend(mine.into_iter().map(|(_, addr, stat)| (addr, Some(stat))));
-        }
-        if index.is_none() && targets.is_empty() {
-            // No index: the attachment is not academy's, or host-local reserved for it on
-            // this shared store (same file content, no index). Found by content, so the
-            // DEL that follows a switch of `type` frees what the reference gave; only then
-            // is the store scanned, so academy's own DEL stays O(1).
-            targets.extend(
-                self.reserved_by_content(holder)?
-                    .into_iter()
-                    .map(|a| (a, None)),
-            );
-        }
-        let mut freed = Vec::new();
-        let mut first_err = None;
-        for (addr, ours) in targets {
-            let name = addr.to_string();
-            // The index may list a candidate another container won; only our own files go.
-            match self.remove_reservation(&name, ours.as_ref(), |c| holder.matches(c)) {
-                Ok(Some(_)) => freed.push(addr),
-                Ok(None) => {}
-                Err(e) => {
-                    first_err.get_or_insert(self.io_err("remove reservation", &name, &e));
-                }
-            }
-        }
-        // A killed run's temp files go with the attachment. Looked up first: unlinking a
-        // missing name fails with EROFS, not ENOENT, on a read-only file system.
-        let tmp = holder_tmp_name(holder);
-        for dir in [&self.holders, &self.dir] {
-            let removed = match dir.stat(&tmp) {
-                Ok(Some(_)) => dir.unlink(&tmp),
-                Ok(None) => Ok(()),
-                Err(e) => Err(e),
-            };
-            if let Err(e) = removed {
-                if !not_found(&e) {
-                    first_err.get_or_insert(self.io_err_in(dir, "remove temp file", &tmp, &e));
-                }
-            }
-        }
-        if let Err(e) = self.release_record(holder, index.as_deref()) {
-            first_err.get_or_insert(e);
-        }
-        // Keep the index when something could not be freed, so a retried DEL finds it.
-        if let Some(e) = first_err {
-            return Err(e);
-        }
-        // Only an index that was there: unlinking a missing name on a read-only file
-        // system is EROFS, not ENOENT, and would fail (or warn in an undo) for nothing.
-        if index.is_some() {
-            match self.holders.unlink(&key) {
-                Ok(()) => {}
-                Err(e) if not_found(&e) => {}
-                Err(e) => {
-                    return Err(self.io_err_in(&self.holders, "remove holder index", &key, &e))
-                }
-            }
-        }
-        Ok(freed)
-    }
-
     /// The addresses `holder` actually holds (listed in its index and held on disk).
     pub fn held_by(&self, holder: &Holder) -> Result<Vec<IpAddr>> {
         holder.validate()?;
@@ -514,91 +418,14 @@ impl Store {
             Err(e) => Err(self.io_err("read reservation", &name, &e)),
         }
     }
-
-    /// The round-robin hint; anything unreadable (missing, garbage, a FIFO) is no hint.
-    fn read_hint(&self, pool: &Pool) -> Option<IpAddr> {
-        let name = format!("{HINT_PREFIX}{}", pool.range_set());
-        parse_hint(&self.dir.read(&name, MAX_HINT).ok()??)
-    }
-
-    /// The hint, and its file kept open for `write_hint`: an ADD reads it and rewrites
-    /// it, and one open serves both (an open, an fstat and a close fewer).
-    fn open_hint(&self, pool: &Pool) -> (Option<IpAddr>, Option<File>) {
-        let name = format!("{HINT_PREFIX}{}", pool.range_set());
-        let Ok(Some(mut opened)) = self.dir.open_rw(&name) else {
-            return (None, None);
-        };
-        let hint = files::read_capped(&mut opened.file, MAX_HINT)
-            .ok()
-            .and_then(|bytes| parse_hint(&bytes));
-        (hint, Some(opened.file))
-    }
-
-    /// Writes the hint into `file` (the one `open_hint` read) or, without one, by name.
-    fn write_hint(&self, pool: &Pool, addr: IpAddr, file: Option<&mut File>) {
-        // Plain overwrite: a torn or racing write only yields a hint that reads as garbage
-        // or points elsewhere, and either just moves where the next search starts. Failing
-        // an ADD that already holds its address over a hint would be worse.
-        let text = addr.to_string();
-        if let Some(file) = file {
-            let _ = files::overwrite_file(file, text.as_bytes());
-            return;
-        }
-        let name = format!("{HINT_PREFIX}{}", pool.range_set());
-        let _ = self.dir.overwrite(&name, text.as_bytes());
-    }
-
-    /// Removes the reservation `name` if `release_it` says so of its content (and, when
-    /// `ours` is given, it is still that inode), and returns that content; None when it
-    /// is gone, kept, or not a regular file (not academy's: left alone).
-    ///
-    /// Deciding and unlinking cannot be one syscall, and the name may meanwhile have been
-    /// freed by another remover and re-reserved by another attachment (two runtimes
-    /// sharing a network: one's GC, the other's DEL). Every remover therefore locks the
-    /// file it read (flock on that inode) and unlinks only while the name still points
-    /// at it: a second remover of the same inode waits, then finds the name moved on.
-    /// Creators never need the lock: linkat cannot replace a name.
-    fn remove_reservation(
-        &self,
-        name: &str,
-        ours: Option<&FileStat>,
-        release_it: impl FnOnce(&[u8]) -> bool,
-    ) -> io::Result<Option<Vec<u8>>> {
-        let opened = match self.dir.open_read(name) {
-            Ok(Some(o)) => o,
-            Ok(None) => return Ok(None),
-            Err(e) if is_not_regular(&e) => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        if ours.is_some_and(|st| !files::same_inode(st, &opened.stat)) {
-            return Ok(None);
-        }
-        let read = opened.stat;
-        let mut locked = files::lock_exclusive(opened.file, self.lock_wait)?;
-        let content = match files::read_capped(&mut locked, MAX_RESERVATION) {
-            Ok(c) => c,
-            Err(e) if e.kind() == io::ErrorKind::InvalidData => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        if !release_it(&content) {
-            return Ok(None);
-        }
-        match self.dir.stat(name)? {
-            Some(now) if files::same_inode(&now, &read) => {}
-            _ => return Ok(None),
-        }
-        match self.dir.unlink(name) {
-            Ok(()) => Ok(Some(content)),
-            Err(e) if not_found(&e) => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
 }
 
 mod errors;
 pub(crate) mod files;
+mod hint;
 mod index;
 mod pending;
+mod release;
 mod runtime;
 mod survey;
 mod sweep;
