@@ -55,7 +55,6 @@ pub mod network;
 pub mod ports;
 pub mod reference;
 mod reports;
-pub mod services;
 pub mod tables;
 pub mod upgrade;
 mod wired;
@@ -378,9 +377,9 @@ pub fn add(phase: Phase, a: &mut Adding) -> Result<()> {
     }
     if phase == Phase::OneBatch {
         masquerade::nat::send_staged(a)?;
-        // Port mapping's network state for Services (services.rs), after the batch
+        // Port mapping's network state for Services (ports/services.rs), after the batch
         // that may have made its rules.
-        services::add(a.nft, a.conf)?;
+        ports::services::add(a.nft, a.conf)?;
     }
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! Services between pods of one node (src/firewall/services.rs), with a kube-proxy-like
+//! Services between pods of one node (src/firewall/ports/services.rs), with a kube-proxy-like
 //! DNAT of the test's own: a "ClusterIP" in a table the test makes in a private node, as
 //! kube-proxy's nftables mode writes one (a DNAT per Service in prerouting, a mark on
 //! hairpin connections, masquerade of the mark in postrouting). Pod A reaches pod B of

@@ -41,6 +41,7 @@ mod elements;
 mod guard;
 mod nft;
 mod rules;
+pub mod services;
 
 pub use elements::{key_text, PortElement, PortKey};
 use guard::{localnet_guard, localnet_rules};
@@ -383,7 +384,7 @@ pub fn missing(l: &mut Looking) -> Result<Vec<String>> {
 /// bridge is still open).
 fn object_wants(nft: &mut Nftables, conf: &Config, lost: bool) -> Result<Vec<Want>> {
     let mut wants = Vec::new();
-    if lost || published_here(nft, conf)? || super::services::need_hairpin(conf) {
+    if lost || published_here(nft, conf)? || services::need_hairpin(conf) {
         wants.extend([portmap_rules(), hairpin_mark(&conf.bridge)]);
     }
     let routed = conf.routed_interface();

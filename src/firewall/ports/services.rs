@@ -12,12 +12,12 @@
 //! Service address. The price is that the endpoint sees the gateway's address, not the
 //! client pod's; with br_netfilter it sees the pod's, and academy leaves it to it. The
 //! mark is the Ports kind's network state (checked, reported, restored and released
-//! with it: ports.rs).
+//! with it: mod.rs).
 
-use super::engine;
-use super::ports::{hairpin_mark, portmap_rules};
+use super::nft::{hairpin_mark, portmap_rules};
 use crate::cni::Result;
 use crate::config::Config;
+use crate::firewall::engine;
 use crate::ipam::store::files;
 use crate::netlink::NftablesOnDemand;
 
