@@ -201,34 +201,50 @@ def gc_phase(sp: Spawner, v: Versus, n: int, rounds: int, progress=lambda _m: No
 def gc_round(sp: Spawner, v: Versus, w: str, n: int, r: int, out: dict):
     p = v.gc[w]
     names = [f"{PREFIX}-g{w[0]}{j:02d}" for j in range(n)]
-    paths = v.lab.add_netns_many(names)
-    atts = [Attachment(cid=f"{PREFIX}-gc-{r}-{j:02d}", netns=path) for j, path in enumerate(paths)]
-    for a in atts:
-        run = cni.invoke(sp, p, "ADD", a)
-        if not run.ok:
-            out["problems"].append(f"{w} round {r}: ADD failed: {a.errors[-1][:300]}")
-    live = [a for a in atts if a.result]
-    valid = [{"containerID": a.cid, "ifname": a.ifname} for a in live]
-    for _ in range(GC_VALID_REPEAT):
-        run = _gc(sp, p, valid)
-        out["runs"][w]["valid"].append(run.sample())
-        if not run.ok:
-            out["problems"].append(f"{w} round {r}: GC (all valid) failed: {_text(run)}")
+    live = _add_pods(sp, v, p, names, lambda j: f"{PREFIX}-gc-{r}-{j:02d}", f"{w} round {r}", out)
+    _gc_all_valid(sp, p, live, out["runs"][w]["valid"], f"{w} round {r}", out)
     held = len(_reservations(p.store))
     veths = len(labmod.node_veths(p.node))
     if held != len(live) or veths != len(live):
         out["problems"].append(f"{w} round {r}: GC with every attachment valid left "
                                f"{held} reservations and {veths} veths of {len(live)}")
+    _gc_all_stale(sp, v, p, names, len(live), out["runs"][w]["stale"], f"{w} round {r}", out)
+
+
+def _add_pods(sp: Spawner, v: Versus, p: Plugin, names: list, cid, who: str, out: dict) -> list:
+    """A netns each for `names`, each ADDed (untimed) as container cid(j); the live ones."""
+    paths = v.lab.add_netns_many(names)
+    atts = [Attachment(cid=cid(j), netns=path) for j, path in enumerate(paths)]
+    for a in atts:
+        if not cni.invoke(sp, p, "ADD", a).ok:
+            out["problems"].append(f"{who}: ADD failed: {a.errors[-1][:300]}")
+    return [a for a in atts if a.result]
+
+
+def _gc_all_valid(sp: Spawner, p: Plugin, live: list, samples: list, who: str, out: dict):
+    """GC with every live attachment listed, GC_VALID_REPEAT times, each timed."""
+    valid = [{"containerID": a.cid, "ifname": a.ifname} for a in live]
+    for _ in range(GC_VALID_REPEAT):
+        run = _gc(sp, p, valid)
+        samples.append(run.sample())
+        if not run.ok:
+            out["problems"].append(f"{who}: GC (all valid) failed: {_text(run)}")
+
+
+def _gc_all_stale(sp: Spawner, v: Versus, p: Plugin, names: list, live: int, samples: list,
+                  who: str, out: dict):
+    """The pods' netns deleted (their veths go with them), then GC with an empty list,
+    timed once; what it left is a problem."""
     v.lab.del_netns_many(names)
     _wait_no_veths(p.node)
     run = _gc(sp, p, [])
-    out["runs"][w]["stale"].append(run.sample())
+    samples.append(run.sample())
     if not run.ok:
-        out["problems"].append(f"{w} round {r}: GC (all stale) failed: {_text(run)}")
+        out["problems"].append(f"{who}: GC (all stale) failed: {_text(run)}")
     left = {"reservations": len(_reservations(p.store)), "veths": len(labmod.node_veths(p.node)),
             "nft_elements": labmod.node_nft_elements(p.node)}
     if any(left.values()):
-        out["problems"].append(f"{w} round {r}: GC of {len(live)} stale left {left}")
+        out["problems"].append(f"{who}: GC of {live} stale left {left}")
 
 
 def restore_phase(sp: Spawner, v: Versus, n: int, rounds: int,
@@ -262,19 +278,8 @@ def restore_round(sp: Spawner, v: Versus, w: str, n: int, r: int, confs: str, ou
     p = v.gc[w]
     masq_set = f"{p.conf['name']}-v4"
     names = [f"{PREFIX}-vr{w[0]}{j:03d}" for j in range(n)]
-    paths = v.lab.add_netns_many(names)
-    atts = [Attachment(cid=f"{PREFIX}-rs-{r}-{j:03d}", netns=path)
-            for j, path in enumerate(paths)]
-    for a in atts:
-        if not cni.invoke(sp, p, "ADD", a).ok:
-            out["problems"].append(f"{w} round {r}: ADD failed: {a.errors[-1][:300]}")
-    live = [a for a in atts if a.result]
-    valid = [{"containerID": a.cid, "ifname": a.ifname} for a in live]
-    for _ in range(GC_VALID_REPEAT):
-        run = _gc(sp, p, valid)
-        out["runs"][w]["gc_valid"].append(run.sample())
-        if not run.ok:
-            out["problems"].append(f"{w} round {r}: GC (all valid) failed: {_text(run)}")
+    live = _add_pods(sp, v, p, names, lambda j: f"{PREFIX}-rs-{r}-{j:03d}", f"{w} round {r}", out)
+    _gc_all_valid(sp, p, live, out["runs"][w]["gc_valid"], f"{w} round {r}", out)
     before = _nonzero(labmod.node_nft_sets(p.node))
     if before.get(masq_set) != len(live):
         out["problems"].append(f"{w} round {r}: {masq_set} holds {before.get(masq_set)} "
@@ -302,16 +307,7 @@ def restore_round(sp: Spawner, v: Versus, w: str, n: int, r: int, confs: str, ou
         elif after.get(masq_set, 0) != len(live):
             out["problems"].append(f"{w} round {r}: restore put back {after.get(masq_set, 0)} "
                                    f"of {len(live)} elements of {masq_set}: {said[:200]}")
-    v.lab.del_netns_many(names)
-    _wait_no_veths(p.node)
-    run = _gc(sp, p, [])
-    out["runs"][w]["gc_stale"].append(run.sample())
-    if not run.ok:
-        out["problems"].append(f"{w} round {r}: GC (all stale) failed: {_text(run)}")
-    left = {"reservations": len(_reservations(p.store)), "veths": len(labmod.node_veths(p.node)),
-            "nft_elements": labmod.node_nft_elements(p.node)}
-    if any(left.values()):
-        out["problems"].append(f"{w} round {r}: GC of {len(live)} stale left {left}")
+    _gc_all_stale(sp, v, p, names, len(live), out["runs"][w]["gc_stale"], f"{w} round {r}", out)
 
 
 def _gc(sp: Spawner, p: Plugin, valid: list):
