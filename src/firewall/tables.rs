@@ -2,8 +2,12 @@
 //! kinds share. academy owns two tables and writes into one other: iptables-nft's
 //! `filter`, whose FORWARD chain Docker's DROP policy makes everyone's business.
 
+use super::engine::{Owner, Want, Wanted};
+use crate::netlink::nftables::attrs::ifname_bytes;
 use crate::netlink::nftables::consts::{IFNAMSIZ, TYPE_BITS, TYPE_IFNAME};
-use crate::netlink::nftables::model::{Chain, ChainType, Change, Hook, Priority, Set, Verdict};
+use crate::netlink::nftables::model::{
+    Chain, ChainType, Change, Element, Hook, Priority, Set, Verdict,
+};
 use crate::netlink::{Family, Nftables, NlResult, Table};
 
 /// The name of academy's own tables.
@@ -75,6 +79,29 @@ pub fn bridge_pairs(name: &'static str, id: u32) -> Change {
         userdata: None,
         exclusive: false,
     })
+}
+
+/// `bridge . bridge`, each name NUL-padded to IFNAMSIZ as the kernel loads it: a
+/// bridge's key in a set of `bridge_pairs`.
+pub fn bridge_pair_key(bridge: &str) -> Vec<u8> {
+    let name = ifname_bytes(bridge);
+    [name.clone(), name].concat()
+}
+
+/// The bridge's element in the `bridge_pairs` set `set` (id `id` in a batch that makes
+/// it): the bridge's, going with the last network on it.
+pub fn bridge_pair(set: &'static str, id: u32, bridge: &str, what: String, harm: String) -> Want {
+    Want {
+        wanted: Wanted::element(
+            ACADEMY,
+            set,
+            Element::key(bridge_pair_key(bridge)),
+            vec![Change::add_table(ACADEMY), bridge_pairs(set, id)],
+        ),
+        owner: Owner::Bridge(bridge.to_string()),
+        what,
+        harm,
+    }
 }
 
 /// The suffix of a set or map of one family: `<network>-v4`, `_ports-v6`.

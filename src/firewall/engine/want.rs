@@ -83,6 +83,15 @@ impl Wanted {
         }
     }
 
+    /// Rules that go together, known by `prefix` (see `Group`).
+    pub fn group(prefix: &str, rules: Vec<Rule>, setup: Vec<Change>) -> Wanted {
+        Wanted::Group {
+            prefix: prefix.to_string(),
+            rules,
+            setup,
+        }
+    }
+
     /// An element of `set`, to add if missing.
     pub fn element(table: Table, set: &str, element: Element, setup: Vec<Change>) -> Wanted {
         Wanted::Element {

@@ -29,9 +29,8 @@
 //! the network's addresses, which are the only ones its bridge routes.
 
 use crate::firewall::engine::{Owner, Want, Wanted};
-use crate::firewall::ports::hairpin_key;
-use crate::firewall::tables::{bridge_pairs, forward, ACADEMY, FORWARD};
-use crate::netlink::nftables::model::{Change, Element, Expr, MetaKey, Reg, Rule, Verdict};
+use crate::firewall::tables::{bridge_pair, bridge_pairs, forward, ACADEMY, FORWARD};
+use crate::netlink::nftables::model::{Change, Expr, MetaKey, Reg, Rule, Verdict};
 
 /// The set of isolated bridges (`ingressPolicy` same-bridge), as `bridge . bridge`.
 pub const ISOLATED_SET: &str = "_isolated";
@@ -67,20 +66,8 @@ pub fn isolation_rule(harm: &str) -> Want {
 
 /// `bridge . bridge` in `_isolated`: the bridge's, going with the last network on it.
 pub fn isolated_bridge(bridge: &str, harm: &str) -> Want {
-    Want {
-        wanted: Wanted::element(
-            ACADEMY,
-            ISOLATED_SET,
-            Element::key(hairpin_key(bridge)),
-            vec![
-                Change::add_table(ACADEMY),
-                bridge_pairs(ISOLATED_SET, SET_ID),
-            ],
-        ),
-        owner: Owner::Bridge(bridge.to_string()),
-        what: format!("{bridge} . {bridge}"),
-        harm: harm.to_string(),
-    }
+    let what = format!("{bridge} . {bridge}");
+    bridge_pair(ISOLATED_SET, SET_ID, bridge, what, harm.to_string())
 }
 
 /// `iifname . iifname @_isolated oifname . oifname @_isolated iifname . oifname !=
@@ -121,7 +108,7 @@ mod tests {
             hex(&sha256(&list)),
             "dfff54ba3509fe13a34ec3540ad330f6c83062dd52b7538bc220f73266fc38cf"
         );
-        let key = hairpin_key("br0");
+        let key = crate::firewall::tables::bridge_pair_key("br0");
         assert_eq!(key.len(), 2 * IFNAMSIZ);
         assert_eq!(&key[..3], b"br0");
         assert_eq!(&key[IFNAMSIZ..IFNAMSIZ + 3], b"br0");

@@ -191,8 +191,9 @@ fn decode_ports(payload: &[u8], map: PortMap) -> Vec<PortElement> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::nft::{hairpin_key, port_changes};
+    use super::super::nft::port_changes;
     use super::*;
+    use crate::firewall::tables::bridge_pair_key as hairpin_key;
     use crate::netlink::nftables::encode::element_reply;
     use crate::netlink::nftables::model::Element;
 

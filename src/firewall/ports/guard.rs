@@ -66,11 +66,7 @@ pub fn localnet_rules(bridge: &str) -> Want {
     })
     .collect();
     Want {
-        wanted: Wanted::Group {
-            prefix: RULE_PREFIX.to_string(),
-            rules,
-            setup,
-        },
+        wanted: Wanted::group(RULE_PREFIX, rules, setup),
         owner: Owner::Host,
         what: "the loopback guard".to_string(),
         harm: format!("bridge {bridge} routes 127.0.0.0/8, and its containers {OPEN}"),

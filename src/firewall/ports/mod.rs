@@ -45,7 +45,7 @@ pub mod services;
 
 pub use elements::{key_text, PortElement, PortKey};
 use guard::{localnet_guard, localnet_rules};
-pub use nft::{hairpin_key, hairpin_mark, port_changes, portmap_rules};
+pub use nft::{hairpin_mark, port_changes, portmap_rules};
 
 const IPPROTO_UDP: u8 = 17;
 

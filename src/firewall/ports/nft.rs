@@ -30,9 +30,9 @@ use super::elements::{
 use super::rules::{dnat_rule, hairpin_rule, localhost_rule, masquerade_marked};
 use crate::firewall::engine::{Owner, Want, Wanted};
 use crate::firewall::tables::{
-    bridge_pairs, forward, postrouting, ACADEMY, FORWARD, OUTPUT, POSTROUTING, PREROUTING,
+    bridge_pair, bridge_pair_key, bridge_pairs, forward, postrouting, ACADEMY, FORWARD, OUTPUT,
+    POSTROUTING, PREROUTING,
 };
-use crate::netlink::nftables::attrs::ifname_bytes;
 use crate::netlink::nftables::batch::named;
 use crate::netlink::nftables::model::{
     Chain, ChainType, Change, Element, Expr, Hook, Op, Priority, Rule, Set,
@@ -186,11 +186,7 @@ pub fn portmap_rules() -> Want {
     let localhost = format!("{RULE_PREFIX} localhost");
     rules.push(rule(POSTROUTING, localhost, localhost_rule()));
     Want {
-        wanted: Wanted::Group {
-            prefix: RULE_PREFIX.to_string(),
-            rules,
-            setup,
-        },
+        wanted: Wanted::group(RULE_PREFIX, rules, setup),
         owner: Owner::Host,
         what: "port mapping".to_string(),
         harm: "published ports are not forwarded to their containers".to_string(),
@@ -198,23 +194,17 @@ pub fn portmap_rules() -> Want {
 }
 
 /// The bridge's element of `_hairpin` (its containers reaching each other's published
-/// ports, or Services, through the host): the bridge's, going with its last network.
+/// ports, or Services, through the host).
 pub fn hairpin_mark(bridge: &str) -> Want {
-    let hairpin_id = PortMap::ALL.len() as u32 + 1;
-    Want {
-        wanted: Wanted::element(
-            ACADEMY,
-            HAIRPIN_SET,
-            Element::key(hairpin_key(bridge)),
-            vec![
-                Change::add_table(ACADEMY),
-                bridge_pairs(HAIRPIN_SET, hairpin_id),
-            ],
-        ),
-        owner: Owner::Bridge(bridge.to_string()),
-        what: format!("the hairpin mark of bridge {bridge} ({bridge} . {bridge})"),
-        harm: "its containers cannot reach each other's published ports".to_string(),
-    }
+    let what = format!("the hairpin mark of bridge {bridge} ({bridge} . {bridge})");
+    let harm = "its containers cannot reach each other's published ports".to_string();
+    bridge_pair(
+        HAIRPIN_SET,
+        PortMap::ALL.len() as u32 + 1,
+        bridge,
+        what,
+        harm,
+    )
 }
 
 /// Every port mapping rule's comment starts so.
@@ -266,15 +256,9 @@ pub fn port_changes(ports: &[PortElement], bridge: &str, hairpin: bool) -> Vec<C
         changes.push(Change::add_element(
             ACADEMY,
             HAIRPIN_SET,
-            Element::key(hairpin_key(bridge)),
+            Element::key(bridge_pair_key(bridge)),
             format!("add {bridge} . {bridge} to nf_tables set {ACADEMY} {HAIRPIN_SET}"),
         ));
     }
     changes
-}
-
-/// `bridge . bridge`, each name NUL-padded to IFNAMSIZ as the kernel loads it.
-pub fn hairpin_key(bridge: &str) -> Vec<u8> {
-    let name = ifname_bytes(bridge);
-    [name.clone(), name].concat()
 }
