@@ -2,18 +2,15 @@
 //! ADD turns on, what STATUS and CHECK miss, and route_localnet off again with the
 //! network's last attachment.
 
-use super::guard::{localnet_guard, localnet_rules};
 use crate::cni::{Error, Result};
-use crate::firewall::engine;
-use crate::netlink::Nftables;
 
 /// Traffic to 127.0.0.1:hostPort is sent on to the container with its source kept; the
 /// kernel drops a packet from 127.0.0.0/8 leaving by an interface without
 /// route_localnet (the reference portmap sets it on the same interface). The bridge's
 /// loopback guard comes first: with route_localnet, a container's frame to 127.0.0.1
-/// would otherwise reach the host's services bound there (guard.rs).
-pub(crate) fn allow_localhost(nft: &mut Nftables, bridge: &str) -> Result<()> {
-    engine::complete(nft, &[localnet_rules(bridge), localnet_guard(bridge)])?;
+/// would otherwise reach the host's services bound there (guard.rs): the caller makes
+/// sure of it first.
+pub(crate) fn allow_localhost(bridge: &str) -> Result<()> {
     let path = format!("/proc/sys/net/ipv4/conf/{bridge}/route_localnet");
     if std::fs::read(&path).is_ok_and(|v| v.starts_with(b"1")) {
         return Ok(());

@@ -97,15 +97,22 @@ pub fn add(a: &mut Adding) -> Result<()> {
         return Ok(());
     }
     let nft = a.nft.get()?;
-    if published.iter().any(|p| p.key.family == Family::V4) {
-        allow_localhost(nft, &a.conf.routed_interface())?;
-    }
     a.batch.publish_lock = publish_lock();
-    // Port mapping's maps and rules as an admin's flush may have left them (one small
-    // dump); a concurrent repair's deletions make one attempt fail with ENOENT.
-    let remade = !engine::complete(nft, &[portmap_rules()])?
+    // Port mapping's maps and rules as an admin's flush may have left them and, with an
+    // IPv4 port, the bridge's loopback guard, before route_localnet goes on: one look
+    // (one dump of the table) and, only when something lacks, one batch.
+    let routed = a.conf.routed_interface();
+    let v4 = published.iter().any(|p| p.key.family == Family::V4);
+    let mut objects = vec![portmap_rules()];
+    if v4 {
+        objects.extend([localnet_rules(&routed), localnet_guard(&routed)]);
+    }
+    let remade = engine::complete(nft, &objects)?
         .put_back
-        .is_empty();
+        .contains(&objects[0]);
+    if v4 {
+        allow_localhost(&routed)?;
+    }
     // A flush took the maps with the other containers' ports: the maps cannot say who
     // holds what, their records can (wants.rs). Read only then, so a steady ADD reads
     // no record but its own; and what the records ask for is put back at once, so the
