@@ -95,13 +95,13 @@ fn grouped(wants: &[&Want], noun: &str, say: fn(&Want) -> String) -> Vec<String>
 /// A batch that appends or deletes a rule is made under the host's repair lock after a
 /// second look, so concurrent invocations that both found a rule missing append it once.
 pub fn complete(nft: &mut Nftables, wants: &[Want]) -> NlResult<Completed> {
-    complete_retried(nft, wants, Lock::Take)
+    complete_retried(nft, wants, Lock::Take, &[])
 }
 
 /// `complete`, for a caller that holds the host's repair lock already (a second take,
 /// on another descriptor, would wait for itself).
 pub fn complete_held(nft: &mut Nftables, wants: &[Want]) -> NlResult<Completed> {
-    complete_retried(nft, wants, Lock::Held)
+    complete_retried(nft, wants, Lock::Held, &[])
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -110,15 +110,27 @@ enum Lock {
     Held,
 }
 
-fn complete_retried(nft: &mut Nftables, wants: &[Want], lock: Lock) -> NlResult<Completed> {
-    match complete_once(nft, wants, lock) {
+/// `added`: elements added without a look, for a caller that knows they are not all
+/// there (an add of one already there, same value, is success).
+fn complete_retried<'w>(
+    nft: &mut Nftables,
+    wants: &'w [Want],
+    lock: Lock,
+    added: &'w [Want],
+) -> NlResult<Completed> {
+    match complete_once(nft, wants, lock, added) {
         // A release deleting a table or set between the look and the batch: look again.
-        Err(e) if e.is(libc::ENOENT) => complete_once(nft, wants, lock),
+        Err(e) if e.is(libc::ENOENT) => complete_once(nft, wants, lock, added),
         other => other,
     }
 }
 
-fn complete_once(nft: &mut Nftables, wants: &[Want], lock: Lock) -> NlResult<Completed> {
+fn complete_once<'w>(
+    nft: &mut Nftables,
+    wants: &'w [Want],
+    lock: Lock,
+    added: &'w [Want],
+) -> NlResult<Completed> {
     let mut found = look(nft, wants)?;
     let _held = match lock == Lock::Take && found.writes_rules() {
         true => {
@@ -128,6 +140,7 @@ fn complete_once(nft: &mut Nftables, wants: &[Want], lock: Lock) -> NlResult<Com
         }
         false => None,
     };
+    found.missing.extend(added);
     let changes = batch(&found);
     if !changes.is_empty() {
         nft.run(changes)?;
@@ -153,19 +166,25 @@ fn held_by(want: &Want, comment: &str) -> (String, String) {
 }
 
 /// ADD of one attachment: its elements (`own`) in one batch, the steady case; when the
-/// kernel refuses them for want of a set or table, the network's wants and the
-/// attachment's completed in one batch (what the elements need made first is their
-/// setup). Elements under the attachment's own key with another value (its earlier
+/// kernel refuses them for want of a set or table, the network's wants completed and the
+/// elements added in one batch (what they need made first is their setup), the network's
+/// alone looked at. Elements under the attachment's own key with another value (its earlier
 /// pair's, from an ADD killed before its DEL) are replaced.
 pub fn add(nft: &mut Nftables, network: &[Want], own: &[Want]) -> NlResult<Completed> {
     if own.is_empty() {
         return complete(nft, network);
     }
     match nft.run(element_adds(own.iter())) {
-        Err(e) if e.is(libc::ENOENT) => {
-            let all: Vec<Want> = network.iter().chain(own).cloned().collect();
-            complete(nft, &all)
-        }
+        // The attachment's elements are not all there (the batch failed whole): they go
+        // in the completion's batch unlooked at, with what they need made first.
+        Err(e) if e.is(libc::ENOENT) => match complete_retried(nft, network, Lock::Take, own) {
+            // One of them there with another value (a stale one): all looked at.
+            Err(e) if e.is(libc::EBUSY) || e.is(libc::EEXIST) => {
+                let all: Vec<Want> = network.iter().chain(own).cloned().collect();
+                complete(nft, &all)
+            }
+            other => other,
+        },
         Err(e) if e.is(libc::EBUSY) || e.is(libc::EEXIST) => complete(nft, own),
         other => other.map(|()| Completed::default()),
     }
