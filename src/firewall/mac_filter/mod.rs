@@ -9,6 +9,8 @@
 //! them by that identity before the veth goes. The network's rule, map and sets go with
 //! its last attachment (network.rs).
 
+use std::collections::HashMap;
+
 use super::engine::{self, Keys, Want, Wanted};
 use super::{Adding, Checking, Diff, Looking, Releasing, Removing, Repair, Sweeping};
 use crate::cni::result::format_mac;
@@ -182,11 +184,16 @@ fn wired_wants(l: &mut Looking, mut nl: Option<&mut Netlink>) -> Result<Vec<Want
     }
     let nft = l.nft.get()?;
     let mut wants = network_wants(conf, Keys::AsConfigured);
+    // The map read once (its elements are this network's ports), not looked up per port.
+    let recorded: HashMap<String, [u8; 6]> = guarded_ports(nft, &conf.name)?
+        .into_iter()
+        .map(|p| (p.port, p.mac))
+        .collect();
     for a in &wired.attachments {
         let who = a.who(conf);
         let veth = who.host_name();
-        let mac = match (guarded_port(nft, &conf.name, &veth)?, nl.as_deref_mut()) {
-            (Some(port), _) => Some(port.mac),
+        let mac = match (recorded.get(&veth), nl.as_deref_mut()) {
+            (Some(mac), _) => Some(*mac),
             (None, Some(nl)) => {
                 let mac = nl.peer_mac(&veth)?;
                 if mac.is_none() {
