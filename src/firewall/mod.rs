@@ -25,8 +25,8 @@
 //! A kind declared to the engine (engine/) says only what it wants (`Kind::wants`):
 //! its `add`, `check`, `missing`, `restore` and `release` are then the engine's one
 //! comparison of those wants with the kernel (isolation and the FORWARD accepts wholly;
-//! the MAC filter, whose wants are per attachment too, and port mapping's network
-//! objects, beside its published ports, through their own thin calls).
+//! the MAC filter and the masquerade, whose wants are per attachment too, and port
+//! mapping's network objects, beside its published ports, through their own thin calls).
 //!
 //! Each operation takes one context: the config, the sockets it may use (opened at the
 //! first kind that needs one) and what that operation is about. ADD, the one removal,
@@ -289,7 +289,7 @@ impl Kind {
     /// Puts back what `missing` names, and says what it could not.
     pub fn restore(self, l: &mut Looking) -> Result<Repair> {
         match self {
-            Kind::Masquerade => masquerade::restore(l).map(Repair::put_back),
+            Kind::Masquerade => masquerade::restore(l),
             Kind::Ports => ports::restore(l),
             Kind::MacFilter => mac_filter::restore(l),
             Kind::Forward | Kind::Isolation => match l.wired.bridge_in_use {

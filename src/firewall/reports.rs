@@ -26,13 +26,6 @@ pub struct Repair {
 }
 
 impl Repair {
-    pub fn put_back(what: Vec<String>) -> Repair {
-        Repair {
-            put_back: what,
-            ..Repair::default()
-        }
-    }
-
     pub fn is_empty(&self) -> bool {
         self.put_back.is_empty() && self.not_put_back.is_empty() && self.unrecorded.is_empty()
     }

@@ -259,7 +259,10 @@ mod tests {
             &Restoration {
                 kinds: vec![(
                     Kind::Ports,
-                    Repair::put_back(vec!["the loopback guard of br0".into()]),
+                    Repair {
+                        put_back: vec!["the loopback guard of br0".into()],
+                        ..Repair::default()
+                    },
                 )],
                 errors: Vec::new(),
             },

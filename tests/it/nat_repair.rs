@@ -192,8 +192,10 @@ fn the_rule_follows_the_network_s_current_ranges() {
     let check = node.call("CHECK", &a, &with_prev(&two, &first));
     assert_cni_error(&check, 120, &["other ranges"]);
     let b = lab.attachment("b");
-    node.call("ADD", &b, &two)
-        .expect_result("ADD with two ranges");
+    let added = node.call("ADD", &b, &two);
+    // A config change is no repair: nothing on stderr says one was made.
+    assert!(!added.stderr.contains("repaired"), "{added}");
+    added.expect_result("ADD with two ranges");
     let rules = node.rules("v4");
     assert_eq!(rules.len(), 1, "the rule replaced, not doubled: {rules:?}");
     assert!(
@@ -204,6 +206,38 @@ fn the_rule_follows_the_network_s_current_ranges() {
     assert!(listed.stdout.contains(extra), "{listed}");
     node.call("CHECK", &a, &with_prev(&two, &first))
         .expect_silent_success("CHECK with the new ranges");
+}
+
+/// An element at a wired container's address that names another attachment is not the
+/// restore's to replace: it is left, and the restore says whose it is.
+#[test]
+fn restore_leaves_and_names_an_element_another_attachment_holds() {
+    let lab = Lab::new("nrheld");
+    let node = Node::new(&lab);
+    lab.write_conflist("1.1.0", "academy", json!({"ipMasq": true}));
+    let config = masq_config(&lab);
+    let a = lab.attachment("h0");
+    let added = node.call("ADD", &a, &config).expect_result("ADD");
+    let address = result_address(&added);
+    let set = format!("{}-v4", lab.network);
+    let key = format!("{{ {address} }}");
+    let held_so = format!("{{ {address} comment \"someone else\" }}");
+    node.nft(&["delete", "element", "inet", "academy", &set, &key]);
+    node.nft(&["add", "element", "inet", "academy", &set, &held_so]);
+
+    let conf_dir = lab.conf_dir.to_str().unwrap();
+    let out = node.academy(&["restore", "--conf-dir", conf_dir]);
+    assert!(
+        out.stderr.contains("could not put back: address")
+            && out.stderr.contains("\"someone else\" holds it"),
+        "{out}"
+    );
+    let held = format!("{address} someone else");
+    assert_eq!(node.elements(), [held].into_iter().collect());
+
+    node.nft(&["delete", "element", "inet", "academy", &set, &key]);
+    node.call("DEL", &a, &config).expect_silent_success("DEL");
+    assert!(node.elements().is_empty());
 }
 
 /// Concurrent first ADDs of a network (and concurrent ADDs after a flush) each find the

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use super::want::{Want, Wanted};
-use crate::netlink::nftables::model::Element;
+use crate::netlink::nftables::model::{Element, Expr};
 use crate::netlink::{Nftables, NlResult, Object, Table, TableRule};
 
 /// What the kernel has of some wants.
@@ -28,6 +28,10 @@ pub struct Look<'w> {
     pub present: Vec<(&'w Want, Object)>,
     /// For each incomplete group, the comments of its rules that are not there.
     pub group_lacks: Vec<(&'w Want, Vec<String>)>,
+    /// Outdated forms of a slotted rule (also in `surplus`), with their comment.
+    pub outdated: Vec<(&'w Want, String)>,
+    /// The chains found holding rules: there, so a batch need not make them again.
+    pub chains_present: Vec<(Table, String)>,
 }
 
 impl Look<'_> {
@@ -83,8 +87,13 @@ impl Look<'_> {
 /// each (a dump reply carries many elements per message).
 const DUMP_PAST: usize = 16;
 
-/// A rule read back: its handle and its comments.
-type Commented = (u64, Vec<String>);
+/// A rule read back: its handle, its comments and the sets it looks up.
+#[derive(Clone)]
+struct Commented {
+    handle: u64,
+    comments: Vec<String>,
+    sets: Vec<String>,
+}
 
 /// What one dump read: a table's rules (`chain` None: all of its chains), each with its
 /// chain.
@@ -113,6 +122,19 @@ impl Chains {
             .collect())
     }
 
+    /// The chains read that hold at least one rule.
+    fn holding_rules(&self) -> Vec<(Table, String)> {
+        let mut held: Vec<(Table, String)> = Vec::new();
+        for read in &self.0 {
+            for (chain, _) in &read.rules {
+                if !held.iter().any(|(t, c)| *t == read.table && c == chain) {
+                    held.push((read.table, chain.clone()));
+                }
+            }
+        }
+        held
+    }
+
     /// Reads all of `table` in one dump, unless it was.
     fn read_whole(&mut self, nft: &mut Nftables, table: Table) -> NlResult<()> {
         match self.0.iter().any(|r| r.table == table && r.chain.is_none()) {
@@ -125,7 +147,18 @@ impl Chains {
         let rules = nft.rules(table, chain)?;
         let rules = rules
             .iter()
-            .map(|r| (r.chain.clone(), (r.handle, r.comments())))
+            .map(|r| {
+                let sets = r.exprs.iter().filter_map(|e| match e {
+                    Expr::Lookup { set, .. } => Some(set.clone()),
+                    _ => None,
+                });
+                let seen = Commented {
+                    handle: r.handle,
+                    comments: r.comments(),
+                    sets: sets.collect(),
+                };
+                (r.chain.clone(), seen)
+            })
             .collect();
         self.0.push(Read {
             table,
@@ -180,18 +213,50 @@ pub fn look<'w>(nft: &mut Nftables, wants: &'w [Want]) -> NlResult<Look<'w>> {
     let dumped = Dumped::of(nft, wants)?;
     for want in wants {
         match &want.wanted {
-            Wanted::Rule { rule, known_as, .. } => {
+            Wanted::Rule {
+                rule,
+                known_as,
+                slot,
+                ..
+            } => {
                 let rules = chains.of(nft, rule.table, &rule.chain)?;
                 let handles = with_comment(&rules, known_as);
-                match handles.split_first() {
+                let mut current: Vec<u64> = handles.clone();
+                let mut outdated: Vec<TableRule> = Vec::new();
+                for seen in rules.iter().filter(|r| !handles.contains(&r.handle)) {
+                    let Some(slot) = slot else { break };
+                    if !slot.holds(&seen.comments, &seen.sets) {
+                        continue;
+                    }
+                    let comment = seen.comments.first().cloned().unwrap_or_default();
+                    match slot
+                        .also_current
+                        .as_ref()
+                        .is_some_and(|a| a.accepts(&comment))
+                    {
+                        true => current.push(seen.handle),
+                        false => outdated.push(TableRule {
+                            table: rule.table,
+                            chain: rule.chain.clone(),
+                            handle: seen.handle,
+                            comment,
+                        }),
+                    }
+                }
+                match current.split_first() {
                     None => found.missing.push(want),
                     Some((_, copies)) => {
                         let copies = copies.iter().map(|h| want.object(*h));
                         found.surplus.extend(copies);
                     }
                 }
-                for handle in handles {
+                for handle in current {
                     found.present.push((want, want.object(handle)));
+                }
+                for rule in outdated {
+                    found.outdated.push((want, rule.comment.clone()));
+                    found.surplus.push(Object::Rule(rule.clone()));
+                    found.present.push((want, Object::Rule(rule)));
                 }
             }
             Wanted::Group { prefix, rules, .. } => {
@@ -203,12 +268,13 @@ pub fn look<'w>(nft: &mut Nftables, wants: &'w [Want]) -> NlResult<Look<'w>> {
                     }
                     seen.push((rule.table, &rule.chain));
                     chains.read_whole(nft, rule.table)?;
-                    for (handle, comments) in chains.of(nft, rule.table, &rule.chain)? {
-                        if let Some(c) = comments.iter().find(|c| c.starts_with(prefix.as_str())) {
+                    for seen in chains.of(nft, rule.table, &rule.chain)? {
+                        let comments = seen.comments.iter();
+                        if let Some(c) = comments.clone().find(|c| c.starts_with(prefix.as_str())) {
                             ours.push(TableRule {
                                 table: rule.table,
                                 chain: rule.chain.clone(),
-                                handle,
+                                handle: seen.handle,
                                 comment: c.clone(),
                             });
                         }
@@ -273,6 +339,7 @@ pub fn look<'w>(nft: &mut Nftables, wants: &'w [Want]) -> NlResult<Look<'w>> {
             }
         }
     }
+    found.chains_present = chains.holding_rules();
     Ok(found)
 }
 
@@ -285,7 +352,7 @@ fn differs(want: &Want, wanted: &Element, there: &Element) -> bool {
 fn with_comment(rules: &[Commented], known_as: &[String]) -> Vec<u64> {
     rules
         .iter()
-        .filter(|(_, comments)| comments.iter().any(|c| known_as.contains(c)))
-        .map(|(handle, _)| *handle)
+        .filter(|r| r.comments.iter().any(|c| known_as.contains(c)))
+        .map(|r| r.handle)
         .collect()
 }

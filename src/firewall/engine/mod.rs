@@ -18,7 +18,7 @@ mod look;
 mod want;
 
 pub use look::{look, Look};
-pub use want::{Owner, Want, Wanted};
+pub use want::{Accepts, Owner, Slot, Want, Wanted};
 
 use crate::netlink::nftables::model::{Change, Op};
 use crate::netlink::{Nftables, NlResult, Object};
@@ -141,7 +141,14 @@ fn complete_once<'w>(
         false => None,
     };
     found.missing.extend(added);
-    let changes = batch(&found);
+    apply(nft, &found)
+}
+
+/// Makes the kernel hold what `found` lacks, in one batch: for a caller that looked
+/// (under the repair lock, if the batch writes rules) and says in its own words what it
+/// found.
+pub fn apply(nft: &mut Nftables, found: &Look) -> NlResult<Completed> {
+    let changes = batch(found);
     if !changes.is_empty() {
         nft.run(changes)?;
     }
@@ -226,14 +233,24 @@ fn element_adds<'w>(wants: impl Iterator<Item = &'w Want>) -> Vec<Change> {
 }
 
 /// The batch that makes the kernel match: what the missing objects need made first
-/// (once each), the surplus and the replaced elements deleted, then the missing and
-/// replaced objects added.
-fn batch(found: &Look) -> Vec<Change> {
+/// (once each, and no chain the look found holding rules: making an existing base chain
+/// again is an update, whose old copy the kernel frees after an RCU grace period that
+/// the socket's close waits out, 8-12 ms), the surplus and the replaced elements
+/// deleted, then the missing and replaced objects added. For a caller that sends it
+/// with changes of its own (ADD's one batch); `complete` sends it alone.
+pub fn batch(found: &Look) -> Vec<Change> {
     let mut changes: Vec<Change> = Vec::new();
     let replaced: Vec<&Want> = found.replaced().map(|(w, _)| *w).collect();
     for want in found.missing.iter().chain(&replaced) {
         for change in want.setup() {
-            if !changes.contains(change) {
+            let there = match &change.op {
+                Op::AddChain(chain) => found
+                    .chains_present
+                    .iter()
+                    .any(|(t, c)| *t == chain.table && c == chain.name),
+                _ => false,
+            };
+            if !there && !changes.contains(change) {
                 changes.push(change.clone());
             }
         }
@@ -375,6 +392,64 @@ mod tests {
                 "rule r is missing from nf_tables chain inet t c: h",
                 "the MAC filter of 2 wired container(s)"
             ]
+        );
+    }
+
+    /// A chain the look found holding rules is not made again (an update of a base
+    /// chain costs the socket's close an RCU grace period); one it did not find is.
+    #[test]
+    fn a_batch_leaves_out_a_chain_found_holding_rules() {
+        use crate::netlink::nftables::model::{Chain, ChainType, Hook, Priority};
+        let chain = Change::add_chain(Chain {
+            table: T,
+            name: "c",
+            hook: Hook::Postrouting,
+            priority: Priority::NAT_SRC,
+            kind: ChainType::Nat,
+        });
+        let mut r = rule_want("r");
+        if let Wanted::Rule { setup, .. } = &mut r.wanted {
+            setup.push(chain.clone());
+        }
+        let mut found = Look {
+            missing: vec![&r],
+            ..Look::default()
+        };
+        assert!(batch(&found).contains(&chain));
+        found.chains_present = vec![(T, "c".to_string())];
+        let changes = batch(&found);
+        assert!(!changes.contains(&chain), "{changes:?}");
+        assert!(changes.iter().any(|c| matches!(c.op, Op::AddRule(_))));
+    }
+
+    /// A slot holds academy's rules that look up its set, whatever ranges they name;
+    /// `also_current` takes some of them as the wanted rule.
+    #[test]
+    fn a_slot_holds_every_form_of_its_rule() {
+        fn ends_with(comment: &str, tail: &str) -> bool {
+            comment.ends_with(tail)
+        }
+        let slot = Slot {
+            prefix: "academy ipMasq ".into(),
+            set: "n-v4".into(),
+            also_current: Some(Accepts {
+                test: ends_with,
+                arg: " nonMasqueradeCIDRs 10.0.0.0/8".into(),
+            }),
+        };
+        let comments = |c: &str| vec![c.to_string()];
+        let sets = |s: &str| vec![s.to_string()];
+        let old = "academy ipMasq n-v4 except 10.1.0.0/24";
+        assert!(slot.holds(&comments(old), &sets("n-v4")));
+        assert!(!slot.holds(&comments(old), &sets("m-v4")), "another set's");
+        assert!(
+            !slot.holds(&comments("someone's"), &sets("n-v4")),
+            "not academy's"
+        );
+        let accepts = slot.also_current.as_ref().unwrap();
+        assert!(!accepts.accepts(old));
+        assert!(
+            accepts.accepts("academy ipMasq n-v4 except 10.9.0.0/24 nonMasqueradeCIDRs 10.0.0.0/8")
         );
     }
 

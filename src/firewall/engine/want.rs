@@ -34,11 +34,12 @@ impl Owner {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Wanted {
     /// A rule, known by any of `known_as` in its chain (in either comment form:
-    /// `Rule::comments`); `setup` makes what it needs (table, sets, chain), each an
-    /// idempotent create.
+    /// `Rule::comments`), or by its `slot`; `setup` makes what it needs (table, sets,
+    /// chain), each an idempotent create.
     Rule {
         rule: Rule,
         known_as: Vec<String>,
+        slot: Option<Slot>,
         setup: Vec<Change>,
     },
     /// Rules that go together, each in its chain in the order given: every rule of
@@ -73,12 +74,62 @@ pub enum Wanted {
     },
 }
 
+/// The rules of a chain that are forms of one wanted rule, whatever config they were
+/// made for: academy's (their comment starts with `prefix`) that look up `set`. Those
+/// named in the want's `known_as`, or that `also_current` accepts, are the rule; the
+/// others are outdated forms (made for other ranges, say), deleted when the rule is
+/// completed and released with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slot {
+    pub prefix: String,
+    pub set: String,
+    pub also_current: Option<Accepts>,
+}
+
+/// A test of a rule's comment beyond an exact name, with what it compares against: a
+/// delegated IPAM's masquerade rule names the subnets of whichever ADD made it, and is
+/// current whatever they are.
+#[derive(Clone)]
+pub struct Accepts {
+    pub test: fn(&str, &str) -> bool,
+    pub arg: String,
+}
+
+impl Accepts {
+    pub fn accepts(&self, comment: &str) -> bool {
+        (self.test)(comment, &self.arg)
+    }
+}
+
+impl PartialEq for Accepts {
+    fn eq(&self, other: &Accepts) -> bool {
+        // The same function, by address (std::ptr::fn_addr_eq is newer than the MSRV).
+        self.test as usize == other.test as usize && self.arg == other.arg
+    }
+}
+
+impl Eq for Accepts {}
+
+impl std::fmt::Debug for Accepts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Accepts({:?})", self.arg)
+    }
+}
+
+impl Slot {
+    /// Whether a rule with these comments and looked-up sets is a form of the slot's rule.
+    pub fn holds(&self, comments: &[String], sets: &[String]) -> bool {
+        sets.contains(&self.set) && comments.iter().any(|c| c.starts_with(&self.prefix))
+    }
+}
+
 impl Wanted {
     /// A rule known by `comment`, with what it needs made first.
     pub fn rule(rule: Rule, comment: &str, setup: Vec<Change>) -> Wanted {
         Wanted::Rule {
             rule,
             known_as: vec![comment.to_string()],
+            slot: None,
             setup,
         }
     }

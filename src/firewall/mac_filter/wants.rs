@@ -41,6 +41,7 @@ pub fn network_wants(conf: &Config, keys: Keys) -> Vec<Want> {
         wanted: Wanted::Rule {
             rule,
             known_as: vec![rule_comment(network), cut_rule_comment(network)],
+            slot: None,
             setup,
         },
         owner: owner.clone(),

@@ -1,19 +1,17 @@
 //! One change of academy's NAT state, sent as one batch (split only past BATCH_BYTES):
-//! the table, chain and sets made sure of, outdated rules replaced, elements added or
-//! taken over. Everything is idempotent but the elements added exclusively, so the same
-//! change can be sent again after a concurrent one.
+//! the network's rules as the engine completes them, elements added or taken over,
+//! published ports. Everything is idempotent but the elements added exclusively, so the
+//! same change can be sent again after a concurrent one.
 
 use std::net::IpAddr;
 
-use super::nft::{set_name, MasqElement, MasqNetwork};
-use super::rule::masquerade_rule;
+use super::nft::{set_name, MasqElement};
 use crate::firewall::ports::port_changes;
 use crate::firewall::ports::PortElement;
-use crate::firewall::tables::{postrouting, ACADEMY, POSTROUTING};
+use crate::firewall::tables::ACADEMY;
 use crate::netlink::nftables::attrs::address_bytes;
 use crate::netlink::nftables::batch::named;
-use crate::netlink::nftables::consts::{TYPE_IPV4_ADDR, TYPE_IPV6_ADDR};
-use crate::netlink::nftables::model::{Change, Element, Op, Rule, Set};
+use crate::netlink::nftables::model::{Change, Element, Op};
 use crate::netlink::{Family, Nftables, NlResult};
 
 /// An element of a set, by set name.
@@ -25,12 +23,9 @@ pub struct SetElement {
 
 #[derive(Debug, Default, Clone)]
 pub struct NatChange {
-    /// Networks whose table, chain and set are made sure of (created if missing, left as
-    /// they are if academy's; a foreign chain or set of the name refuses the batch).
-    pub ensure: Vec<MasqNetwork>,
-    /// academy's rules to delete (by handle), replaced in the same batch by `rules`.
-    pub drop_rules: Vec<u64>,
-    pub rules: Vec<MasqNetwork>,
+    /// What the engine's look found the network's rules lack (engine::batch): what they
+    /// need made first, outdated forms deleted, the rules added. First in the batch.
+    pub repair: Vec<Change>,
     /// Elements to take away before `exclusive` adds them back with their owner's comment.
     pub retake: Vec<SetElement>,
     /// Added with NLM_F_EXCL: the batch fails with EEXIST if one is already there.
@@ -43,55 +38,10 @@ pub struct NatChange {
     /// masquerade's elements (src/firewall/ports/nft.rs).
     pub ports: Vec<PortElement>,
     pub hairpin_bridge: String,
-    /// The chain is known to be there (it holds academy's rules): not sent again. A
-    /// NEWCHAIN of an existing base chain is an update, which the kernel frees only
-    /// after an RCU grace period, and the socket's close waits that out (the kernel's
-    /// NETLINK_URELEASE handler flushes the pending frees): 8-12 ms on a network's
-    /// first ADD.
-    pub chain_present: bool,
-}
-
-impl NatChange {
-    pub fn is_empty(&self) -> bool {
-        self.ensure.is_empty()
-            && self.drop_rules.is_empty()
-            && self.rules.is_empty()
-            && self.retake.is_empty()
-            && self.exclusive.is_empty()
-            && self.if_missing.is_empty()
-            && self.ports.is_empty()
-    }
 }
 
 pub fn apply(nft: &mut Nftables, change: &NatChange) -> NlResult<()> {
-    let mut changes = Vec::new();
-    if !change.ensure.is_empty() || !change.rules.is_empty() {
-        changes.push(Change::add_table(ACADEMY));
-        // Re-sending an existing base chain is an update, whose old copy the kernel
-        // frees after an RCU grace period that the socket's close then waits out.
-        if !change.chain_present {
-            changes.push(postrouting());
-        }
-    }
-    for (id, network) in change.ensure.iter().enumerate() {
-        changes.push(set(network, id as u32 + 1));
-    }
-    for handle in &change.drop_rules {
-        changes.push(Change::delete_rule(
-            ACADEMY,
-            POSTROUTING,
-            *handle,
-            format!("delete academy's outdated rule (handle {handle}) from chain {POSTROUTING}"),
-        ));
-    }
-    for network in &change.rules {
-        let id = change
-            .ensure
-            .iter()
-            .position(|n| n.set_name() == network.set_name())
-            .map_or(0, |i| i as u32 + 1);
-        changes.push(rule(network, id));
-    }
+    let mut changes = change.repair.clone();
     element_changes(&mut changes, Elements::Remove, &change.retake);
     element_changes(&mut changes, Elements::AddExclusive, &change.exclusive);
     element_changes(&mut changes, Elements::AddIfMissing, &change.if_missing);
@@ -134,38 +84,6 @@ fn change_elements(nft: &mut Nftables, network: &str, addresses: &[IpAddr]) -> N
         ..NatChange::default()
     };
     apply(nft, &change)
-}
-
-/// Without NLM_F_EXCL: an identical set is success, any other set of the name EEXIST.
-fn set(network: &MasqNetwork, id: u32) -> Change {
-    let (_, len, _, _) = network.family.layout();
-    let key_type = match network.family {
-        Family::V4 => TYPE_IPV4_ADDR,
-        Family::V6 => TYPE_IPV6_ADDR,
-    };
-    Change::add_set(Set {
-        table: ACADEMY,
-        name: network.set_name(),
-        id,
-        key: (key_type, len),
-        data: None,
-        userdata: None,
-        exclusive: false,
-    })
-}
-
-fn rule(network: &MasqNetwork, set_id: u32) -> Change {
-    let rule = Rule {
-        table: ACADEMY,
-        chain: POSTROUTING.to_string(),
-        handle: 0,
-        comment: Some(network.rule_comment()),
-        exprs: masquerade_rule(network, set_id),
-    };
-    Change::add_rule(
-        rule,
-        format!("add the masquerade rule of set {}", network.set_name()),
-    )
 }
 
 /// What is done with a list of elements.
@@ -228,9 +146,14 @@ fn element_changes(out: &mut Vec<Change>, what: Elements, elements: &[SetElement
 
 #[cfg(test)]
 mod tests {
+    use super::super::nft::MasqNetwork;
+    use super::super::rule::masquerade_rule;
+    use super::super::wants::set_of;
     use super::*;
+    use crate::firewall::tables::{postrouting, POSTROUTING};
     use crate::netlink::nftables::digest::{hex, sha256};
     use crate::netlink::nftables::encode;
+    use crate::netlink::nftables::model::Rule;
     use crate::netlink::Step;
 
     /// The messages' bytes, pinned as their digest (kind, flags, attributes): a refactor
@@ -253,9 +176,19 @@ mod tests {
         let mut changes = vec![
             Change::add_table(ACADEMY),
             postrouting(),
-            set(&network, 1),
-            rule(&network, 1),
+            Change::add_set(set_of(&network.network, network.family)),
         ];
+        let rule = Rule {
+            table: ACADEMY,
+            chain: POSTROUTING.to_string(),
+            handle: 0,
+            comment: Some(network.rule_comment()),
+            exprs: masquerade_rule(&network),
+        };
+        changes.push(Change::add_rule(
+            rule,
+            "add the masquerade rule of set n-v4",
+        ));
         element_changes(
             &mut changes,
             Elements::AddIfMissing,

@@ -1,24 +1,15 @@
-//! Reading academy's nf_tables objects back: the rules of its chain, the shape of a
-//! network's set, one element. How academy recognises what is its own, and what only
-//! carries its names.
+//! Reading the masquerade's nf_tables objects back: the shape of a network's set, one
+//! element. How academy recognises a set of its own from one that only carries its
+//! name (its rules are looked at by the engine, by the set they look up).
 
 use std::net::IpAddr;
 
-use super::nft::{masq_element, set_name, MasqElement, RULE_PREFIX};
-use crate::firewall::tables::{ACADEMY, POSTROUTING};
+use super::nft::{masq_element, set_name, MasqElement};
+use crate::firewall::tables::ACADEMY;
 use crate::netlink::nftables::attrs::address_bytes;
 use crate::netlink::nftables::consts::{TYPE_IPV4_ADDR, TYPE_IPV6_ADDR};
-use crate::netlink::nftables::model::{Expr, Rule, SetInfo};
+use crate::netlink::nftables::model::SetInfo;
 use crate::netlink::{Family, Nftables, NlResult};
-
-/// A rule of academy's chain that academy wrote: its comment starts with RULE_PREFIX.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MasqRule {
-    pub handle: u64,
-    /// The set its lookup names (empty if it has none).
-    pub set: String,
-    pub comment: String,
-}
 
 /// What stands under a network's set name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,12 +20,6 @@ pub enum SetShape {
     Ours,
     /// Something else under academy's name, and how it differs.
     Foreign(String),
-}
-
-/// academy's rules in its chain (one small dump); none when the table or chain is gone.
-pub fn masquerade_rules(nft: &mut Nftables) -> NlResult<Vec<MasqRule>> {
-    let rules = nft.rules(ACADEMY, Some(POSTROUTING))?;
-    Ok(rules.into_iter().filter_map(masq_rule).collect())
 }
 
 /// Whether the network's set is missing, academy's, or something else of that name.
@@ -57,20 +42,6 @@ pub fn element(
     let what = format!("look up {address} in nf_tables set {ACADEMY} {set}");
     let found = nft.element_of(ACADEMY, &set, &address_bytes(address), &what)?;
     Ok(found.and_then(|raw| masq_element(&raw, family)))
-}
-
-/// A rule of academy's, by its comment, with the set its lookup names.
-fn masq_rule(rule: Rule) -> Option<MasqRule> {
-    let comment = rule.comment.filter(|c| c.starts_with(RULE_PREFIX))?;
-    let set = rule.exprs.into_iter().rev().find_map(|e| match e {
-        Expr::Lookup { set, .. } => Some(set),
-        _ => None,
-    });
-    Some(MasqRule {
-        handle: rule.handle,
-        set: set.unwrap_or_default(),
-        comment,
-    })
 }
 
 /// academy's own sets are plain address sets; anything more is someone else's.
@@ -116,7 +87,6 @@ fn judge_set(info: &SetInfo, family: Family) -> SetShape {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::netlink::nftables::model::Reg;
 
     #[test]
     fn a_set_is_academy_s_only_when_it_is_a_plain_set_of_the_family_s_addresses() {
@@ -136,25 +106,5 @@ mod tests {
             SetShape::Foreign(why) => assert!(why.contains("timeout"), "{why}"),
             other => panic!("{other:?}"),
         }
-    }
-
-    #[test]
-    fn a_rule_is_academy_s_by_its_comment_and_names_its_set() {
-        let rule = |comment: &str| Rule {
-            table: ACADEMY,
-            chain: POSTROUTING.into(),
-            handle: 42,
-            comment: Some(comment.into()),
-            exprs: vec![Expr::lookup("n-v4", Reg::R1, 0, false), Expr::Masq],
-        };
-        assert_eq!(
-            masq_rule(rule("academy ipMasq n-v4")),
-            Some(MasqRule {
-                handle: 42,
-                set: "n-v4".into(),
-                comment: "academy ipMasq n-v4".into()
-            })
-        );
-        assert_eq!(masq_rule(rule("someone else's")), None);
     }
 }

@@ -1,7 +1,9 @@
 //! `ipMasq`: the container's addresses in its network's nf_tables sets, so that its
 //! traffic to anything outside the network's subnets (multicast aside) leaves with the
-//! host's address. What academy creates in nf_tables is described in
-//! nft.rs, change.rs, inspect.rs and rule.rs; this module decides what goes in and names the owners.
+//! host's address. What it wants of nf_tables is declared in wants.rs (the engine's
+//! one look serves ADD, CHECK, STATUS, the restore and the release); nat.rs sends ADD's
+//! one batch; nft.rs, rule.rs and inspect.rs say how its objects look. This module
+//! decides what goes in and names the owners.
 //!
 //! An element's comment is its attachment's owner (`Attachment::owner`). Every removal
 //! compares it before it removes (never by address alone: an address can have passed to
@@ -13,25 +15,29 @@ use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 
-use super::{Adding, Checking, Diff, Looking, Releasing, Removing, Sweeping};
+use super::engine::{self, Look, Want, Wanted};
+use super::network::repair_lock;
+use super::{Adding, Checking, Diff, Looking, Releasing, Removing, Repair, Sweeping, Wired};
 use crate::attachment::{container_of, of_network, Attachment};
 use crate::cni::Result;
 use crate::config::{Config, Ipam};
-use crate::firewall::tables::{ACADEMY, POSTROUTING};
-use crate::netlink::{Family, Nftables, Object, TableRule};
+use crate::firewall::tables::ACADEMY;
+use crate::netlink::{Family, Nftables, Object};
 
 mod change;
 mod inspect;
 pub mod nat;
 mod nft;
 mod rule;
+mod wants;
 
 use change::{apply, delete_elements};
 pub use change::{NatChange, SetElement};
-use inspect::{element, masquerade_rules, set_shape};
-pub use inspect::{MasqRule, SetShape};
+pub use inspect::SetShape;
+use inspect::{element, set_shape};
 use nft::elements;
 pub use nft::{set_name, MasqElement, MasqNetwork};
+use wants::{element_wants, rule_wants};
 
 /// ADD, for the one batch: the attachment's addresses go in its network's sets (ipMasq).
 pub fn add(a: &mut Adding) -> Result<()> {
@@ -133,68 +139,91 @@ fn owned_by(nft: &mut Nftables, conf: &Config, who: &Attachment) -> Result<Vec<I
 }
 
 /// CHECK: each address is in its set as this attachment's, and the network's rule is
-/// in the chain, made for the network's current ranges. A missing rule or element is
-/// what an admin's flush takes, which the restore command puts back.
+/// in the chain, made for the network's current ranges: one look of the engine (a set
+/// of another shape under academy's name aside, which only its owner can mend). A
+/// missing rule or element is what an admin's flush takes, which the restore command
+/// puts back.
 pub fn check(c: &mut Checking) -> Result<Vec<Diff>> {
     if !c.conf.ip_masq {
         return Ok(Vec::new());
     }
-    let (conf, who, addresses) = (c.conf, c.who, c.addresses);
+    let (conf, who) = (c.conf, c.who);
     let nft = c.nft.get()?;
     let mut diffs = Vec::new();
-    let mut diff = |text: String, restorable: bool| diffs.push(Diff { text, restorable });
-    let rules = masquerade_rules(nft)?;
-    for network in networks(conf, addresses) {
-        let set = network.set_name();
-        if let SetShape::Foreign(why) = set_shape(nft, &conf.name, network.family)? {
-            diff(
-                format!("nf_tables set inet academy {set} is not academy's: it has {why}"),
-                false,
-            );
-            continue;
-        }
-        let ours: Vec<&MasqRule> = rules.iter().filter(|r| r.set == set).collect();
-        if ours.is_empty() {
-            diff(format!(
-                "the masquerade rule of nf_tables set inet academy {set} is missing from chain postrouting"
-            ), true);
-        } else if !ours.iter().any(|r| is_current(conf, r, &network)) {
-            diff(format!(
-                "the masquerade rule of nf_tables set inet academy {set} was made for other ranges ({:?}, not {:?})",
-                ours[0].comment,
-                network.rule_comment()
-            ), true);
+    let mut usable = Vec::new();
+    for network in networks(conf, c.addresses) {
+        match set_shape(nft, &conf.name, network.family)? {
+            SetShape::Foreign(why) => diffs.push(Diff {
+                text: format!(
+                    "nf_tables set inet academy {} is not academy's: it has {why}",
+                    network.set_name()
+                ),
+                restorable: false,
+            }),
+            SetShape::Missing | SetShape::Ours => usable.push(network),
         }
     }
-    for address in addresses {
-        let set = set_name(&conf.name, Family::of(address.ip()));
-        match element(nft, &conf.name, address.ip()) {
-            Ok(Some(e)) if who.owns(&e.comment) => {}
-            Ok(Some(e)) => diff(format!(
-                "address {}'s element in nf_tables set inet academy {set} is {:?}'s, not this attachment's",
-                address.ip(),
-                e.comment
-            ), false),
-            Ok(None) => diff(format!(
-                "address {} is not in nf_tables set inet academy {set}: its traffic leaves unmasqueraded",
-                address.ip()
-            ), true),
-            Err(_) => {} // a foreign set: reported above
-        }
+    let addresses: Vec<IpAddr> = c
+        .addresses
+        .iter()
+        .map(|a| a.ip())
+        .filter(|a| usable.iter().any(|n| n.family == Family::of(*a)))
+        .collect();
+    let mut wants = rule_wants(conf, &usable);
+    wants.extend(element_wants(&conf.name, who, &addresses));
+    let found = engine::look(nft, &wants)?;
+    diffs.extend(missing_words(&found).into_iter().map(|text| Diff {
+        text,
+        restorable: true,
+    }));
+    for (want, there) in &found.differing {
+        diffs.push(Diff {
+            text: format!(
+                "{}'s element in {} is {:?}'s, not this attachment's",
+                want.what,
+                want.place(),
+                there.comment
+            ),
+            restorable: false,
+        });
     }
     Ok(diffs)
 }
 
-/// Whether a rule of academy's for the network's set excludes what it should. With
-/// academy's own IPAM, exactly the network's current ranges and nonMasqueradeCIDRs; a
-/// delegated IPAM's subnets are only known from the addresses of each ADD, which would
-/// make every ADD from another subnet rewrite the rule, so there any rule of academy's
-/// made for the config's nonMasqueradeCIDRs will do.
-pub(super) fn is_current(conf: &Config, rule: &MasqRule, network: &MasqNetwork) -> bool {
-    match conf.builtin() {
-        Some(_) => rule.comment == network.rule_comment(),
-        None => network.non_masquerade_matches(&rule.comment),
+/// What a look found missing, in CHECK's, STATUS's and the restore's words: a rule
+/// made for other ranges said as such; one missing element by its address, more
+/// counted per set.
+fn missing_words(found: &Look) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut elements: Vec<(&str, Vec<&Want>)> = Vec::new();
+    for want in &found.missing {
+        match &want.wanted {
+            Wanted::Rule { known_as, .. } => {
+                let outdated = found.outdated.iter().find(|(w, _)| std::ptr::eq(*w, *want));
+                words.push(match outdated {
+                    Some((_, was)) => format!(
+                        "{} in {} was made for other ranges ({was:?}, not {:?})",
+                        want.what,
+                        want.place(),
+                        known_as[0]
+                    ),
+                    None => want.missing_words(),
+                });
+            }
+            Wanted::Element { set, .. } => match elements.iter_mut().find(|(s, _)| s == set) {
+                Some((_, of_set)) => of_set.push(want),
+                None => elements.push((set, vec![want])),
+            },
+            _ => words.push(want.missing_words()),
+        }
     }
+    for (set, of_set) in elements {
+        words.push(match of_set.as_slice() {
+            [one] => format!("{} is not in {}: {}", one.what, one.place(), one.harm),
+            many => format!("{} element(s) of wired containers in set {set}", many.len()),
+        });
+    }
+    words
 }
 
 /// GC: removes every element of the network's sets whose owner is not live, judged by
@@ -248,39 +277,105 @@ pub fn sweep(s: &mut Sweeping) {
     }
 }
 
+/// The wants of the network's wired attachments: every wired address's element, and the
+/// rule of each family they have addresses of. None for a delegated IPAM: its
+/// addresses are that plugin's, and its containers get their masquerade back at their
+/// next ADD.
+fn wired_wants(conf: &Config, wired: &Wired) -> Vec<Want> {
+    if !conf.ip_masq || conf.builtin().is_none() {
+        return Vec::new();
+    }
+    let mut elements = Vec::new();
+    for a in &wired.attachments {
+        elements.extend(element_wants(&conf.name, &a.who(conf), &a.addresses));
+    }
+    let families: Vec<Family> = wired
+        .attachments
+        .iter()
+        .flat_map(|a| a.addresses.iter().map(|a| Family::of(*a)))
+        .collect();
+    let networks: Vec<MasqNetwork> = nat::range_networks(conf)
+        .into_iter()
+        .filter(|n| families.contains(&n.family))
+        .collect();
+    let mut wants = rule_wants(conf, &networks);
+    wants.extend(elements);
+    wants
+}
+
+/// A set of another shape under academy's name refuses the repair, as it refuses ADD:
+/// one lookup per family the wants make a rule for.
+fn refuse_foreign(nft: &mut Nftables, conf: &Config, wants: &[Want]) -> Result<()> {
+    for want in wants {
+        let Wanted::Rule {
+            slot: Some(slot), ..
+        } = &want.wanted
+        else {
+            continue;
+        };
+        let family = match slot.set.ends_with("-v6") {
+            true => Family::V6,
+            false => Family::V4,
+        };
+        if let SetShape::Foreign(why) = set_shape(nft, &conf.name, family)? {
+            return Err(nat::foreign_set(&slot.set, &why));
+        }
+    }
+    Ok(())
+}
+
 /// STATUS: what the store says the network's masquerade should hold and the kernel lacks.
 pub fn missing(l: &mut Looking) -> Result<Vec<String>> {
-    nat::plan(l.nft.get()?, l.conf, l.wired).map(|r| r.missing)
+    let wants = wired_wants(l.conf, l.wired);
+    if wants.is_empty() {
+        return Ok(Vec::new());
+    }
+    let nft = l.nft.get()?;
+    refuse_foreign(nft, l.conf, &wants)?;
+    Ok(missing_words(&engine::look(nft, &wants)?))
 }
 
-/// The restore command: what `missing` names, put back.
-pub fn restore(l: &mut Looking) -> Result<Vec<String>> {
-    nat::restore(l.nft.get()?, l.conf, l.wired)
+/// The restore command: what `missing` names, put back in one batch, under the host's
+/// repair lock (as ADD's repairs: one repairer at a time, or each would add the rules
+/// it found missing). An element of a wired address that names another attachment is
+/// left, and said.
+pub fn restore(l: &mut Looking) -> Result<Repair> {
+    let wants = wired_wants(l.conf, l.wired);
+    if wants.is_empty() {
+        return Ok(Repair::default());
+    }
+    let nft = l.nft.get()?;
+    let _lock = repair_lock();
+    refuse_foreign(nft, l.conf, &wants)?;
+    let found = engine::look(nft, &wants)?;
+    let words = missing_words(&found);
+    let done = engine::apply(nft, &found)?;
+    Ok(Repair {
+        put_back: words,
+        not_put_back: done.left,
+        unrecorded: Vec::new(),
+    })
 }
 
-/// The network's rules in academy's chain and its sets (those of academy's shape), if
-/// the sets are empty.
+/// The network's rules in academy's chain, in every form (made for any ranges), and its
+/// sets (those of academy's shape), if the sets are empty.
 pub fn objects(r: &mut Releasing) -> Result<Option<Vec<Object>>> {
     let (conf, nft) = (r.conf, r.nft.get()?);
-    let mut objects = Vec::new();
-    let rules = masquerade_rules(nft)?;
+    let any_form = [Family::V4, Family::V6].map(|family| MasqNetwork {
+        network: conf.name.clone(),
+        family,
+        subnets: Vec::new(),
+        non_masquerade: Vec::new(),
+    });
+    let mut objects = engine::present(nft, &rule_wants(conf, &any_form))?;
     for family in [Family::V4, Family::V6] {
-        let set = set_name(&conf.name, family);
-        let shape = set_shape(nft, &conf.name, family)?;
-        if shape == SetShape::Ours && !elements(nft, &conf.name, family)?.is_empty() {
+        if set_shape(nft, &conf.name, family)? != SetShape::Ours {
+            continue;
+        }
+        if !elements(nft, &conf.name, family)?.is_empty() {
             return Ok(None);
         }
-        objects.extend(rules.iter().filter(|r| r.set == set).map(|r| {
-            Object::Rule(TableRule {
-                table: ACADEMY,
-                chain: POSTROUTING.to_string(),
-                handle: r.handle,
-                comment: r.comment.clone(),
-            })
-        }));
-        if shape == SetShape::Ours {
-            objects.push(Object::Set(ACADEMY, set));
-        }
+        objects.push(Object::Set(ACADEMY, set_name(&conf.name, family)));
     }
     Ok(Some(objects))
 }

@@ -1,18 +1,15 @@
-//! ADD's one batch in `inet academy` (the attachment's masquerade elements and published
-//! ports, with the repair of the network's rule when an admin's flush took it), the lock
-//! repairs take, and the masquerade's restore from the store (`academy restore`,
-//! STATUS through the table of kinds).
+//! ADD's one batch in `inet academy`: the attachment's masquerade elements and published
+//! ports, with the network's rule completed by the engine when it is missing (a first
+//! ADD, an admin's flush) or was made for other ranges.
 
 use std::collections::HashSet;
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 
-use super::{apply, element, elements, masquerade_rules, set_shape};
-use super::{
-    is_current, networks, set_name, MasqElement, MasqNetwork, MasqRule, NatChange, SetElement,
-    SetShape,
-};
+use super::wants::rule_wants;
+use super::{apply, element, set_shape};
+use super::{networks, set_name, MasqElement, MasqNetwork, NatChange, SetElement, SetShape};
 use crate::addressing::open_store;
 use crate::attachment::Attachment;
 use crate::cni::{code, Error, Result};
@@ -90,6 +87,10 @@ fn send(
     } else {
         (Vec::new(), Vec::new())
     };
+    // The network's rule per family, looked at by the engine in one dump of academy's
+    // chain: missing (a network's first ADD, an admin's flush) or made for other ranges,
+    // it is completed in this batch.
+    let rules = rule_wants(conf, &networks);
     let key = who.owner();
     // Whether the ADD publishes at all: its ports may all be left to the same
     // container's other network (resolve_published), its bridge's hairpin mark not.
@@ -111,28 +112,40 @@ fn send(
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let rules = match masquerade {
-            true => masquerade_rules(nft)?,
-            false => Vec::new(),
-        };
+        let found = engine::look(nft, &rules)?;
+        if found.writes_rules() && lock.is_none() {
+            lock = Some(repair_lock());
+            attempt -= 1;
+            continue; // look again under the lock: another ADD may have repaired it
+        }
         let mut change = NatChange {
+            repair: engine::batch(&found),
             ports: published.to_vec(),
             hairpin_bridge: match publishes {
                 true => conf.bridge.clone(),
                 false => String::new(),
             },
-            chain_present: !rules.is_empty(),
             ..NatChange::default()
         };
-        // A repair of what was there (an outdated rule, a set that lost its rule):
-        // worth a line on stderr; a network's first ADD making its rule is not.
+        // A rule put back beside its set (an admin's flush of the chain) is worth a line
+        // on stderr; a network's first rule, or one made again for the config's current
+        // ranges, is not.
         let mut repaired = false;
-        for network in &networks {
-            let repair = repair_of(nft, conf, network, &rules)?;
-            if let Some(set_was_missing) = repair {
-                repaired |= !set_was_missing || rules.iter().any(|r| r.set == network.set_name());
-                add_repair(&mut change, network, &rules);
-                if set_was_missing {
+        for (want, network) in rules.iter().zip(&networks) {
+            if !found.missing.iter().any(|w| std::ptr::eq(*w, want)) {
+                continue;
+            }
+            let outdated = found.outdated.iter().find(|(w, _)| std::ptr::eq(*w, want));
+            match set_shape(nft, &conf.name, network.family)? {
+                SetShape::Foreign(why) => return Err(foreign_set(&network.set_name(), &why)),
+                SetShape::Ours => match outdated {
+                    Some((_, was)) => crate::log::debug(format_args!(
+                        "network {}: its masquerade rule made again for its current ranges (was {was:?})",
+                        conf.name
+                    )),
+                    None => repaired = true,
+                },
+                SetShape::Missing => {
                     let others = no_removals.get_or_insert_with(|| {
                         crate::firewall::network::no_removal_now(&conf.name)
                     });
@@ -143,11 +156,6 @@ fn send(
                     }
                 }
             }
-        }
-        if !change.rules.is_empty() && lock.is_none() {
-            lock = Some(repair_lock());
-            attempt -= 1;
-            continue; // look again under the lock: another ADD may have repaired it
         }
         for address in &own {
             let element = SetElement {
@@ -176,7 +184,7 @@ fn send(
                     eprintln!(
                         "academy: network {}: repaired its masquerade rule{} ({} element(s) of wired attachments restored{left})",
                         conf.name,
-                        if change.rules.len() > 1 { "s" } else { "" },
+                        if found.missing.len() > 1 { "s" } else { "" },
                         change.if_missing.len()
                     );
                 }
@@ -250,37 +258,6 @@ fn resolve_published(
         return Ok(());
     }
     Ok(nft.delete_port_elements(&holders.stale)?)
-}
-
-/// Whether the network's rule needs (re-)making: None when academy's one rule for the
-/// set is there and current; Some(whether the set is missing too) otherwise. A set of
-/// another shape under academy's name refuses ADD before anything is made.
-pub(super) fn repair_of(
-    nft: &mut Nftables,
-    conf: &Config,
-    network: &MasqNetwork,
-    rules: &[MasqRule],
-) -> Result<Option<bool>> {
-    let set = network.set_name();
-    let ours: Vec<&MasqRule> = rules.iter().filter(|r| r.set == set).collect();
-    if ours.len() == 1 && is_current(conf, ours[0], network) {
-        return Ok(None);
-    }
-    match set_shape(nft, &conf.name, network.family)? {
-        SetShape::Foreign(why) => Err(foreign_set(&set, &why)),
-        SetShape::Missing => Ok(Some(true)),
-        SetShape::Ours => Ok(Some(false)),
-    }
-}
-
-/// Adds to `change` what makes `network`'s table, chain, set and one current rule.
-pub(super) fn add_repair(change: &mut NatChange, network: &MasqNetwork, rules: &[MasqRule]) {
-    let set = network.set_name();
-    change.ensure.push(network.clone());
-    change
-        .drop_rules
-        .extend(rules.iter().filter(|r| r.set == set).map(|r| r.handle));
-    change.rules.push(network.clone());
 }
 
 /// Which of `own` already have an element: (this attachment's, a stale one to take
@@ -408,84 +385,10 @@ fn elements_of(conf: &Config, wired: &Wired) -> Vec<SetElement> {
 }
 
 /// The network's masquerade per family of its ranges (academy's own IPAM only).
-fn range_networks(conf: &Config) -> Vec<MasqNetwork> {
+pub(super) fn range_networks(conf: &Config) -> Vec<MasqNetwork> {
     let Some(b) = conf.builtin() else {
         return Vec::new();
     };
     let subnets: Vec<IpNetwork> = b.range_sets.iter().flatten().map(|p| p.subnet()).collect();
     networks(conf, &subnets)
-}
-
-/// What one network's NAT lacks, as a change, and what that is in words.
-pub struct Repair {
-    pub change: NatChange,
-    pub missing: Vec<String>,
-}
-
-/// Compares the network's NAT with what its store says should be there.
-pub fn plan(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Repair> {
-    let rules = &masquerade_rules(nft)?;
-    let mut repair = Repair {
-        change: NatChange::default(),
-        missing: Vec::new(),
-    };
-    if !conf.ip_masq {
-        return Ok(repair);
-    }
-    if conf.builtin().is_none() {
-        // A delegated IPAM's addresses are known only to that plugin: its containers
-        // get their masquerade back at their next ADD.
-        return Ok(repair);
-    }
-    let wired = elements_of(conf, wired);
-    for network in range_networks(conf) {
-        let set = network.set_name();
-        let want: Vec<&SetElement> = wired.iter().filter(|e| e.set == set).collect();
-        let needs_rule = repair_of(nft, conf, &network, rules)?;
-        let set_missing = needs_rule == Some(true);
-        if needs_rule.is_some() {
-            // A set never used and never made is not missing anything.
-            if set_missing && want.is_empty() && !rules.iter().any(|r| r.set == set) {
-                continue;
-            }
-            add_repair(&mut repair.change, &network, rules);
-            repair.missing.push(if rules.iter().any(|r| r.set == set) {
-                format!("the rule of set {set} was made for other ranges")
-            } else {
-                format!("the masquerade rule of set {set}")
-            });
-        }
-        let present: Vec<IpAddr> = if set_missing {
-            Vec::new()
-        } else {
-            elements(nft, &conf.name, network.family)?
-                .into_iter()
-                .map(|e| e.address)
-                .collect()
-        };
-        let lacking: Vec<SetElement> = want
-            .into_iter()
-            .filter(|e| !present.contains(&e.element.address))
-            .cloned()
-            .collect();
-        if !lacking.is_empty() {
-            repair.missing.push(format!(
-                "{} element(s) of wired containers in set {set}",
-                lacking.len()
-            ));
-            repair.change.if_missing.extend(lacking);
-        }
-    }
-    Ok(repair)
-}
-
-/// Puts back what `plan` finds missing, in one batch; returns it in words.
-pub fn restore(nft: &mut Nftables, conf: &Config, wired: &Wired) -> Result<Vec<String>> {
-    // As ADD's repairs: one repairer at a time, or each would add the rules it found missing.
-    let _lock = repair_lock();
-    let repair = plan(nft, conf, wired)?;
-    if !repair.change.is_empty() {
-        apply(nft, &repair.change)?;
-    }
-    Ok(repair.missing)
 }

@@ -61,22 +61,6 @@ impl MasqNetwork {
         }
     }
 
-    /// Whether a rule `comment` of academy's for this set was made for this network's
-    /// nonMasqueradeCIDRs, whatever subnets it names (a delegated IPAM's subnets are
-    /// known only from each ADD's addresses, so only this part is compared there). A
-    /// comment capped to nft's 127 bytes no longer shows its tail: it is taken as
-    /// current, as any rule of academy's is for such a network's subnets.
-    pub fn non_masquerade_matches(&self, comment: &str) -> bool {
-        let tail = self.non_masquerade_tail();
-        if is_capped(comment) {
-            return true;
-        }
-        match tail.as_str() {
-            "" => !comment.contains(&format!(" {NON_MASQUERADE_WORD} ")),
-            tail => comment.ends_with(tail),
-        }
-    }
-
     /// Every destination the rule leaves alone, in the rule's order: the network's
     /// subnets, the nonMasqueradeCIDRs, multicast.
     pub fn excluded(&self) -> Vec<IpNetwork> {
@@ -84,6 +68,18 @@ impl MasqNetwork {
         all.extend(self.non_masquerade.iter().copied());
         all.push(multicast(self.family));
         all
+    }
+}
+
+/// Whether a rule comment of academy's ends with `tail` (`non_masquerade_tail`), or has
+/// no such part when `tail` is empty; a capped comment, whose tail is cut, does.
+pub(super) fn tail_matches(comment: &str, tail: &str) -> bool {
+    if is_capped(comment) {
+        return true;
+    }
+    match tail {
+        "" => !comment.contains(&format!(" {NON_MASQUERADE_WORD} ")),
+        tail => comment.ends_with(tail),
     }
 }
 
@@ -161,12 +157,16 @@ mod tests {
         assert_ne!(kept.rule_comment(), other.rule_comment());
 
         // A delegated IPAM compares the nonMasqueradeCIDRs only.
+        let matches = |n: &MasqNetwork, c: &str| tail_matches(c, &n.non_masquerade_tail());
         let from_other_subnet = network("n", &["10.9.0.0/24"], &["10.244.0.0/16", "10.96.0.0/12"]);
-        assert!(kept.non_masquerade_matches(&from_other_subnet.rule_comment()));
-        assert!(!kept.non_masquerade_matches(&other.rule_comment()));
-        assert!(!kept.non_masquerade_matches(&plain.rule_comment()));
-        assert!(!plain.non_masquerade_matches(&kept.rule_comment()));
-        assert!(plain.non_masquerade_matches(&network("n", &["10.9.0.0/24"], &[]).rule_comment()));
+        assert!(matches(&kept, &from_other_subnet.rule_comment()));
+        assert!(!matches(&kept, &other.rule_comment()));
+        assert!(!matches(&kept, &plain.rule_comment()));
+        assert!(!matches(&plain, &kept.rule_comment()));
+        assert!(matches(
+            &plain,
+            &network("n", &["10.9.0.0/24"], &[]).rule_comment()
+        ));
 
         // A long one is capped like every comment (and then taken as current by a
         // delegated IPAM, which cannot read its tail).
@@ -177,7 +177,7 @@ mod tests {
             capped,
             network(&"x".repeat(100), &["10.244.1.0/24"], &[]).rule_comment()
         );
-        assert!(plain.non_masquerade_matches(&capped));
+        assert!(matches(&plain, &capped));
     }
 
     #[test]
