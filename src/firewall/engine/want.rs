@@ -134,8 +134,9 @@ impl Wanted {
         }
     }
 
-    /// Rules that go together, known by `prefix` (see `Group`).
+    /// Rules that go together, known by `prefix` (see `Group`): at least one.
     pub fn group(prefix: &str, rules: Vec<Rule>, setup: Vec<Change>) -> Wanted {
+        assert!(!rules.is_empty(), "a group of no rules");
         Wanted::Group {
             prefix: prefix.to_string(),
             rules,
@@ -221,13 +222,11 @@ impl Want {
                 comment: comment.clone(),
             }),
             Wanted::Set { set, .. } => Object::Set(set.table, set.name.clone()),
-            // A group's rules are named one by one where they are found (look.rs);
-            // under its first rule's chain otherwise.
+            // A group's rules are named one by one where they are found (look.rs); as a
+            // whole, under its first rule's chain (`Wanted::group` makes none empty).
             Wanted::Group { prefix, rules, .. } => Object::Rule(TableRule {
-                table: rules
-                    .first()
-                    .map_or(crate::firewall::tables::ACADEMY, |r| r.table),
-                chain: rules.first().map_or(String::new(), |r| r.chain.clone()),
+                table: rules[0].table,
+                chain: rules[0].chain.clone(),
                 handle,
                 comment: prefix.clone(),
             }),
