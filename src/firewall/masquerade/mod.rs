@@ -172,10 +172,18 @@ pub fn check(c: &mut Checking) -> Result<Vec<Diff>> {
     let mut wants = rule_wants(conf, &usable);
     wants.extend(element_wants(&conf.name, who, &addresses));
     let found = engine::look(nft, &wants)?;
-    diffs.extend(missing_words(&found).into_iter().map(|text| Diff {
-        text,
-        restorable: true,
-    }));
+    for want in &found.missing {
+        let text = match &want.wanted {
+            Wanted::Element { .. } => {
+                format!("{} is not in {}: {}", want.what, want.place(), want.harm)
+            }
+            _ => rule_words(&found, want),
+        };
+        diffs.push(Diff {
+            text,
+            restorable: true,
+        });
+    }
     for (want, there) in &found.differing {
         diffs.push(Diff {
             text: format!(
@@ -190,40 +198,42 @@ pub fn check(c: &mut Checking) -> Result<Vec<Diff>> {
     Ok(diffs)
 }
 
-/// What a look found missing, in CHECK's, STATUS's and the restore's words: a rule
-/// made for other ranges said as such; one missing element by its address, more
-/// counted per set.
+/// What a look found missing, in STATUS's and the restore's words: a rule made for
+/// other ranges said as such; one missing element by its address, more counted per set.
 fn missing_words(found: &Look) -> Vec<String> {
     let mut words = Vec::new();
     let mut elements: Vec<(&str, Vec<&Want>)> = Vec::new();
     for want in &found.missing {
         match &want.wanted {
-            Wanted::Rule { known_as, .. } => {
-                let outdated = found.outdated.iter().find(|(w, _)| std::ptr::eq(*w, *want));
-                words.push(match outdated {
-                    Some((_, was)) => format!(
-                        "{} in {} was made for other ranges ({was:?}, not {:?})",
-                        want.what,
-                        want.place(),
-                        known_as[0]
-                    ),
-                    None => want.missing_words(),
-                });
-            }
             Wanted::Element { set, .. } => match elements.iter_mut().find(|(s, _)| s == set) {
                 Some((_, of_set)) => of_set.push(want),
                 None => elements.push((set, vec![want])),
             },
-            _ => words.push(want.missing_words()),
+            _ => words.push(rule_words(found, want)),
         }
     }
     for (set, of_set) in elements {
         words.push(match of_set.as_slice() {
-            [one] => format!("{} is not in {}: {}", one.what, one.place(), one.harm),
+            [one] => one.missing_words(),
             many => format!("{} element(s) of wired containers in set {set}", many.len()),
         });
     }
     words
+}
+
+/// A missing rule in words: made for other ranges (an outdated form is there), or
+/// missing.
+fn rule_words(found: &Look, want: &Want) -> String {
+    let outdated = found.outdated.iter().find(|(w, _)| std::ptr::eq(*w, want));
+    match (outdated, &want.wanted) {
+        (Some((_, was)), Wanted::Rule { known_as, .. }) => format!(
+            "{} in {} was made for other ranges ({was:?}, not {:?})",
+            want.what,
+            want.place(),
+            known_as[0]
+        ),
+        _ => want.missing_words(),
+    }
 }
 
 /// GC: removes every element of the network's sets whose owner is not live, judged by
