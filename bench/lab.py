@@ -43,6 +43,9 @@ class Lab:
     def __init__(self, academy: str | None = None):
         self.netns: list[str] = []
         self.bridges: list[str] = []
+        # The private nodes' netns inodes: academy's hint of each (@<inode>.next in
+        # NETWORK_LOCKS) goes at the end, as the node does.
+        self.node_inodes: list[int] = []
         self._lock_fd = None
         # The binary under test: the clean-up has it release the bench's networks.
         self.academy = academy
@@ -93,9 +96,11 @@ class Lab:
             release_unused(self.academy)
         _clean_nftables()
         _clean_reference_firewall()
-        # academy's per-network locks of the bench's networks (nothing holds them now).
+        # academy's per-network locks of the bench's networks and its hints of the
+        # bench's nodes (nothing holds them now).
+        hints = {f"@{inode}.next" for inode in self.node_inodes}
         for name in os.listdir(NETWORK_LOCKS) if os.path.isdir(NETWORK_LOCKS) else []:
-            if name.startswith(PREFIX):
+            if name.startswith(PREFIX) or name in hints:
                 try:
                     os.remove(os.path.join(NETWORK_LOCKS, name))
                 except OSError:
@@ -124,6 +129,7 @@ class Lab:
         """A private "host" netns (see the module's doc), lo up; its path."""
         path = self.add_netns(name)
         sh("ip", "-n", name, "link", "set", "lo", "up")
+        self.node_inodes.append(os.stat(path).st_ino)
         return path
 
     def del_netns_many(self, names: list):
@@ -206,8 +212,9 @@ def release_unused(academy: str, node: str | None = None) -> int:
     objects outlive its last DEL by releaseUnusedAfter (60 s by default), recorded in
     NETWORK_LOCKS/<name>@<node>.unused with a marker <name>@<node>.<due ms>.due, and
     only an academy invocation on the node releases them. The bench's records are made
-    due (release after 0 s, the marker renamed to due at 0) and one invocation run
-    (VERSION: every CNI invocation releases what is due), so every kind's objects go
+    due (release after 0 s, the marker renamed to due at 0, the node's hint
+    @<node>.next removed) and one invocation run (VERSION: every CNI invocation
+    releases what is due), so every kind's objects go
     as they would on a node; deleting the records instead left them for good (the
     loopback guard's element of a bench bridge, which _clean_nftables does not know).
     With `node` (a private node's netns path): only that node's records, and the
@@ -216,6 +223,7 @@ def release_unused(academy: str, node: str | None = None) -> int:
         return 0
     inode = os.stat(node).st_ino if node else None
     due = 0
+    dated = set()
     for name in os.listdir(NETWORK_LOCKS):
         if not (name.startswith(PREFIX) and name.endswith(".due") and "@" in name):
             continue
@@ -234,8 +242,16 @@ def release_unused(academy: str, node: str | None = None) -> int:
             os.replace(os.path.join(NETWORK_LOCKS, name),
                        os.path.join(NETWORK_LOCKS, f"{who}.{record['unused_since_ms']}.due"))
             due += 1
+            dated.add(who.rsplit("@", 1)[1])
         except (OSError, ValueError, KeyError):
             continue
+    # A marker dated earlier is announced by no node's hint (@<node>.next, the earliest
+    # due time of its markers): without one, the node's next invocation lists them all.
+    for n in dated:
+        try:
+            os.unlink(os.path.join(NETWORK_LOCKS, f"@{n}.next"))
+        except OSError:
+            pass
     if due:
         enter = ["nsenter", f"--net={node}"] if node else []
         subprocess.run(enter + [academy], input='{"cniVersion": "1.1.0"}', text=True,

@@ -5,10 +5,12 @@
 
 A network's objects outlive its last DEL by `releaseUnusedAfter` (src/firewall/
 network.rs), recorded in /run/academy/networks as `<name>@<node>.unused` with an empty
-marker `<name>@<node>.<due ms>.due`: every invocation lists the folder (one readdir) and
-opens only the records that are due, so an ADD's cost no longer grows with the networks
-that wait (issue 37 item 1; before, it opened every record on the host). This phase
-measures that:
+marker `<name>@<node>.<due ms>.due`, and the node's hint `@<node>.next` holds the
+earliest due time of its markers: every invocation reads its node's hint (one readlink)
+and lists the folder only once one of its node is due, so an ADD's cost does not grow
+with the networks that wait, on its node or another (issue 37 item 1; before, it listed
+the folder, 4 entries per waiting network, and earlier still opened every record on the
+host). This phase measures that:
 - node A (a private node, lab.add_node) gets NETWORKS plain networks (isGateway, a /24
   and a bridge each, releaseUnusedAfter RELEASE_AFTER_S), each of which had one
   container come and go (ADD then DEL, unrecorded): NETWORKS records of A wait, none due;
@@ -18,8 +20,8 @@ measures that:
   rotating, each operation after SETTLE_S. The ADD medians' ratio, A / B, against
   TARGET (at most 1.05x), the DEL's and the CPU's beside it;
 - one ADD on each node under `strace -c -f` (syscalls, and the openat among them).
-The folder is the host's, not a node's: B's invocations list A's markers too (one
-readdir, a few more entries: what it costs is in both figures), but never open them.
+The folder is the host's, not a node's, and neither node's ADD lists it: A's hint says
+its first record is due in RELEASE_AFTER_S, B's that it has none.
 At the end the waiting networks are released by academy itself in node A (their records
 made due, as lab.release_unused does, and one invocation run there), and what is left
 is counted: records of either node, veths, nf_tables elements. A failed operation or a

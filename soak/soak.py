@@ -199,14 +199,16 @@ class Soak:
                 sh(["ip", "netns", "del", name], check=False)
         shutil.rmtree(self.root, ignore_errors=True)
         # academy's files about the soak's networks (records, state versions, the
-        # network's and its removals' locks) and its node's bridges (their locks).
+        # network's and its removals' locks) and its node (its bridges' locks, its hint).
         # Bridge names are not the soak's own (skbs, ...): only this node's locks of them.
         ino = getattr(self, "node_ino", None)
-        bridge_locks = {"%s@%s.lock" % (n.bridge, ino) for n in self.model.networks.values()}
+        of_node = {"%s@%s.lock" % (n.bridge, ino) for n in self.model.networks.values()}
+        # And the node's hint of its next release (src/firewall/network/hints.rs).
+        of_node.add("@%s.next" % ino)
         for d in ("/run/academy/networks", "/run/academy/networks/removals",
                   "/run/academy/watch", "/run/academy/bridges"):
             for f in os.listdir(d) if os.path.isdir(d) else []:
-                if f in bridge_locks or any(
+                if f in of_node or any(
                         f.startswith(n + ".") or f.startswith(n + "-") or f.startswith(n + "@")
                         for n in self.model.networks):
                     try:

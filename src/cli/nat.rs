@@ -12,7 +12,8 @@
 //! `could not put back: WHAT, because WHY` line each (a kind the kernel refused, the
 //! only case that fails the command; a port taken since; an attachment an older academy
 //! added), `not recorded: ...` for an older academy's ports still in place, or
-//! `complete, nothing to do`.
+//! `complete, nothing to do`. It also drops the release records of node netns that
+//! are gone, as GC does (src/firewall/network.rs).
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -41,6 +42,9 @@ pub fn restore(p: &Parsed) -> Result<(), CliError> {
         }
         confs
     };
+    // The release records' upkeep, which no invocation of another node does: the files
+    // of nodes that are gone dropped, this node's due records released.
+    firewall::network::look_at_every_record();
     if confs.is_empty() {
         eprintln!("academy restore: no academy network found; nothing to do");
         return Ok(());

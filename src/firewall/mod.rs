@@ -494,8 +494,9 @@ fn as_put_back(missing: &str) -> String {
 /// Tests only (debug builds): with ACADEMY_TEST_HOLD_RESTORE set to a path, a network's
 /// restore, once started and before it takes the lock, creates `<path>.held` and waits
 /// (30 s at most) while `<path>` exists; with ACADEMY_TEST_HOLD_RESTORE_LOCKED, the same
-/// once it holds the lock and has read the attachments. A test can so run a DEL in the
-/// middle of a restore without racing a signal.
+/// once it holds the lock and has read the attachments; with ACADEMY_TEST_HOLD_LISTING,
+/// a listing of the release records once it has read the folder (network.rs). A test
+/// can so run a DEL in the middle of a restore or a listing without racing a signal.
 pub(crate) fn hold_for_test(variable: &str) {
     #[cfg(not(debug_assertions))]
     let _ = variable;

@@ -17,11 +17,13 @@
 //!
 //! The last DEL (or GC, reclaim, a failed first ADD) that finds the network unused
 //! writes its record (records.rs): what the release needs, so the release needs no
-//! config of it (`podman network rm` never tells a plugin). Every invocation then lists
-//! the records (a readdir: the due time is in a marker's name) and releases the due ones
-//! of its own node, in one nf_tables batch per table (`release_expired`); a record of a
-//! node that is gone is dropped. With `releaseUnusedAfter` 0 the last attachment's removal
-//! releases at once.
+//! config of it (`podman network rm` never tells a plugin). Every invocation then reads
+//! its node's hint, the earliest due time of the node's records (one readlink), and once
+//! one is due lists the records (a readdir: the due time is in a marker's name) and
+//! releases the due ones of its own node, in one nf_tables batch per table
+//! (`release_expired`). A record of a node that is gone is dropped by a GC or `academy
+//! restore` (`look_at_every_record`). With `releaseUnusedAfter` 0 the last attachment's
+//! removal releases at once.
 //!
 //! Locks (locks.rs). ADD holds the network's lock shared from before it reserves until
 //! its batch is in (`InUse`), and the release holds it exclusively (never waiting: a held
@@ -50,10 +52,12 @@ use crate::config::Config;
 use crate::ipam::store::files::{self, FileLock};
 use crate::netlink::{Link, LinkKind, Netlink, NftablesOnDemand, Object};
 
+mod hints;
 mod locks;
 mod nodes;
 mod records;
 
+use hints::Hint;
 pub use locks::no_removal_now;
 use locks::Wait;
 pub(crate) use records::{node, write_atomically};
@@ -325,20 +329,41 @@ pub fn unused_since(name: &str) -> Option<SystemTime> {
     Some(UNIX_EPOCH + Duration::from_millis(record.unused_since_ms))
 }
 
-/// A record of another node overdue by this long is looked at: its node may be gone.
-const OTHER_NODE_OVERDUE_MS: u64 = 60_000;
-
 /// The release of every network of this node whose record is due: each under its lock
 /// (taken exclusively, never waited for: a held share is an ADD in flight), each checked
 /// again for attachments, all their objects deleted in one batch per table. Run by every
-/// invocation: one readdir when nothing is due, whatever the number of records waiting.
-/// A record of another node long overdue is dropped when that node is gone, or dated
-/// later (its own node releases it). Best effort: what fails stays recorded and is tried
-/// by the next one. Returns when the next record of this node is due, if one is waiting.
+/// invocation: one readlink of the node's hint (hints.rs) while nothing of its node is
+/// due, whatever the number of records waiting on the host; the folder is listed only
+/// once one is (or the hint is missing). Best effort: what fails stays recorded, and the
+/// hint says so to the next invocation. Returns when the next record of this node is
+/// due, if one is waiting.
 pub fn release_expired() -> Option<SystemTime> {
+    let here = node()?;
+    match hints::read(here) {
+        Hint::Nothing => None,
+        Hint::At(ms) if ms > records::now_ms() => Some(at(ms)),
+        Hint::At(_) | Hint::Unknown => release_listed(here),
+    }
+}
+
+/// GC's and `academy restore`'s look at every record, whatever the hint says: this
+/// node's due ones released and its hint written again, v0.5.0's records converted (no
+/// hint announces them), and what nodes that are gone left dropped (no invocation of
+/// another node lists them). Returns how many files of gone nodes went.
+pub fn look_at_every_record() -> usize {
+    if let Some(here) = node() {
+        release_listed(here);
+    }
+    drop_what_gone_nodes_left()
+}
+
+/// The listing: one readdir, the due markers of this node released, the others' left to
+/// their own node, and the node's hint written from what is left.
+fn release_listed(here: u64) -> Option<SystemTime> {
+    let mut listing = hints::Listing::start(here);
     let dir = std::fs::read_dir(LOCK_DIR).ok()?;
-    let (here, now) = (node()?, records::now_ms());
-    let (mut due, mut others) = (Vec::new(), Vec::new());
+    let now = records::now_ms();
+    let (mut due, mut old) = (Vec::new(), Vec::new());
     let mut next: Option<u64> = None;
     for entry in dir.flatten() {
         let Some(file) = entry.file_name().to_str().map(records::entry) else {
@@ -346,32 +371,42 @@ pub fn release_expired() -> Option<SystemTime> {
         };
         match file {
             Entry::Marker(m) if m.node == here && m.due_ms <= now => due.push(m),
-            Entry::Marker(m) if m.node == here => {
-                next = Some(next.map_or(m.due_ms, |n| n.min(m.due_ms)))
-            }
-            Entry::Marker(m) if m.due_ms.saturating_add(OTHER_NODE_OVERDUE_MS) <= now => {
-                others.push(m)
-            }
+            Entry::Marker(m) if m.node == here => next = hints::earliest(next, Some(m.due_ms)),
             Entry::Marker(_) | Entry::Other => {}
-            Entry::Old(name) => records::convert_old(&name),
+            Entry::Old(name) => old.push(name),
         }
     }
-    if !due.is_empty() {
-        release_due(due);
+    // A marker made from here on lowers the hint itself (the conversions' too).
+    listing.listed();
+    super::hold_for_test("ACADEMY_TEST_HOLD_LISTING");
+    for name in old {
+        records::convert_old(&name);
     }
-    if !others.is_empty() {
-        drop_gone_nodes(others);
-    }
-    next.map(|ms| UNIX_EPOCH + Duration::from_millis(ms))
+    let left = if due.is_empty() {
+        None
+    } else {
+        release_due(due)
+    };
+    let next = hints::earliest(next, left);
+    listing.finish(next);
+    next.map(at)
 }
 
-fn release_due(due: Vec<Marker>) {
+fn at(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+/// Releases what the due markers name; returns the earliest due time of those it left
+/// in place (a network's lock busy, an error), for the hint: the next invocation tries
+/// them again.
+fn release_due(due: Vec<Marker>) -> Option<u64> {
     let Ok(mut nl) = Netlink::open() else {
-        return;
+        return due.iter().map(|m| m.due_ms).min();
     };
     let mut nft = NftablesOnDemand::default();
     let mut held = Vec::new();
     let mut batch = Batch::default();
+    let mut left: Option<u64> = None;
     for marker in due {
         // The marker of a record its ADD took, or of one since written again: dropped.
         let due = |r: &Record| r.expires_ms() <= records::now_ms();
@@ -380,10 +415,12 @@ fn release_due(due: Vec<Marker>) {
             continue;
         }
         let Ok(lock) = locks::network(&marker.name, Wait::No) else {
+            left = hints::earliest(left, Some(marker.due_ms));
             continue;
         };
         // Looked at again under the lock: an ADD may have come (and gone) meanwhile.
         let Some(record) = records::read(&marker.record()).filter(due) else {
+            let _ = std::fs::remove_file(marker.path());
             continue;
         };
         if record.marker() != marker.path() {
@@ -406,7 +443,7 @@ fn release_due(due: Vec<Marker>) {
             }
             Ok(Found::InUse) => records::remove(&record),
             // Another's elements remain (GC sweeps them): tried again after another
-            // grace, not by every invocation.
+            // grace, not by every invocation (the new marker lowers the hint).
             Ok(Found::Elements) => {
                 let again = Record {
                     unused_since_ms: records::now_ms(),
@@ -414,49 +451,34 @@ fn release_due(due: Vec<Marker>) {
                 };
                 if records::write(&again).is_ok() {
                     let _ = std::fs::remove_file(record.marker());
+                } else {
+                    left = hints::earliest(left, Some(record.expires_ms()));
                 }
             }
-            Err(e) => crate::log::debug(format_args!("network {}: {e}", record.name)),
+            Err(e) => {
+                crate::log::debug(format_args!("network {}: {e}", record.name));
+                left = hints::earliest(left, Some(record.expires_ms()));
+            }
         }
     }
     if let Err(e) = batch.delete(&mut nft) {
         crate::log::debug(format_args!("releasing unused networks: {e}"));
-        return;
+        let kept = held.iter().map(|(_, r)| r.expires_ms()).min();
+        return hints::earliest(left, kept);
     }
     for (_lock, record) in &held {
         records::remove(record);
     }
-}
-
-/// Records of other nodes long overdue: dropped when their node is gone (its nf_tables
-/// went with it), else dated one grace later, so a quiet live node is looked at once per
-/// minute, not by every invocation.
-fn drop_gone_nodes(others: Vec<Marker>) {
-    let Some(alive) = nodes::alive(&others.iter().map(|m| m.node).collect()) else {
-        return;
-    };
-    let later = records::now_ms().saturating_add(OTHER_NODE_OVERDUE_MS);
-    for marker in others {
-        if alive.contains(&marker.node) {
-            let moved = records::marker_path(&marker.name, marker.node, later);
-            let _ = std::fs::rename(marker.path(), moved);
-        } else {
-            crate::log::debug(format_args!(
-                "network {}: its node (netns {}) is gone, and its record with it",
-                marker.name, marker.node
-            ));
-            let _ = std::fs::remove_file(marker.record());
-            let _ = std::fs::remove_file(marker.path());
-        }
-    }
+    left
 }
 
 /// What nodes that are gone left on the host: their networks' state versions
-/// (`<name>.<node>.state`, upgrade.rs), release records and markers, and their bridges'
-/// locks. A node netns goes with everything of academy's in it but these files in /run,
-/// which nothing would ever read again. Asked by GC (one read of mountinfo; /proc only
-/// for a node no mount holds), never on ADD's path. Returns how many files went.
-pub fn drop_what_gone_nodes_left() -> usize {
+/// (`<name>.<node>.state`, upgrade.rs), release records, markers and hints, and their
+/// bridges' locks. A node netns goes with everything of academy's in it but these files
+/// in /run, which nothing would ever read again. Asked by GC and the restore (one read
+/// of mountinfo; /proc only for a node no mount holds), never on ADD's path. Returns how
+/// many files went.
+fn drop_what_gone_nodes_left() -> usize {
     let Some(here) = node() else {
         return 0;
     };
@@ -494,9 +516,12 @@ pub fn drop_what_gone_nodes_left() -> usize {
 }
 
 /// The node a file of the records' folder belongs to: `<name>.<node>.state`,
-/// `<name>@<node>.unused` or `<name>@<node>.<due ms>.due`; None for the network locks
-/// (no node in their names) and anything else.
+/// `<name>@<node>.unused`, `<name>@<node>.<due ms>.due` or `@<node>.next`; None for the
+/// network locks (no node in their names) and anything else.
 fn node_of_record(file: &str) -> Option<u64> {
+    if let Some(node) = hints::node_of(file) {
+        return Some(node);
+    }
     if let Some(rest) = file.strip_suffix(".state") {
         return rest.rsplit_once('.')?.1.parse().ok();
     }
@@ -591,6 +616,8 @@ mod tests {
             Some(4026532842)
         );
         // A network's lock and an older release's record name no node.
+        assert_eq!(node_of_record("@4026532842.next"), Some(4026532842));
+        assert_eq!(node_of_record("@hints.lock"), None);
         assert_eq!(node_of_record("web.x.lock"), None);
         assert_eq!(node_of_record("web.x.unused"), None);
         assert_eq!(node_of_bridge_lock("br0@4026532842.lock"), Some(4026532842));

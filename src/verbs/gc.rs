@@ -65,7 +65,8 @@ pub fn gc(env: &Env, conf: &Config) -> Result<()> {
     }
     sweep_nftables(conf, valid, &mut errors);
     addressing::gc(env, conf, &mut errors);
-    network::drop_what_gone_nodes_left();
+    // Records of nodes that are gone: no invocation of another node lists them.
+    network::look_at_every_record();
     // Last: a network GC left with no attachment loses its own objects too.
     errors.extend(removal::network_if_unused(conf).err());
 

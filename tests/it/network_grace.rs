@@ -145,6 +145,137 @@ fn a_network_s_objects_outlive_its_last_del_and_go_with_another_network_s_invoca
     assert_eq!(masquerade_rules(&lab, &node, 2).len(), 1);
 }
 
+/// A VERSION in the node under strace: what it read of the records' folder (its
+/// getdents64 calls on it).
+fn listings_of_the_records(lab: &Lab, node: &Node, trace: &str) -> Vec<String> {
+    let file = lab.root.join(trace);
+    let mut args = vec![
+        "netns".to_string(),
+        "exec".into(),
+        node.ns.clone(),
+        "strace".into(),
+    ];
+    args.extend(strace_args(&file, "getdents64", None));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = Call::bare()
+        .env("CNI_COMMAND", "VERSION")
+        .config(&json!({"cniVersion": "1.1.0"}))
+        .spawn("ip", &args);
+    assert_eq!(out.code, 0, "{out}");
+    std::fs::read_to_string(&file)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("/run/academy/networks>"))
+        .map(String::from)
+        .collect()
+}
+
+/// An invocation's cost does not grow with the networks waiting for their release, on
+/// its node or another (issue 37): while none of its node is due it reads its node's
+/// hint, not the records' folder (4 entries per waiting network); the first one after a
+/// due time lists the folder and releases.
+#[test]
+fn an_invocation_lists_the_records_only_once_one_of_its_node_is_due() {
+    let lab = Lab::new("gracelist");
+    let node = Node::new(&lab);
+    let a = lab.attachment("a");
+    let config = network(&lab, 1, 2);
+    node.call("ADD", &a, &config).expect_result("ADD");
+    node.call("DEL", &a, &config)
+        .expect_silent_success("DEL of the last");
+    assert!(record_exists(&lab, 1));
+    let listed = listings_of_the_records(&lab, &node, "waiting.trace");
+    assert_eq!(listed, Vec::<String>::new(), "nothing due, yet listed");
+    grace_over(2);
+    let listed = listings_of_the_records(&lab, &node, "due.trace");
+    assert!(
+        !listed.is_empty(),
+        "a record due, and the folder not listed"
+    );
+    assert!(!record_exists(&lab, 1), "a record due, and not released");
+    assert_eq!(masquerade_rules(&lab, &node, 1), Vec::<String>::new());
+    let listed = listings_of_the_records(&lab, &node, "none.trace");
+    assert_eq!(listed, Vec::<String>::new(), "nothing waits, yet listed");
+}
+
+/// A last DEL while another invocation lists the records (held by the debug build's
+/// hook once it has read the folder): the DEL's marker is not in that listing, and the
+/// hint the listing then writes must still announce it, or its release waits for a GC.
+#[test]
+fn a_marker_made_during_a_listing_is_released_when_due() {
+    let lab = Lab::new("gracehint");
+    let node = Node::new(&lab);
+    let (x, y) = (network(&lab, 1, 1), network(&lab, 2, 1));
+    let (a, b) = (lab.attachment("a"), lab.attachment("b"));
+    node.call("ADD", &a, &x).expect_result("ADD on x");
+    node.call("DEL", &a, &x)
+        .expect_silent_success("DEL of x's last");
+    grace_over(1);
+    // x due: a VERSION lists the folder, and waits there.
+    let held = HeldListing::start(&lab, &node);
+    node.call("ADD", &b, &y).expect_result("ADD on y");
+    node.call("DEL", &b, &y)
+        .expect_silent_success("DEL of y's last");
+    assert!(record_exists(&lab, 2));
+    held.finish();
+    grace_over(1);
+    assert_eq!(version_in(&node).code, 0);
+    assert!(!record_exists(&lab, 2), "y's record outlived its grace");
+    assert_eq!(leftovers(&lab, &node), BTreeSet::new());
+}
+
+/// A VERSION in the node held by ACADEMY_TEST_HOLD_LISTING (src/firewall/mod.rs) after
+/// its listing's readdir, until `finish` (or the drop) lets it go.
+struct HeldListing {
+    hold: std::path::PathBuf,
+    child: std::process::Child,
+}
+
+impl HeldListing {
+    fn start(lab: &Lab, node: &Node) -> HeldListing {
+        use std::io::Write;
+        use std::process::{Command, Stdio};
+        let hold = lab.data_dir.join("hold-listing");
+        std::fs::write(&hold, b"").unwrap();
+        let held = lab.data_dir.join("hold-listing.held");
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &node.ns, plugin()])
+            .env("CNI_COMMAND", "VERSION")
+            .env("ACADEMY_TEST_HOLD_LISTING", &hold)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(br#"{"cniVersion": "1.1.0"}"#).unwrap();
+        drop(stdin);
+        let listing = HeldListing { hold, child };
+        let reached = wait_until(Duration::from_secs(20), || held.exists());
+        assert!(reached, "the VERSION never listed the records");
+        listing
+    }
+
+    fn finish(mut self) {
+        let _ = std::fs::remove_file(&self.hold);
+        assert!(self.child.wait().unwrap().success());
+    }
+}
+
+impl Drop for HeldListing {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.hold);
+        let _ = self.child.wait();
+    }
+}
+
+fn version_in(node: &Node) -> Out {
+    node.run(
+        &Call::bare()
+            .env("CNI_COMMAND", "VERSION")
+            .config(&json!({"cniVersion": "1.1.0"})),
+    )
+}
+
 #[test]
 fn release_unused_after_0_releases_with_the_last_del() {
     let lab = Lab::new("gracezero");

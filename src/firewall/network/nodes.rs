@@ -8,9 +8,9 @@
 //! process in it (/proc/<pid>/ns/net). A holder academy cannot see (a mount in another
 //! mount namespace with no process of it in the netns) makes a live node look gone: its
 //! record is dropped, and its objects then wait for the network's next use or a GC, as
-//! before records existed. Asked by an invocation only for a record of another node
-//! that is overdue (network.rs), so never on its usual path, and by GC for the files of
-//! other nodes; either reads /proc only for a node that no mount holds.
+//! before records existed. Asked by GC and `academy restore` for the files of other
+//! nodes (network.rs), never by an invocation's usual path; /proc is read only for a
+//! node that no mount holds.
 
 use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;

@@ -4,14 +4,17 @@
 //!   when the network became unused, as JSON, one per network per node (the netns's
 //!   inode: one host may run a network of the same name in several node netns, each
 //!   with its own nf_tables);
-//! - `<name>@<node>.<due ms>.due`: empty, its due time in its name, so that an
-//!   invocation learns which records are due from one readdir and opens only those. A
-//!   record's ADD removes the record alone (one unlink, as before markers); the marker
-//!   left behind is dropped by whoever finds it due and its record gone, or dated later.
+//! - `<name>@<node>.<due ms>.due`: empty, its due time in its name, so that a listing
+//!   learns which records are due from one readdir and opens only those. A record's ADD
+//!   removes the record alone (one unlink, as before markers); the marker left behind
+//!   is dropped by the listing that finds it due and its record gone, or dated later;
+//! - `@<node>.next`: the node's hint, the earliest due time of its markers, so that an
+//!   invocation lists the folder only when one of its node is due (hints.rs).
 //!
 //! A network name is `[A-Za-z0-9_.-]` (never `@`), so both names parse from the right.
 //! v0.5.0's form, `<name>.unused` (one per name for the whole host), is read and turned
-//! into this one by the first invocation that lists it. A rollback to v0.5.0 does not
+//! into this one by the first listing that finds it: a node's first invocation, one
+//! whose hint is due, a GC or `academy restore` (no hint announces such a record). A rollback to v0.5.0 does not
 //! see records of this form: the networks unused at that moment keep their objects until
 //! their next use and last DEL (v0.5.0 then writes its own record), as their objects are
 //! never another's to lose.
@@ -22,7 +25,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use ipnetwork::IpNetwork;
 use serde::{Deserialize, Serialize};
 
-use super::LOCK_DIR;
+use super::{hints, LOCK_DIR};
 use crate::config::{Builtin, Config, Ipam};
 use crate::ipam::store::files;
 
@@ -196,11 +199,14 @@ pub(super) fn read(path: &str) -> Option<Record> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
 
-/// Writes the record, then its marker: a reader that finds the marker finds the record.
+/// Writes the record, then its marker: a reader that finds the marker finds the record,
+/// and the node's hint is lowered before the marker is made (hints.rs).
 pub(super) fn write(record: &Record) -> std::io::Result<()> {
     let text = serde_json::to_vec(record).map_err(std::io::Error::other)?;
     write_atomically(&record.path(), &text)?;
-    std::fs::write(record.marker(), b"")
+    hints::adding_marker(record.node, record.expires_ms(), || {
+        std::fs::write(record.marker(), b"")
+    })
 }
 
 /// Removes the record and its marker (either may be gone already).
