@@ -37,8 +37,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bursts  # noqa: E402  (store_files, shared with the bursts' leftover count)
 import cni  # noqa: E402
+import floor as floormod  # noqa: E402
 import lab as labmod  # noqa: E402
 from cni import Attachment, Plugin  # noqa: E402
+from floor import Floor  # noqa: E402
 from lab import PREFIX, Lab  # noqa: E402
 from proc import Spawner  # noqa: E402
 
@@ -105,36 +107,6 @@ def _cycles(sp: Spawner, plugins: dict, pods: dict, n: int, floor=None) -> dict:
     return {"runs": runs, "errors": errors[:5]}
 
 
-class Floor:
-    """The kernel's part of a cycle on one node: nlfloor's ADD (academy's requests, one
-    process, its veth on the node's bridge, its peer in a netns of the floor's own) and
-    `ip link del` of that veth, each spawned into the node as academy is."""
-
-    def __init__(self, sp: Spawner, lab: Lab, nlfloor: str):
-        self.sp, self.nlfloor = sp, nlfloor
-        self.netns = {where: lab.add_netns(f"{PREFIX}-df{where[0]}") for where in NETS}
-        self.errors = []
-
-    def cycle(self, where: str, plugin: Plugin, i: int) -> dict:
-        host = f"{PREFIX}f{where[0]}{i:05d}"
-        a, b, c = NETS[where].split(".")
-        # The /20's last /24, far above the addresses the store hands out.
-        address = f"{a}.{b}.{int(c) + 15}.250"
-        time.sleep(SETTLE_S)
-        add = self.sp.run([self.nlfloor, plugin.bridge, host, f"academy:floor:{where}{i}:eth0",
-                           self.netns[where], "eth0", address, "20", f"{NETS[where]}.1"],
-                          dict(cni.BASE_ENV), b"", plugin.node)
-        time.sleep(SETTLE_S)
-        dele = self.sp.run(["/usr/sbin/ip", "link", "del", host], dict(cni.BASE_ENV), b"",
-                           plugin.node)
-        ok = add.rc == 0 and dele.rc == 0
-        if not ok:
-            self.errors.append(f"floor on {where}: " + (add.stderr + dele.stderr)
-                               .decode(errors="replace")[:300])
-        return {"floor_add_ms": round(add.wall_ms, 3), "floor_del_ms": round(dele.wall_ms, 3),
-                "floor_ok": ok}
-
-
 def _left(plugin: Plugin) -> dict:
     return {
         "veths": len(labmod.node_veths(plugin.node)),
@@ -165,7 +137,10 @@ def run(sp: Spawner, academy: str, lab: Lab, pods: int, cycles: int,
         out["ports_up"] = len(labmod.ports(plugins["dense"].bridge, nodes["dense"]))
         progress(f"density: {cycles} cycles beside {pods} pods and on an empty bridge")
         nlfloor = lab.build_native("nlfloor")
-        floor = Floor(sp, lab, nlfloor) if nlfloor else None
+        # The /20's last /24, far above the addresses the store hands out.
+        addresses = {where: (f"{net.rsplit('.', 1)[0]}.{int(net.rsplit('.', 1)[1]) + 15}.250",
+                             20, f"{net}.1") for where, net in NETS.items()}
+        floor = Floor(sp, lab, nlfloor, "d", addresses) if nlfloor else None
         out["beside"] = _cycles(sp, plugins, cycle_pods, cycles, floor)
         out["down"] = _one_by_one(sp, plugins["dense"], "DEL", crowd, progress)
         out["left"] = {where: _left(plugin) for where, plugin in plugins.items()}
@@ -210,14 +185,7 @@ def summary(r: dict | None) -> dict | None:
         else:
             verdicts[op] = "PASS" if ratio <= TARGET and not problems else "MISS"
     # The kernel's part, where measured: its ratio, and academy's against it.
-    floor, against_floor = None, {}
-    if all(c.get("floor_ok") for where in ("dense", "empty") for c in runs.get(where, [])) \
-            and any("floor_ok" in c for c in runs.get("dense", [])):
-        floor = {where: {op: _median([c[f"floor_{op}_ms"] for c in runs[where]])
-                         for op in ("add", "del")} for where in ("dense", "empty")}
-        for op in ("add", "del"):
-            floor_ratio = floor["dense"][op] / floor["empty"][op] if floor["empty"][op] else 0
-            against_floor[op] = ratios[op] / floor_ratio if floor_ratio else float("nan")
+    floor, against_floor = floormod.medians(runs, ("dense", "empty"), ratios, _median)
     up = (r.get("up") or {}).get("per_pod_ms") or []
     up_cpu = (r.get("up") or {}).get("per_pod_cpu_ms") or []
     tenth = max(1, len(up) // 10)

@@ -103,6 +103,24 @@ class Markdown(unittest.TestCase):
                       "| | | |", md)
         self.assertEqual(waiting.markdown(None, None), "")
 
+    def test_the_floor_s_ratio_and_academy_s_against_it(self):
+        r = result(beside=((3.6, 3.6, 3.6), (20.0, 20.0, 20.0)))
+        for where, add in (("waiting", 2.4), ("none", 2.0)):
+            for c in r["beside"]["runs"][where]:
+                c.update({"floor_add_ms": add, "floor_del_ms": 18.0, "floor_ok": True})
+        s = waiting.summary(r)
+        self.assertEqual(s["floor_ms"]["waiting"]["add"], 2.4)
+        # academy 1.2x, the kernel's own 1.2x: academy's part does not grow, 1.0x.
+        self.assertAlmostEqual(s["against_floor"]["add"], 1.0)
+        self.assertEqual(s["verdict"], "MISS")  # the target is academy's own ratio
+        md = waiting.markdown(r, s)
+        self.assertIn("| floor ADD: nlfloor, academy's requests from one C process | 2.40 ms "
+                      "| 2.00 ms | 1.20x | | |", md)
+        self.assertIn("ADD 1.00x, DEL 1.00x", md)
+        # A floor that failed once is not reported.
+        r["beside"]["runs"]["none"][0]["floor_ok"] = False
+        self.assertIsNone(waiting.summary(r)["floor_ms"])
+
     def test_problems_are_listed(self):
         r = result(made_failures=1)
         self.assertIn("- 1 invocations failed making the waiting networks",
