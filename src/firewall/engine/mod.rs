@@ -20,8 +20,9 @@ mod want;
 pub use look::{look, Look};
 pub use want::{Accepts, Owner, Slot, Want, Wanted};
 
-use crate::netlink::nftables::model::{Change, Op};
-use crate::netlink::{Nftables, NlResult, Object};
+use crate::netlink::nftables::batch::named;
+use crate::netlink::nftables::model::{Change, Element, Op};
+use crate::netlink::{Nftables, NlResult, Object, Table};
 
 /// Which keys a kind's wants follow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,9 +198,12 @@ pub fn add(nft: &mut Nftables, network: &[Want], own: &[Want]) -> NlResult<Compl
     }
 }
 
-/// The elements added, one message per set (a set's elements in one list).
+/// The elements added: each set's in one message, or in as many as its list needs
+/// (netlink's attribute length is 16 bits: a restore of thousands is cut by size), in
+/// the order the sets first come.
 fn element_adds<'w>(wants: impl Iterator<Item = &'w Want>) -> Vec<Change> {
-    let mut changes: Vec<Change> = Vec::new();
+    type OfSet<'w> = Vec<(&'w Want, &'w Element)>;
+    let mut sets: Vec<((Table, &str), OfSet)> = Vec::new();
     for want in wants {
         let Wanted::Element {
             table,
@@ -210,24 +214,28 @@ fn element_adds<'w>(wants: impl Iterator<Item = &'w Want>) -> Vec<Change> {
         else {
             continue;
         };
-        let same_set = changes.iter_mut().find_map(|c| match &mut c.op {
-            Op::AddElements {
-                table: t,
-                set: s,
-                elements,
-                ..
-            } if t == table && s == set => Some(elements),
-            _ => None,
-        });
-        match same_set {
-            Some(elements) => elements.push(element.clone()),
-            None => changes.push(Change::add_element(
-                *table,
-                set,
-                element.clone(),
-                format!("add {} to {}", want.what, want.place()),
-            )),
+        match sets.iter_mut().find(|(k, _)| *k == (*table, set.as_str())) {
+            Some((_, of_set)) => of_set.push((want, element)),
+            None => sets.push(((*table, set), vec![(want, element)])),
         }
+    }
+    let mut changes = Vec::new();
+    for ((table, set), of_set) in sets {
+        changes.extend(Change::elements(
+            &of_set,
+            |(_, element)| (*element).clone(),
+            |elements| Op::AddElements {
+                table,
+                set: set.to_string(),
+                elements,
+                exclusive: false,
+                publish: false,
+            },
+            |part| {
+                let whats = part.iter().map(|(w, _)| w.what.clone());
+                format!("add {} to {}", named(whats), part[0].0.place())
+            },
+        ));
     }
     changes
 }
@@ -279,11 +287,11 @@ pub fn batch(found: &Look) -> Vec<Change> {
                 }
             }
             Wanted::Set { set, .. } => changes.push(Change::add_set(set.clone())),
-            Wanted::Element { .. } => changes.extend(element_adds(std::iter::once(*want))),
-            Wanted::OutdatedRule { .. } => {}
+            // Added last, each set's in as few messages as they fit.
+            Wanted::Element { .. } | Wanted::OutdatedRule { .. } => {}
         }
     }
-    changes.extend(element_adds(replaced.into_iter()));
+    changes.extend(element_adds(found.missing.iter().copied().chain(replaced)));
     changes
 }
 
@@ -393,6 +401,44 @@ mod tests {
                 "the MAC filter of 2 wired container(s)"
             ]
         );
+    }
+
+    /// A restore of many elements sends each set's in one message, or in as many as the
+    /// 16-bit attribute length allows, not one message per element.
+    #[test]
+    fn missing_elements_go_in_one_message_per_set_cut_by_size() {
+        let in_set = |set: &str, key: u16| Want {
+            wanted: Wanted::element(T, set, Element::key(key.to_be_bytes().to_vec()), vec![]),
+            ..element_want(0)
+        };
+        let (a1, b1, a2) = (in_set("a", 1), in_set("b", 2), in_set("a", 3));
+        let found = Look {
+            missing: vec![&a1, &b1, &a2],
+            ..Look::default()
+        };
+        let lists: Vec<(String, usize)> = batch(&found)
+            .iter()
+            .filter_map(|c| match &c.op {
+                Op::AddElements { set, elements, .. } => Some((set.clone(), elements.len())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(lists, [("a".to_string(), 2), ("b".to_string(), 1)]);
+
+        let many: Vec<Want> = (0..5000).map(|k| in_set("a", k)).collect();
+        let found = Look {
+            missing: many.iter().collect(),
+            ..Look::default()
+        };
+        let sizes: Vec<usize> = batch(&found)
+            .iter()
+            .filter_map(|c| match &c.op {
+                Op::AddElements { elements, .. } => Some(elements.len()),
+                _ => None,
+            })
+            .collect();
+        assert!(sizes.len() > 1, "{sizes:?}");
+        assert_eq!(sizes.iter().sum::<usize>(), 5000);
     }
 
     /// A chain the look found holding rules is not made again (an update of a base
