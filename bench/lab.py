@@ -25,6 +25,7 @@ from proc import Spawner
 PREFIX = "bnch"
 # Where academy keeps a lock file per network (src/firewall/network.rs).
 NETWORK_LOCKS = "/run/academy/networks"
+BRIDGE_LOCKS = "/run/academy/bridges"
 # The stores live where real ones do (/var/lib/cni/...), on the same file system.
 SCRATCH = "/var/lib/cni/academy-bench"
 LOCK = "/run/academy-bench.lock"
@@ -96,15 +97,17 @@ class Lab:
             release_unused(self.academy)
         _clean_nftables()
         _clean_reference_firewall()
-        # academy's per-network locks of the bench's networks and its hints of the
-        # bench's nodes (nothing holds them now).
+        # academy's per-network locks of the bench's networks, its hints of the bench's
+        # nodes and the locks of the bench's bridges (nothing holds them now; a GC or a
+        # restore would drop a gone node's, at the cost of a look at every node).
         hints = {f"@{inode}.next" for inode in self.node_inodes}
-        for name in os.listdir(NETWORK_LOCKS) if os.path.isdir(NETWORK_LOCKS) else []:
-            if name.startswith(PREFIX) or name in hints:
-                try:
-                    os.remove(os.path.join(NETWORK_LOCKS, name))
-                except OSError:
-                    pass
+        for folder in (NETWORK_LOCKS, BRIDGE_LOCKS):
+            for name in os.listdir(folder) if os.path.isdir(folder) else []:
+                if name.startswith(PREFIX) or name in hints:
+                    try:
+                        os.remove(os.path.join(folder, name))
+                    except OSError:
+                        pass
         self.netns.clear()
         self.bridges.clear()
         shutil.rmtree(SCRATCH, ignore_errors=True)
