@@ -476,7 +476,8 @@ fn release_due(due: Vec<Marker>) -> Option<u64> {
 /// (`<name>.<node>.state`, upgrade.rs), release records, markers and hints, and their
 /// bridges' locks. A node netns goes with everything of academy's in it but these files
 /// in /run, which nothing would ever read again. Asked by GC and the restore (one read
-/// of mountinfo; /proc only for a node no mount holds), never on ADD's path. Returns how
+/// of mountinfo; /proc only for a node no mount holds), never on ADD's path. Also any
+/// node's hint temporary a minute old (a writer killed before its rename). Returns how
 /// many files went.
 fn drop_what_gone_nodes_left() -> usize {
     let Some(here) = node() else {
@@ -486,22 +487,31 @@ fn drop_what_gone_nodes_left() -> usize {
     // host that runs one node never pays for it), /proc only if one of their nodes is
     // not bind-mounted (gone, or held by a process alone).
     let mut theirs: Vec<(std::path::PathBuf, u64)> = Vec::new();
+    // And any node's hint temporaries that a killed writer left (hints.rs), by age.
+    let mut abandoned = 0;
     for (dir, node_of) in [
         (LOCK_DIR, node_of_record as fn(&str) -> Option<u64>),
         (locks::BRIDGE_LOCK_DIR, node_of_bridge_lock),
     ] {
         for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
             let file = entry.file_name();
-            if let Some(n) = file.to_str().and_then(node_of).filter(|&n| n != here) {
+            let Some(file) = file.to_str() else { continue };
+            if hints::is_temporary(file) {
+                let age = entry.metadata().ok().and_then(|m| m.modified().ok());
+                let old = age.and_then(|t| t.elapsed().ok()) > Some(hints::ABANDONED);
+                if old && std::fs::remove_file(entry.path()).is_ok() {
+                    abandoned += 1;
+                }
+            } else if let Some(n) = node_of(file).filter(|&n| n != here) {
                 theirs.push((entry.path(), n));
             }
         }
     }
     if theirs.is_empty() {
-        return 0;
+        return abandoned;
     }
     let Some(alive) = nodes::alive(&theirs.iter().map(|(_, n)| *n).collect()) else {
-        return 0;
+        return abandoned;
     };
     let dropped = theirs
         .iter()
@@ -512,7 +522,7 @@ fn drop_what_gone_nodes_left() -> usize {
             "dropped {dropped} record(s) and lock(s) of node netns that are gone"
         ));
     }
-    dropped
+    dropped + abandoned
 }
 
 /// The node a file of the records' folder belongs to: `<name>.<node>.state`,

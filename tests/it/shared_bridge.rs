@@ -253,6 +253,15 @@ fn release_records_are_per_node_and_go_with_their_node() {
     );
 }
 
+/// A file the test made, removed however the test ends.
+struct Removed(String);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 /// A GC in `node` of network `conf`, with no attachment valid (the test's node has none)
 /// and no grace (the GC releases the network at once: no record of its own).
 fn gc(node: &Node, conf: &Value) -> Out {
@@ -303,6 +312,18 @@ fn a_gc_drops_what_a_gone_node_left_in_run() {
     for kind in [".state", ".unused", ".due", ".lock"] {
         assert!(left.iter().any(|f| f.ends_with(kind)), "{kind} in {left:?}");
     }
+    // A hint's temporary file that a writer killed before its rename left (hints.rs): a
+    // minute old it is abandoned, whatever its node; a fresh one may be a write in flight.
+    let temporary = |age: &str, n: u32| {
+        let path = format!(
+            "/run/academy/networks/.@{node_one}.next.{}{n}.tmp",
+            std::process::id()
+        );
+        std::os::unix::fs::symlink("0:0.0", &path).unwrap();
+        run("touch", &["-h", "-d", age, &path], &[]);
+        Removed(path)
+    };
+    let (stale, fresh) = (temporary("2 minutes ago", 1), temporary("now", 2));
     run("ip", &["netns", "del", &two.ns], &[]);
     let mut gc = conf.clone();
     gc["cni.dev/valid-attachments"] = json!([{"containerID": a.cid, "ifname": a.ifname}]);
@@ -316,6 +337,9 @@ fn a_gc_drops_what_a_gone_node_left_in_run() {
         Vec::<String>::new(),
         "a gone node's files"
     );
+    let exists = |p: &Removed| std::fs::symlink_metadata(&p.0).is_ok();
+    assert!(!exists(&stale), "an abandoned hint temporary: {}", stale.0);
+    assert!(exists(&fresh), "a fresh hint temporary: {}", fresh.0);
     let kept = of_node(node_one);
     assert!(kept.iter().any(|f| f.ends_with(".state")), "{kept:?}");
     assert!(kept.iter().any(|f| f.ends_with(".lock")), "{kept:?}");

@@ -105,6 +105,15 @@ fn write(node: u64, hint: Option<u64>) -> std::io::Result<()> {
     })
 }
 
+/// A hint's temporary file (`write`'s `.@<node>.next.<pid>.tmp`), left behind only by a
+/// writer killed between making it and renaming it over the hint.
+pub(super) fn is_temporary(file: &str) -> bool {
+    file.starts_with(".@") && file.ends_with(".tmp") && file.contains(SUFFIX)
+}
+
+/// A temporary file this old is abandoned: a write takes microseconds.
+pub(super) const ABANDONED: Duration = Duration::from_secs(60);
+
 /// Makes the marker (`make`) of a record of `node` due at `due_ms`, the hint lowered to
 /// it first. The hint is replaced even when it is early enough already (a listing in
 /// flight learns so that a marker came), and a missing one is replaced by 0 (list): this
@@ -187,6 +196,9 @@ mod tests {
             assert_eq!(parse(unreadable), Hint::Unknown, "{unreadable:?}");
         }
         assert_eq!(path(7), format!("{LOCK_DIR}/@7.next"));
+        assert!(is_temporary(".@4026532842.next.4242.tmp"));
+        assert!(!is_temporary("@4026532842.next"));
+        assert!(!is_temporary(".tmp.c1:eth0"));
         assert_eq!(node_of("@4026532842.next"), Some(4026532842));
         for other in [
             "web@4026532842.unused",
