@@ -23,7 +23,7 @@ import time
 from proc import Spawner
 
 PREFIX = "bnch"
-# Where academy keeps a lock file per network (src/firewall/network.rs).
+# Where academy keeps a lock file per network (src/firewall/network/).
 NETWORK_LOCKS = "/run/academy/networks"
 BRIDGE_LOCKS = "/run/academy/bridges"
 # The stores live where real ones do (/var/lib/cni/...), on the same file system.

@@ -50,7 +50,7 @@ pub fn run(env: Result<Option<Env>>, stdin: &[u8]) -> Option<Outcome> {
     };
     let outcome = dispatch(&env, stdin);
     // Whichever invocation comes next releases the networks unused for longer than their
-    // releaseUnusedAfter (firewall/network.rs): a readdir when none is due.
+    // releaseUnusedAfter (firewall/network/): one readlink of its node's hint when none is due.
     crate::firewall::network::release_expired();
     Some(match outcome {
         Ok(stdout) => Outcome {

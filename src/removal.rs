@@ -168,7 +168,7 @@ pub fn attachments(conf: &Config, targets: Vec<Target>) -> Report {
 }
 
 /// Step 4, for DEL, GC, reclaim and a failed ADD's undo: the network's own nf_tables
-/// objects once it has no attachment left (firewall/network.rs). Healing and an ADD's
+/// objects once it has no attachment left (firewall/network/). Healing and an ADD's
 /// replacement of its own stale pair leave them: the ADD itself is an attachment.
 pub fn network_if_unused(conf: &Config) -> Result<()> {
     // A lifecycle event, not news: nothing on stderr (quiet success).

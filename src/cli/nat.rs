@@ -13,7 +13,7 @@
 //! only case that fails the command; a port taken since; an attachment an older academy
 //! added), `not recorded: ...` for an older academy's ports still in place, or
 //! `complete, nothing to do`. It also drops the release records of node netns that
-//! are gone, as GC does (src/firewall/network.rs).
+//! are gone, as GC does (src/firewall/network/).
 
 use std::collections::HashSet;
 use std::path::Path;

@@ -46,7 +46,7 @@ pub struct NetworkView {
     pub missing: Result<Vec<Kind>, String>,
     /// Nothing wired and nothing reserved.
     pub unused: bool,
-    /// When the network became unused, from its release record (firewall/network.rs);
+    /// When the network became unused, from its release record (firewall/network/);
     /// None for a network in use or one with no record (released, or never used).
     pub unused_since: Option<SystemTime>,
     pub last_repair: Option<LastRepair>,

@@ -51,7 +51,7 @@ pub const DEFAULT_BRIDGE: &str = "cni0";
 /// least this long before a starved ADD frees it (README, "Failure model").
 pub const DEFAULT_RECLAIM_LEAKED_AFTER: u64 = 60;
 /// `releaseUnusedAfter` when absent: a network's own nf_tables objects stay this long
-/// after its last attachment is gone (firewall/network.rs), so a network's only container
+/// after its last attachment is gone (firewall/network/), so a network's only container
 /// restarted meanwhile pays what a steady one does.
 pub const DEFAULT_RELEASE_UNUSED_AFTER: u64 = 60;
 

@@ -19,7 +19,7 @@
 //! - `sweep`: GC's removal of elements no valid attachment owns, key set or not;
 //! - `missing` / `restore`: what an admin's flush or a reload took that academy can see,
 //!   and putting it back (STATUS, `academy restore`);
-//! - `release`: the network's own objects, deleted by network.rs once the network has no
+//! - `release`: the network's own objects, deleted by network/ once the network has no
 //!   attachment left, looked for whether or not the key is still set.
 //!
 //! A kind declared to the engine (engine/) says only what it wants (`Kind::wants`):
@@ -302,7 +302,7 @@ impl Kind {
 
     /// Whether this kind's network objects are keyed on the bridge (its elements name the
     /// bridge, its FORWARD accepts match it): owned by every network on the bridge, and
-    /// released only when none uses it (network.rs); the others' are the network's own.
+    /// released only when none uses it (network/); the others' are the network's own.
     pub fn keyed_on_bridge(self) -> bool {
         match self {
             Kind::Ports | Kind::Forward | Kind::Isolation => true,
@@ -421,7 +421,7 @@ pub fn missing_in(
 /// it misses. Each kind is tried even when another failed; the kinds that failed are in
 /// the restoration's errors, beside what the others did.
 ///
-/// The network's lock and its bridge's are held shared, as ADD holds them (network.rs),
+/// The network's lock and its bridge's are held shared, as ADD holds them (network/),
 /// and the network's attachments are read under them: a last DEL's release either ran
 /// wholly before, so the restore finds no attachment and puts nothing back, or finds the
 /// lock busy and writes the network's record, which the next invocation releases once
@@ -495,7 +495,7 @@ fn as_put_back(missing: &str) -> String {
 /// restore, once started and before it takes the lock, creates `<path>.held` and waits
 /// (30 s at most) while `<path>` exists; with ACADEMY_TEST_HOLD_RESTORE_LOCKED, the same
 /// once it holds the lock and has read the attachments; with ACADEMY_TEST_HOLD_LISTING,
-/// a listing of the release records once it has read the folder (network.rs). A test
+/// a listing of the release records once it has read the folder (network/). A test
 /// can so run a DEL in the middle of a restore or a listing without racing a signal.
 pub(crate) fn hold_for_test(variable: &str) {
     #[cfg(not(debug_assertions))]

@@ -5,7 +5,7 @@
 //! their containers reach the node's 127.0.0.1 services until a restore or an ADD).
 //!
 //! The record is `/run/academy/networks/<name>.<node>.state`, beside the network's lock
-//! and `.unused` record (network.rs, per node: `<name>@<node>.unused`): on /run, so it goes with a reboot, as the nf_tables
+//! and `.unused` record (network/, per node: `<name>@<node>.unused`): on /run, so it goes with a reboot, as the nf_tables
 //! state it describes does; per node (the netns's inode), since nf_tables is per netns
 //! and one host may run a network of the same name in several (a test's node netns). A
 //! network name is at most 128 bytes of `[A-Za-z0-9_.-]`, so the file name stays under

@@ -1,5 +1,5 @@
 //! A network's own nf_tables objects outlive its last attachment by `releaseUnusedAfter`
-//! seconds (src/firewall/network.rs): a network's only container restarted within that
+//! seconds (src/firewall/network/): a network's only container restarted within that
 //! time finds them there; once it is over, whichever invocation comes next on the node
 //! (on any network) releases them, under the network's lock, so a racing first ADD keeps
 //! its rule. And a whole lifecycle that succeeds prints nothing on stderr.

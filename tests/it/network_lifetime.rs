@@ -1,5 +1,5 @@
 //! A network's own nf_tables objects live as long as it has attachments, with
-//! `releaseUnusedAfter` 0 (src/firewall/network.rs; network_grace.rs has the grace): after many networks each used and emptied, academy's
+//! `releaseUnusedAfter` 0 (src/firewall/network/; network_grace.rs has the grace): after many networks each used and emptied, academy's
 //! tables hold nothing of them and the postrouting chain holds the rules of the networks
 //! in use only; a DEL of a network's last attachment racing the first ADD of its next
 //! one never leaves the new attachment without its rule.

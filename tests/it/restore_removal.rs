@@ -4,7 +4,7 @@
 //! debug build's hook right after it read the network's attachments
 //! (ACADEMY_TEST_HOLD_RESTORE_LOCKED, src/firewall/mod.rs), the DEL runs then, and the
 //! restore is let go: it reads the attachments again under the network's removal lock
-//! (src/firewall/network.rs, `removal`) and must not put back the DEL's elements. The
+//! (src/firewall/network/, `removal`) and must not put back the DEL's elements. The
 //! masquerade and a published port, in a private node.
 //!
 //! An ADD that re-makes a flushed masquerade set with the other containers' elements

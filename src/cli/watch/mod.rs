@@ -118,7 +118,7 @@ struct Watch {
     /// What the last pass could not put back (no kernel error: a port taken, an
     /// attachment never recorded), said again only when it changes.
     said_could_not: Vec<String>,
-    /// When the next unused network's record expires (firewall/network.rs): the watch
+    /// When the next unused network's record expires (firewall/network/): the watch
     /// releases it then, as any invocation would.
     release_at: Option<Instant>,
 }

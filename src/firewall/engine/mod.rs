@@ -8,7 +8,7 @@
 //!   and completes the network's wants only when the kernel refuses for want of them;
 //! - CHECK and STATUS say what is `missing`, in the same words, and what differs;
 //! - the network's release deletes what is `present` of them, the host's objects aside,
-//!   its bridge's only once no network uses the bridge (network.rs decides).
+//!   its bridge's only once no network uses the bridge (network/ decides).
 //!
 //! A kind's wants are computed with its key as configured, or with every key on
 //! (`Keys::All`) for a release: an admin may have taken the key out of the conflist

@@ -10,7 +10,7 @@ pub enum Owner {
     /// Every network of the kind on the host (a rule that names no network: it stays,
     /// and with its set empty does nothing).
     Host,
-    /// Every network that uses the bridge: it goes only when none does (network.rs).
+    /// Every network that uses the bridge: it goes only when none does (network/).
     Bridge(String),
     /// The network: it goes with its last attachment.
     Network(String),

@@ -18,7 +18,7 @@
 //! per-bridge iptables rules) would be walked rule by rule by every forwarded packet. The
 //! element `b . b` says both "b is isolated" (the first two lookups, which load the same
 //! name twice) and "in and out are one bridge" (the third, inverted): a network is one
-//! element, made with its first attachment and deleted with its last (network.rs). The
+//! element, made with its first attachment and deleted with its last (network/). The
 //! rule names no network; like the chains and port mapping's rules it stays, and with
 //! the set empty it drops nothing.
 //!

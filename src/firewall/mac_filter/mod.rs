@@ -7,7 +7,7 @@
 //! valid list is matched against. ADD adds them right after the veth pair exists,
 //! before the container's interface has an address; the one removal (removal.rs) takes
 //! them by that identity before the veth goes. The network's rule, map and sets go with
-//! its last attachment (network.rs).
+//! its last attachment (network/).
 
 use std::collections::HashMap;
 

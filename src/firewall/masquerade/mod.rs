@@ -9,7 +9,7 @@
 //! compares it before it removes (never by address alone: an address can have passed to
 //! another attachment). An element never outlives its reservation: ADD adds it after
 //! reserving (nat.rs sends it in ADD's one batch), the one removal takes it before
-//! releasing. The network's rule and sets go with its last attachment (network.rs).
+//! releasing. The network's rule and sets go with its last attachment (network/).
 
 use std::net::IpAddr;
 

@@ -9,7 +9,7 @@
 //! mount namespace with no process of it in the netns) makes a live node look gone: its
 //! record is dropped, and its objects then wait for the network's next use or a GC, as
 //! before records existed. Asked by GC and `academy restore` for the files of other
-//! nodes (network.rs), never by an invocation's usual path; /proc is read only for a
+//! nodes (network/), never by an invocation's usual path; /proc is read only for a
 //! node that no mount holds.
 
 use std::collections::HashSet;

@@ -437,7 +437,7 @@ impl Lab {
     }
 }
 
-/// Where academy keeps its per-network locks and records (src/firewall/network.rs).
+/// Where academy keeps its per-network locks and records (src/firewall/network/).
 const NETWORK_LOCKS: &str = "/run/academy/networks";
 /// Where academy keeps its per-bridge locks (src/firewall/network/locks.rs).
 const BRIDGE_LOCKS: &str = "/run/academy/bridges";
