@@ -219,12 +219,7 @@ def markdown(r: dict | None, s: dict | None) -> str:
                      f"| {s['ratio'][op]:.2f}x | <= {s['target']}x | {s['verdict'][op]} |")
     f = s.get("floor_ms")
     if f:
-        names = {"add": "floor ADD: nlfloor, academy's requests from one C process",
-                 "del": "floor DEL: `ip link del` of that veth"}
-        for op in ("add", "del"):
-            ratio = f["dense"][op] / f["empty"][op] if f["empty"][op] else float("nan")
-            lines.append(f"| {names[op]} | {f['dense'][op]:.2f} ms | {f['empty'][op]:.2f} ms "
-                         f"| {ratio:.2f}x | | |")
+        lines += floormod.rows(f, ("dense", "empty"))
         a = s["against_floor"]
         lines += ["", f"academy's ratio against the kernel's own (the floor's, same node, "
                       f"same bridge, same cycles): ADD {a['add']:.2f}x, DEL {a['del']:.2f}x."]

@@ -63,3 +63,16 @@ def medians(runs: dict, pair: tuple, ratios: dict, median) -> tuple:
         ratio = floor[loaded][op] / floor[other][op] if floor[other][op] else 0
         against[op] = ratios[op] / ratio if ratio else float("nan")
     return floor, against
+
+
+def rows(floor: dict, pair: tuple) -> list:
+    """The floor's table rows (`medians`' first value), the loaded node first."""
+    loaded, other = pair
+    names = {"add": "floor ADD: nlfloor, academy's requests from one C process",
+             "del": "floor DEL: `ip link del` of that veth"}
+    lines = []
+    for op in ("add", "del"):
+        ratio = floor[loaded][op] / floor[other][op] if floor[other][op] else float("nan")
+        lines.append(f"| {names[op]} | {floor[loaded][op]:.2f} ms | {floor[other][op]:.2f} ms "
+                     f"| {ratio:.2f}x | | |")
+    return lines

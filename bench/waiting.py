@@ -275,12 +275,7 @@ def markdown(r: dict | None, s: dict | None) -> str:
     ]
     f = s.get("floor_ms")
     if f:
-        names = {"add": "floor ADD: nlfloor, academy's requests from one C process",
-                 "del": "floor DEL: `ip link del` of that veth"}
-        for op in ("add", "del"):
-            ratio = f["waiting"][op] / f["none"][op] if f["none"][op] else float("nan")
-            lines.append(f"| {names[op]} | {f['waiting'][op]:.2f} ms | {f['none'][op]:.2f} ms "
-                         f"| {ratio:.2f}x | | |")
+        lines += floormod.rows(f, NODES)
         a = s["against_floor"]
         lines += ["", "The waiting networks keep their bridges in the node; the floor, "
                       "timed in the same cycles on the same bridges, shows what the kernel "
