@@ -291,9 +291,9 @@ pub fn sweep(s: &mut Sweeping) {
 /// rule of each family they have addresses of. None for a delegated IPAM: its
 /// addresses are that plugin's, and its containers get their masquerade back at their
 /// next ADD.
-fn wired_wants(conf: &Config, wired: &Wired) -> Vec<Want> {
+fn wired_wants(conf: &Config, wired: &Wired) -> (Vec<MasqNetwork>, Vec<Want>) {
     if !conf.ip_masq || conf.builtin().is_none() {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     }
     let mut elements = Vec::new();
     for a in &wired.attachments {
@@ -310,25 +310,15 @@ fn wired_wants(conf: &Config, wired: &Wired) -> Vec<Want> {
         .collect();
     let mut wants = rule_wants(conf, &networks);
     wants.extend(elements);
-    wants
+    (networks, wants)
 }
 
 /// A set of another shape under academy's name refuses the repair, as it refuses ADD:
-/// one lookup per family the wants make a rule for.
-fn refuse_foreign(nft: &mut Nftables, conf: &Config, wants: &[Want]) -> Result<()> {
-    for want in wants {
-        let Wanted::Rule {
-            slot: Some(slot), ..
-        } = &want.wanted
-        else {
-            continue;
-        };
-        let family = match slot.set.ends_with("-v6") {
-            true => Family::V6,
-            false => Family::V4,
-        };
-        if let SetShape::Foreign(why) = set_shape(nft, &conf.name, family)? {
-            return Err(nat::foreign_set(&slot.set, &why));
+/// one lookup per family of `networks`.
+fn refuse_foreign(nft: &mut Nftables, conf: &Config, networks: &[MasqNetwork]) -> Result<()> {
+    for network in networks {
+        if let SetShape::Foreign(why) = set_shape(nft, &conf.name, network.family)? {
+            return Err(nat::foreign_set(&network.set_name(), &why));
         }
     }
     Ok(())
@@ -336,12 +326,12 @@ fn refuse_foreign(nft: &mut Nftables, conf: &Config, wants: &[Want]) -> Result<(
 
 /// STATUS: what the store says the network's masquerade should hold and the kernel lacks.
 pub fn missing(l: &mut Looking) -> Result<Vec<String>> {
-    let wants = wired_wants(l.conf, l.wired);
+    let (networks, wants) = wired_wants(l.conf, l.wired);
     if wants.is_empty() {
         return Ok(Vec::new());
     }
     let nft = l.nft.get()?;
-    refuse_foreign(nft, l.conf, &wants)?;
+    refuse_foreign(nft, l.conf, &networks)?;
     Ok(missing_words(&engine::look(nft, &wants)?))
 }
 
@@ -350,13 +340,13 @@ pub fn missing(l: &mut Looking) -> Result<Vec<String>> {
 /// it found missing). An element of a wired address that names another attachment is
 /// left, and said.
 pub fn restore(l: &mut Looking) -> Result<Repair> {
-    let wants = wired_wants(l.conf, l.wired);
+    let (networks, wants) = wired_wants(l.conf, l.wired);
     if wants.is_empty() {
         return Ok(Repair::default());
     }
     let nft = l.nft.get()?;
     let _lock = repair_lock();
-    refuse_foreign(nft, l.conf, &wants)?;
+    refuse_foreign(nft, l.conf, &networks)?;
     let found = engine::look(nft, &wants)?;
     let words = missing_words(&found);
     let done = engine::apply(nft, &found)?;
