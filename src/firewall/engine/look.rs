@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use super::want::{Want, Wanted};
+use super::want::{Slot, Want, Wanted};
 use crate::netlink::nftables::model::{Element, Expr};
 use crate::netlink::{Nftables, NlResult, Object, Table, TableRule};
 
@@ -220,29 +220,19 @@ pub fn look<'w>(nft: &mut Nftables, wants: &'w [Want]) -> NlResult<Look<'w>> {
                 ..
             } => {
                 let rules = chains.of(nft, rule.table, &rule.chain)?;
-                let handles = with_comment(&rules, known_as);
-                let mut current: Vec<u64> = handles.clone();
-                let mut outdated: Vec<TableRule> = Vec::new();
-                for seen in rules.iter().filter(|r| !handles.contains(&r.handle)) {
-                    let Some(slot) = slot else { break };
-                    if !slot.holds(&seen.comments, &seen.sets) {
-                        continue;
-                    }
-                    let comment = seen.comments.first().cloned().unwrap_or_default();
-                    match slot
-                        .also_current
-                        .as_ref()
-                        .is_some_and(|a| a.accepts(&comment))
-                    {
-                        true => current.push(seen.handle),
-                        false => outdated.push(TableRule {
-                            table: rule.table,
-                            chain: rule.chain.clone(),
-                            handle: seen.handle,
-                            comment,
-                        }),
-                    }
+                let mut current = with_comment(&rules, known_as);
+                let outdated: Vec<TableRule> = match slot {
+                    Some(slot) => slot_forms(slot, &rules, &mut current),
+                    None => Vec::new(),
                 }
+                .into_iter()
+                .map(|(handle, comment)| TableRule {
+                    table: rule.table,
+                    chain: rule.chain.clone(),
+                    handle,
+                    comment,
+                })
+                .collect();
                 match current.split_first() {
                     None => found.missing.push(want),
                     Some((_, copies)) => {
@@ -347,6 +337,27 @@ pub fn look<'w>(nft: &mut Nftables, wants: &'w [Want]) -> NlResult<Look<'w>> {
 /// another owner's comment.
 fn differs(want: &Want, wanted: &Element, there: &Element) -> bool {
     (wanted.data.is_some() && there.data != wanted.data) || !want.owner.owns(&there.comment)
+}
+
+/// The other forms of a slotted rule among `rules`: those the slot's test takes as
+/// current join `current`; the outdated ones are returned, (handle, comment).
+fn slot_forms(slot: &Slot, rules: &[Commented], current: &mut Vec<u64>) -> Vec<(u64, String)> {
+    let mut outdated = Vec::new();
+    for seen in rules {
+        if current.contains(&seen.handle) || !slot.holds(&seen.comments, &seen.sets) {
+            continue;
+        }
+        let comment = seen.comments.first().cloned().unwrap_or_default();
+        match slot
+            .also_current
+            .as_ref()
+            .is_some_and(|a| a.accepts(&comment))
+        {
+            true => current.push(seen.handle),
+            false => outdated.push((seen.handle, comment)),
+        }
+    }
+    outdated
 }
 
 fn with_comment(rules: &[Commented], known_as: &[String]) -> Vec<u64> {
