@@ -16,7 +16,8 @@
 //!   each kind looks for it, cheaply when it is not there (one lookup, or one dump per
 //!   family when the attachment's key is unknown);
 //! - `check`: what CHECK compares with what ADD reported;
-//! - `sweep`: GC's removal of elements no valid attachment owns, key set or not;
+//! - `sweep`: GC's removal of elements no valid attachment owns, key set or not: the
+//!   engine's one sweep of the sets the kind names (`engine::AttachmentSet`);
 //! - `missing` / `restore`: what an admin's flush or a reload took that academy can see,
 //!   and putting it back (STATUS, `academy restore`);
 //! - `release`: the network's own objects, deleted by network/ once the network has no
@@ -260,13 +261,35 @@ impl Kind {
     /// GC: removes this network's elements of the kind that no valid attachment owns.
     /// Errors are collected; GC goes on.
     pub fn sweep(self, s: &mut Sweeping) {
-        match self {
-            Kind::Masquerade => masquerade::sweep(s),
-            Kind::Ports => ports::sweep(s),
-            Kind::MacFilter => mac_filter::sweep(s),
-            Kind::Bandwidth => bandwidth::sweep(s),
-            Kind::Forward | Kind::Isolation => {}
+        let held = match self {
+            Kind::Masquerade => masquerade::attachment_sets(s.conf),
+            Kind::Ports => ports::attachment_sets(s.conf),
+            Kind::MacFilter => mac_filter::attachment_sets(s.conf),
+            Kind::Bandwidth => return bandwidth::sweep(s),
+            Kind::Forward | Kind::Isolation => return,
+        };
+        let nft = match s.nft.get() {
+            Ok(nft) => nft,
+            Err(e) => return s.errors.push(e.into()),
+        };
+        let swept = engine::sweep(nft, &held, |comment| s.live.owns(comment));
+        for (set, why) in &swept.foreign {
+            eprintln!("academy: GC left nf_tables set {set} alone: it is not academy's ({why})");
         }
+        for (what, owner) in swept.removed.iter().take(ports::LOGGED) {
+            crate::log::debug(format_args!("GC removed the {what} (held by {owner})"));
+        }
+        if swept.removed.len() > ports::LOGGED {
+            crate::log::debug(format_args!(
+                "GC removed {} more of network {}'s {self}",
+                swept.removed.len() - ports::LOGGED,
+                s.conf.name
+            ));
+        }
+        let removed = swept.removed.into_iter();
+        s.removed
+            .extend(removed.map(|(what, owner)| format!("{what} ({owner})")));
+        s.errors.extend(swept.errors.into_iter().map(Error::from));
     }
 
     /// What of this kind the network should have and the kernel lacks (STATUS), in words.

@@ -15,9 +15,11 @@
 //! since the objects were made, and they must still go.
 
 mod look;
+mod sweep;
 mod want;
 
 pub use look::{look, Look};
+pub use sweep::{sweep, AttachmentSet};
 pub use want::{Accepts, Owner, Slot, Want, Wanted};
 
 use crate::netlink::nftables::batch::named;
@@ -102,13 +104,13 @@ pub fn complete(nft: &mut Nftables, wants: &[Want]) -> NlResult<Completed> {
 /// `complete`, for a caller that holds the host's repair lock already (a second take,
 /// on another descriptor, would wait for itself).
 pub fn complete_held(nft: &mut Nftables, wants: &[Want]) -> NlResult<Completed> {
-    complete_retried(nft, wants, Lock::Held, &[])
+    complete_retried(nft, wants, Lock::AttachmentSet, &[])
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Lock {
     Take,
-    Held,
+    AttachmentSet,
 }
 
 /// `added`: elements added without a look, for a caller that knows they are not all

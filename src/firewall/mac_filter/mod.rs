@@ -11,10 +11,11 @@
 
 use std::collections::HashMap;
 
-use super::engine::{self, Keys, Want, Wanted};
-use super::{Adding, Checking, Diff, Looking, Releasing, Removing, Repair, Sweeping};
+use super::engine::{self, AttachmentSet, Keys, Want, Wanted};
+use super::{Adding, Checking, Diff, Looking, Releasing, Removing, Repair};
 use crate::cni::result::format_mac;
 use crate::cni::Result;
+use crate::config::Config;
 use crate::netlink::{Netlink, Nftables, Object};
 
 mod create;
@@ -23,7 +24,7 @@ mod nft;
 mod unmapped;
 mod wants;
 
-use names::GuardedPort;
+use names::ports_map;
 use nft::{guarded_port, guarded_ports, unguard_ports};
 pub use wants::network_wants;
 use wants::port_wants;
@@ -144,33 +145,22 @@ fn parse_mac(text: &str) -> Option<[u8; 6]> {
     bytes.try_into().ok()
 }
 
-/// GC: removes the guarded ports of this network whose owner is not live.
-pub fn sweep(s: &mut Sweeping) {
-    let (conf, live, errors) = (s.conf, s.live, &mut *s.errors);
-    let nft = match s.nft.get() {
-        Ok(nft) => nft,
-        Err(e) => return errors.push(e.into()),
-    };
-    let stale: Vec<GuardedPort> = match guarded_ports(nft, &conf.name) {
-        Ok(all) => all.into_iter().filter(|p| !live.owns(&p.comment)).collect(),
-        Err(e) => return errors.push(e.into()),
-    };
-    if stale.is_empty() {
-        return;
-    }
-    match unguard_ports(nft, &conf.name, &stale) {
-        Ok(()) => stale.iter().for_each(|p| {
-            crate::log::debug(format_args!(
-                "GC removed the MAC filter of {} ({}, held by {})",
-                p.port,
-                format_mac(p.mac),
-                p.comment
-            ));
-            s.removed
-                .push(format!("MAC filter of {} ({})", p.port, p.comment));
-        }),
-        Err(e) => errors.push(e.into()),
-    }
+/// Where GC finds the network's attachments' elements: its map of guarded ports,
+/// each with the two set elements derived from it.
+pub fn attachment_sets(conf: &Config) -> Vec<AttachmentSet> {
+    let network = conf.name.clone();
+    let map = AttachmentSet::new(create::map_of(&ports_map(&conf.name)), |e| {
+        let port = nft::port_of(e)?;
+        Some(format!("MAC filter of {}", port.port))
+    });
+    vec![map.along(move |e| match nft::port_of(e) {
+        Some(port) => nft::elements_of(&network, &port)
+            .into_iter()
+            .skip(1)
+            .map(|(set, key, _)| (set, key))
+            .collect(),
+        None => Vec::new(),
+    })]
 }
 
 /// What the network's wired attachments want: the network's filter and each one's

@@ -97,7 +97,10 @@ fn change_ports(network: &str, ports: &[GuardedPort]) -> Vec<Change> {
 }
 
 /// A port's three elements, in the order of guard_sets: (set, key, map data).
-fn elements_of(network: &str, port: &GuardedPort) -> Vec<(String, Vec<u8>, Option<Vec<u8>>)> {
+pub(super) fn elements_of(
+    network: &str,
+    port: &GuardedPort,
+) -> Vec<(String, Vec<u8>, Option<Vec<u8>>)> {
     vec![
         (
             ports_map(network),
@@ -110,7 +113,7 @@ fn elements_of(network: &str, port: &GuardedPort) -> Vec<(String, Vec<u8>, Optio
 }
 
 /// A map element as a guarded port: an interface name key and a MAC value.
-fn port_of(raw: &Element) -> Option<GuardedPort> {
+pub(super) fn port_of(raw: &Element) -> Option<GuardedPort> {
     let name = raw.key.split(|b| *b == 0).next().unwrap_or(&[]);
     Some(GuardedPort {
         port: String::from_utf8_lossy(name).into_owned(),

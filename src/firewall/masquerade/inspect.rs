@@ -5,9 +5,9 @@
 use std::net::IpAddr;
 
 use super::nft::{masq_element, set_name, MasqElement};
+use super::wants::set_of;
 use crate::firewall::tables::ACADEMY;
 use crate::netlink::nftables::attrs::address_bytes;
-use crate::netlink::nftables::consts::{TYPE_IPV4_ADDR, TYPE_IPV6_ADDR};
 use crate::netlink::nftables::model::SetInfo;
 use crate::netlink::{Family, Nftables, NlResult};
 
@@ -27,7 +27,7 @@ pub fn set_shape(nft: &mut Nftables, network: &str, family: Family) -> NlResult<
     let set = set_name(network, family);
     Ok(match nft.set_info(ACADEMY, &set)? {
         None => SetShape::Missing,
-        Some(info) => judge_set(&info, family),
+        Some(info) => judge_set(&info, network, family),
     })
 }
 
@@ -44,49 +44,20 @@ pub fn element(
     Ok(found.and_then(|raw| masq_element(&raw, family)))
 }
 
-/// academy's own sets are plain address sets; anything more is someone else's.
-fn judge_set(info: &SetInfo, family: Family) -> SetShape {
-    let (key_type, key_len) = match family {
-        Family::V4 => (TYPE_IPV4_ADDR, 4),
-        Family::V6 => (TYPE_IPV6_ADDR, 16),
-    };
-    let mut differences = Vec::new();
-    if info.flags != 0 {
-        differences.push(format!("flags {:#x}", info.flags));
-    }
-    if info.timeout {
-        differences.push("a timeout".to_string());
-    }
-    if info.data_type.is_some() {
-        differences.push("a map's data".to_string());
-    }
-    if info.object_map {
-        differences.push("an object map".to_string());
-    }
-    if info.expressions {
-        differences.push("set expressions".to_string());
-    }
-    let (seen_type, seen_len) = (info.key_type, info.key_len);
-    if seen_type != Some(key_type) || seen_len != Some(key_len) {
-        differences.insert(
-            0,
-            format!(
-                "key type {} of {} bytes where academy's is {key_type} of {key_len}",
-                seen_type.map_or("?".into(), |t| t.to_string()),
-                seen_len.map_or("?".into(), |l| l.to_string()),
-            ),
-        );
-    }
-    if differences.is_empty() {
-        SetShape::Ours
-    } else {
-        SetShape::Foreign(differences.join(", "))
+/// academy's own sets are plain address sets of the family; anything more is someone
+/// else's.
+fn judge_set(info: &SetInfo, network: &str, family: Family) -> SetShape {
+    let differences = set_of(network, family).differences(info);
+    match differences.is_empty() {
+        true => SetShape::Ours,
+        false => SetShape::Foreign(differences.join(", ")),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netlink::nftables::consts::TYPE_IPV4_ADDR;
 
     #[test]
     fn a_set_is_academy_s_only_when_it_is_a_plain_set_of_the_family_s_addresses() {
@@ -95,14 +66,17 @@ mod tests {
             key_len: Some(4),
             ..SetInfo::default()
         };
-        assert_eq!(judge_set(&set, Family::V4), SetShape::Ours);
-        assert!(matches!(judge_set(&set, Family::V6), SetShape::Foreign(_)));
+        assert_eq!(judge_set(&set, "n", Family::V4), SetShape::Ours);
+        assert!(matches!(
+            judge_set(&set, "n", Family::V6),
+            SetShape::Foreign(_)
+        ));
         let timed = SetInfo {
             flags: 0x10,
             timeout: true,
             ..set
         };
-        match judge_set(&timed, Family::V4) {
+        match judge_set(&timed, "n", Family::V4) {
             SetShape::Foreign(why) => assert!(why.contains("timeout"), "{why}"),
             other => panic!("{other:?}"),
         }

@@ -15,9 +15,9 @@ use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 
-use super::engine::{self, Look, Want, Wanted};
+use super::engine::{self, AttachmentSet, Look, Want, Wanted};
 use super::network::repair_lock;
-use super::{Adding, Checking, Diff, Looking, Releasing, Removing, Repair, Sweeping, Wired};
+use super::{Adding, Checking, Diff, Looking, Releasing, Removing, Repair, Wired};
 use crate::attachment::{container_of, of_network, Attachment};
 use crate::cni::Result;
 use crate::config::{Config, Ipam};
@@ -37,7 +37,7 @@ pub use inspect::SetShape;
 use inspect::{element, set_shape};
 use nft::elements;
 pub use nft::{set_name, MasqElement, MasqNetwork};
-use wants::{element_wants, rule_wants};
+use wants::{element_wants, rule_wants, set_of};
 
 /// ADD, for the one batch: the attachment's addresses go in its network's sets (ipMasq).
 pub fn add(a: &mut Adding) -> Result<()> {
@@ -236,55 +236,17 @@ fn rule_words(found: &Look, want: &Want) -> String {
     }
 }
 
-/// GC: removes every element of the network's sets whose owner is not live, judged by
-/// the comments of a dump taken just before the removal (a lookup per element would
-/// compare the same comments again, at one round trip each: a GC of 5,000 stale
-/// elements is one dump and one batch). Errors are collected; the sweep goes on.
-pub fn sweep(s: &mut Sweeping) {
-    let (conf, live, errors) = (s.conf, s.live, &mut *s.errors);
-    let nft = match s.nft.get() {
-        Ok(nft) => nft,
-        Err(e) => return errors.push(e.into()),
-    };
-    for family in [Family::V4, Family::V6] {
-        match set_shape(nft, &conf.name, family) {
-            Ok(SetShape::Foreign(why)) => {
-                eprintln!(
-                    "academy: GC left nf_tables set inet academy {} alone: it is not academy's ({why})",
-                    set_name(&conf.name, family)
-                );
-                continue;
-            }
-            Ok(SetShape::Missing) => continue,
-            Ok(SetShape::Ours) => {}
-            Err(e) => {
-                errors.push(e.into());
-                continue;
-            }
-        }
-        let stale: Vec<_> = match elements(nft, &conf.name, family) {
-            Ok(all) => all.into_iter().filter(|e| !live.owns(&e.comment)).collect(),
-            Err(e) => {
-                errors.push(e.into());
-                continue;
-            }
-        };
-        if stale.is_empty() {
-            continue;
-        }
-        let addresses: Vec<IpAddr> = stale.iter().map(|e| e.address).collect();
-        match delete_elements(nft, &conf.name, &addresses) {
-            Ok(()) => stale.iter().for_each(|e| {
-                crate::log::debug(format_args!(
-                    "GC removed {} from the masquerade (held by {})",
-                    e.address, e.comment
-                ));
-                s.removed
-                    .push(format!("masquerade of {} ({})", e.address, e.comment));
-            }),
-            Err(e) => errors.push(e.into()),
-        }
-    }
+/// Where GC finds the network's attachments' elements: its set of each family.
+pub fn attachment_sets(conf: &Config) -> Vec<AttachmentSet> {
+    [Family::V4, Family::V6]
+        .into_iter()
+        .map(|family| {
+            AttachmentSet::new(set_of(&conf.name, family), move |e| {
+                let element = nft::masq_element(e, family)?;
+                Some(format!("masquerade of {}", element.address))
+            })
+        })
+        .collect()
 }
 
 /// The wants of the network's wired attachments: every wired address's element, and the

@@ -3,12 +3,13 @@
 
 use std::net::IpAddr;
 
-use crate::firewall::tables::suffix;
+use crate::firewall::tables::{suffix, ACADEMY};
 use crate::netlink::nftables::attrs::{address_bytes, address_from};
 use crate::netlink::nftables::consts::{
     TYPE_BITS, TYPE_INET_PROTOCOL, TYPE_INET_SERVICE, TYPE_IPV4_ADDR, TYPE_IPV6_ADDR,
 };
 use crate::netlink::nftables::dump::RawElement;
+use crate::netlink::nftables::model::Set;
 use crate::netlink::Family;
 
 /// Port mapping's set of bridges whose hairpin traffic is marked.
@@ -72,6 +73,19 @@ impl PortMap {
     pub(super) fn data(self) -> (u32, u32) {
         let kind = (self.address_type() << TYPE_BITS) | TYPE_INET_SERVICE;
         (kind, self.address_len() + 4)
+    }
+
+    /// The map as academy makes it (`id` names it in its creating batch).
+    pub(super) fn set(self, id: u32) -> Set {
+        Set {
+            table: ACADEMY,
+            name: self.name(),
+            id,
+            key: self.key(),
+            data: Some(self.data()),
+            userdata: None,
+            exclusive: false,
+        }
     }
 }
 

@@ -19,8 +19,8 @@ use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 
-use super::engine::{self, Want};
-use super::{Adding, Checking, Diff, Looking, Releasing, Removing, Repair, Sweeping};
+use super::engine::{self, AttachmentSet, Want};
+use super::{Adding, Checking, Diff, Looking, Releasing, Removing, Repair};
 use crate::attachment::{of_network, Attachment};
 use crate::cni::{Error, Result};
 use crate::config::{Config, PortMapping};
@@ -44,6 +44,7 @@ mod rules;
 pub mod services;
 
 pub use elements::{key_text, PortElement, PortKey};
+use elements::{port_element, PortMap};
 use guard::{localnet_guard, localnet_rules};
 pub use nft::{hairpin_mark, port_changes, portmap_rules};
 
@@ -274,49 +275,21 @@ pub fn remove(r: &mut Removing) -> Result<()> {
     Ok(nft.delete_port_elements(&keys)?)
 }
 
-/// GC: removes the network's published ports whose owner is not live. The maps are
-/// shared by every network: only elements naming this one are looked at.
-pub fn sweep(s: &mut Sweeping) {
-    let (conf, live, errors) = (s.conf, s.live, &mut *s.errors);
-    let nft = match s.nft.get() {
-        Ok(nft) => nft,
-        Err(e) => return errors.push(e.into()),
-    };
-    let stale: Vec<PortElement> = match nft.port_elements() {
-        Ok(all) => all
-            .into_iter()
-            .filter(|e| of_network(&conf.name, &e.comment) && !live.owns(&e.comment))
-            .collect(),
-        Err(e) => return errors.push(e.into()),
-    };
-    if stale.is_empty() {
-        return;
-    }
-    let keys: Vec<PortKey> = stale.iter().map(|e| e.key.clone()).collect();
-    match nft.delete_port_elements(&keys) {
-        Ok(()) => {
-            s.removed.extend(
-                stale
-                    .iter()
-                    .map(|e| format!("published port {} ({})", key_text(&e.key), e.comment)),
-            );
-            for e in stale.iter().take(LOGGED) {
-                crate::log::debug(format_args!(
-                    "GC unpublished host port {} (held by {})",
-                    key_text(&e.key),
-                    e.comment
-                ));
-            }
-            if stale.len() > LOGGED {
-                crate::log::debug(format_args!(
-                    "GC unpublished {} more host ports of network {}",
-                    stale.len() - LOGGED,
-                    conf.name
-                ));
-            }
-        }
-        Err(e) => errors.push(e.into()),
-    }
+/// Where GC finds the network's published ports: the four maps every network shares,
+/// each element the network's when its comment names the network.
+pub fn attachment_sets(conf: &Config) -> Vec<AttachmentSet> {
+    PortMap::ALL
+        .into_iter()
+        .map(|map| {
+            let network = conf.name.clone();
+            AttachmentSet::new(map.set(0), move |e| {
+                let port = port_element(e, map)?;
+                of_network(&network, &port.comment)
+                    .then(|| format!("published port {}", key_text(&port.key)))
+            })
+            .published()
+        })
+        .collect()
 }
 
 /// Lines a verb writes about single ports before it counts the rest.

@@ -35,7 +35,7 @@ use crate::firewall::tables::{
 };
 use crate::netlink::nftables::batch::named;
 use crate::netlink::nftables::model::{
-    Chain, ChainType, Change, Element, Expr, Hook, Op, Priority, Rule, Set,
+    Chain, ChainType, Change, Element, Expr, Hook, Op, Priority, Rule,
 };
 use crate::netlink::{Family, Nftables, NlResult};
 
@@ -156,15 +156,7 @@ pub fn portmap_rules() -> Want {
     setup.push(forward());
     setup.push(postrouting());
     for (id, map) in (1..).zip(PortMap::ALL) {
-        setup.push(Change::add_set(Set {
-            table: ACADEMY,
-            name: map.name(),
-            id,
-            key: map.key(),
-            data: Some(map.data()),
-            userdata: None,
-            exclusive: false,
-        }));
+        setup.push(Change::add_set(map.set(id)));
     }
     let hairpin_id = PortMap::ALL.len() as u32 + 1;
     setup.push(bridge_pairs(HAIRPIN_SET, hairpin_id));

@@ -1,8 +1,8 @@
 //! What nf_tables holds, as academy writes and reads it.
 
 use super::super::consts::{
-    NFPROTO_BRIDGE, NFPROTO_INET, NFPROTO_IPV4, NFPROTO_IPV6, NF_BR_PRI_NAT_DST_BRIDGED,
-    NF_IP_PRI_FILTER, NF_IP_PRI_NAT_DST, NF_IP_PRI_NAT_SRC,
+    NFPROTO_BRIDGE, NFPROTO_INET, NFPROTO_IPV4, NFPROTO_IPV6, NFT_SET_MAP,
+    NF_BR_PRI_NAT_DST_BRIDGED, NF_IP_PRI_FILTER, NF_IP_PRI_NAT_DST, NF_IP_PRI_NAT_SRC,
 };
 use super::expr::{Expr, Verdict};
 use crate::netlink::nfnetlink::Family;
@@ -133,6 +133,50 @@ pub struct Set {
     pub exclusive: bool,
 }
 
+impl Set {
+    /// How a set the kernel shows differs from this one, in words; none when it has this
+    /// one's shape (its key, a map's value type, no flags beyond a map's, no timeout, no
+    /// object map, no set expressions). A set of academy's name in another shape is
+    /// someone else's: academy neither fills nor empties it.
+    pub fn differences(&self, info: &SetInfo) -> Vec<String> {
+        let mut differences = Vec::new();
+        let (key_type, key_len) = self.key;
+        if info.key_type != Some(key_type) || info.key_len != Some(key_len) {
+            let shown = |v: Option<u32>| v.map_or("?".to_string(), |v| v.to_string());
+            differences.push(format!(
+                "key type {} of {} bytes where academy's is {key_type} of {key_len}",
+                shown(info.key_type),
+                shown(info.key_len)
+            ));
+        }
+        let flags = match self.data {
+            Some(_) => NFT_SET_MAP,
+            None => 0,
+        };
+        if info.flags != flags {
+            differences.push(format!("flags {:#x}", info.flags));
+        }
+        if info.timeout {
+            differences.push("a timeout".to_string());
+        }
+        match (self.data, info.data_type) {
+            (None, Some(_)) => differences.push("a map's data".to_string()),
+            (Some((wanted, _)), Some(seen)) if seen != wanted => {
+                differences.push(format!("data type {seen} where academy's is {wanted}"))
+            }
+            (Some(_), None) => differences.push("no map data".to_string()),
+            _ => {}
+        }
+        if info.object_map {
+            differences.push("an object map".to_string());
+        }
+        if info.expressions {
+            differences.push("set expressions".to_string());
+        }
+        differences
+    }
+}
+
 /// A set as the kernel shows it (GETSET): what tells academy's own from another's.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SetInfo {
@@ -192,5 +236,59 @@ impl Rule {
             }
         }
         comments
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::consts::{TYPE_IPV4_ADDR, TYPE_IPV6_ADDR};
+    use super::*;
+
+    fn set(data: Option<(u32, u32)>) -> Set {
+        Set {
+            table: Table::inet("t"),
+            name: "s".into(),
+            id: 0,
+            key: (TYPE_IPV4_ADDR, 4),
+            data,
+            userdata: None,
+            exclusive: false,
+        }
+    }
+
+    #[test]
+    fn a_set_of_another_shape_is_told_from_one_as_academy_makes_it() {
+        let plain = SetInfo {
+            key_type: Some(TYPE_IPV4_ADDR),
+            key_len: Some(4),
+            ..SetInfo::default()
+        };
+        assert!(set(None).differences(&plain).is_empty());
+        let v6 = SetInfo {
+            key_type: Some(TYPE_IPV6_ADDR),
+            key_len: Some(16),
+            ..plain.clone()
+        };
+        assert_eq!(set(None).differences(&v6).len(), 1);
+        let timed = SetInfo {
+            flags: 0x10,
+            timeout: true,
+            ..plain.clone()
+        };
+        let why = set(None).differences(&timed).join(", ");
+        assert_eq!(why, "flags 0x10, a timeout");
+        let map = SetInfo {
+            flags: NFT_SET_MAP,
+            data_type: Some(7),
+            ..plain.clone()
+        };
+        assert!(set(Some((7, 4))).differences(&map).is_empty());
+        assert_eq!(set(Some((8, 4))).differences(&map).len(), 1);
+        assert_eq!(set(None).differences(&map).len(), 2, "a map is no set");
+        assert_eq!(
+            set(Some((7, 4))).differences(&plain).len(),
+            2,
+            "nor a set a map"
+        );
     }
 }
