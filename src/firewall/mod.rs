@@ -14,10 +14,11 @@
 //!   config at hand enables: a key taken out of a conflist since ADD (macspoofchk for a
 //!   VRRP container, ipMasq, the bandwidth keys) must not leave its state behind, so
 //!   each kind looks for it, cheaply when it is not there (one lookup, or one dump per
-//!   family when the attachment's key is unknown);
+//!   set when the attachment's key is unknown): the engine's `take` of the sets the
+//!   kind names (`engine::AttachmentSet`) with the keys it knows;
 //! - `check`: what CHECK compares with what ADD reported;
 //! - `sweep`: GC's removal of elements no valid attachment owns, key set or not: the
-//!   engine's one sweep of the sets the kind names (`engine::AttachmentSet`);
+//!   the same `take` of the same sets, each read whole;
 //! - `missing` / `restore`: what an admin's flush or a reload took that academy can see,
 //!   and putting it back (STATUS, `academy restore`);
 //! - `release`: the network's own objects, deleted by network/ once the network has no
@@ -272,7 +273,7 @@ impl Kind {
             Ok(nft) => nft,
             Err(e) => return s.errors.push(e.into()),
         };
-        let swept = engine::sweep(nft, &held, |comment| s.live.owns(comment));
+        let swept = engine::take(nft, &held, |comment| !s.live.owns(comment));
         for (set, why) in &swept.foreign {
             eprintln!("academy: GC left nf_tables set {set} alone: it is not academy's ({why})");
         }
@@ -405,6 +406,29 @@ pub fn add(phase: Phase, a: &mut Adding) -> Result<()> {
         ports::services::add(a.nft, a.conf)?;
     }
     Ok(())
+}
+
+/// What the one removal's take (`engine::take`) did, said on stderr: a set of academy's
+/// name in another shape, and (`left_said`) an element under the attachment's key that
+/// is another's. Its first error, if any.
+fn said(conf: &Config, taken: engine::Taken, left_said: bool) -> Result<engine::Taken> {
+    for (set, why) in &taken.foreign {
+        eprintln!(
+            "academy: nf_tables set {set} is not academy's ({why}): nothing of this attachment's is in it, left alone"
+        );
+    }
+    if left_said {
+        for (what, owner) in &taken.left {
+            eprintln!(
+                "academy: left the {what} of network {}: it is {owner:?}'s, not this attachment's",
+                conf.name
+            );
+        }
+    }
+    match taken.errors.first() {
+        Some(e) => Err(e.clone().into()),
+        None => Ok(taken),
+    }
 }
 
 /// Whether a kind keeps state by address for the network, so that a removal must know

@@ -15,11 +15,11 @@
 //! since the objects were made, and they must still go.
 
 mod look;
-mod sweep;
+mod take;
 mod want;
 
 pub use look::{look, Look};
-pub use sweep::{sweep, AttachmentSet};
+pub use take::{take, AttachmentSet, Taken};
 pub use want::{Accepts, Owner, Slot, Want, Wanted};
 
 use crate::netlink::nftables::batch::named;

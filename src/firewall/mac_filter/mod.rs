@@ -16,6 +16,7 @@ use super::{Adding, Checking, Diff, Looking, Releasing, Removing, Repair};
 use crate::cni::result::format_mac;
 use crate::cni::Result;
 use crate::config::Config;
+use crate::netlink::nftables::attrs::ifname_bytes;
 use crate::netlink::{Netlink, Nftables, Object};
 
 mod create;
@@ -25,7 +26,7 @@ mod unmapped;
 mod wants;
 
 use names::ports_map;
-use nft::{guarded_port, guarded_ports, unguard_ports};
+use nft::{guarded_port, guarded_ports};
 pub use wants::network_wants;
 use wants::port_wants;
 
@@ -55,23 +56,20 @@ pub fn add(a: &mut Adding) -> Result<()> {
 /// elements name another attachment is not this removal's to take. Whatever the config
 /// says (macspoofchk taken out since ADD): one lookup, answered at once without the map.
 pub fn remove(r: &mut Removing) -> Result<()> {
-    let (conf, nft) = (r.conf, r.nft.get()?);
-    match guarded_port(nft, &conf.name, &r.who.host_name())? {
-        Some(port) if r.who.owns(&port.comment) => Ok(unguard_ports(nft, &conf.name, &[port])?),
-        Some(port) => {
-            eprintln!(
-                "academy: the MAC filter of {} on network {} belongs to {:?}, not {}; left alone",
-                port.port,
-                conf.name,
-                port.comment,
-                r.who.owner()
-            );
-            Ok(())
-        }
+    let conf = r.conf;
+    let veth = ifname_bytes(&r.who.host_name());
+    let sets: Vec<AttachmentSet> = attachment_sets(conf)
+        .into_iter()
+        .map(|map| map.only(vec![veth.clone()]))
+        .collect();
+    let nft = r.nft.get()?;
+    let taken = super::said(conf, engine::take(nft, &sets, |c| r.who.owns(c)), true)?;
+    let in_map = !(taken.removed.is_empty() && taken.left.is_empty() && taken.foreign.is_empty());
+    match in_map || !conf.mac_spoof_check {
+        true => Ok(()),
         // Not in the map: its set elements may still be there, the map lost (only
         // looked for where the key is set: an extra lookup on every other DEL).
-        None if conf.mac_spoof_check => Ok(unmapped::remove_unmapped(nft, &conf.name, &r.who)?),
-        None => Ok(()),
+        false => Ok(unmapped::remove_unmapped(nft, &conf.name, &r.who)?),
     }
 }
 

@@ -3,16 +3,15 @@
 //! published ports. Everything is idempotent but the elements added exclusively, so the
 //! same change can be sent again after a concurrent one.
 
-use std::net::IpAddr;
 
-use super::nft::{set_name, MasqElement};
+use super::nft::MasqElement;
 use crate::firewall::ports::port_changes;
 use crate::firewall::ports::PortElement;
 use crate::firewall::tables::ACADEMY;
 use crate::netlink::nftables::attrs::address_bytes;
 use crate::netlink::nftables::batch::named;
 use crate::netlink::nftables::model::{Change, Element, Op};
-use crate::netlink::{Family, Nftables, NlResult};
+use crate::netlink::{Nftables, NlResult};
 
 /// An element of a set, by set name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,42 +47,6 @@ pub fn apply(nft: &mut Nftables, change: &NatChange) -> NlResult<()> {
     let hairpin = !change.hairpin_bridge.is_empty();
     changes.extend(port_changes(&change.ports, &change.hairpin_bridge, hairpin));
     nft.run(changes)
-}
-
-/// Removes the addresses from the network's sets. Nothing to remove is success.
-pub fn delete_elements(nft: &mut Nftables, network: &str, addresses: &[IpAddr]) -> NlResult<()> {
-    match change_elements(nft, network, addresses) {
-        // One batch is all or nothing: one missing element (or set, or table) keeps
-        // the others. Rare (a DEL repeated, a crash undone), so one at a time.
-        Err(e) if e.is(libc::ENOENT) => {
-            for address in addresses {
-                match change_elements(nft, network, std::slice::from_ref(address)) {
-                    Err(e) if !e.is(libc::ENOENT) => return Err(e),
-                    _ => {}
-                }
-            }
-            Ok(())
-        }
-        other => other,
-    }
-}
-
-/// One batch removing `addresses` from the network's sets (all or nothing).
-fn change_elements(nft: &mut Nftables, network: &str, addresses: &[IpAddr]) -> NlResult<()> {
-    let change = NatChange {
-        retake: addresses
-            .iter()
-            .map(|a| SetElement {
-                set: set_name(network, Family::of(*a)),
-                element: MasqElement {
-                    address: *a,
-                    comment: String::new(),
-                },
-            })
-            .collect(),
-        ..NatChange::default()
-    };
-    apply(nft, &change)
 }
 
 /// What is done with a list of elements.
@@ -151,6 +114,7 @@ mod tests {
     use super::super::wants::set_of;
     use super::*;
     use crate::firewall::tables::{postrouting, POSTROUTING};
+    use crate::netlink::Family;
     use crate::netlink::nftables::digest::{hex, sha256};
     use crate::netlink::nftables::encode;
     use crate::netlink::nftables::model::Rule;

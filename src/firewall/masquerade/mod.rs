@@ -18,10 +18,11 @@ use ipnetwork::IpNetwork;
 use super::engine::{self, AttachmentSet, Look, Want, Wanted};
 use super::network::repair_lock;
 use super::{Adding, Checking, Diff, Looking, Releasing, Removing, Repair, Wired};
-use crate::attachment::{container_of, of_network, Attachment};
+use crate::attachment::{container_of, of_network};
 use crate::cni::Result;
 use crate::config::{Config, Ipam};
 use crate::firewall::tables::ACADEMY;
+use crate::netlink::nftables::attrs::address_bytes;
 use crate::netlink::{Family, Nftables, Object};
 
 mod change;
@@ -31,7 +32,7 @@ mod nft;
 mod rule;
 mod wants;
 
-use change::{apply, delete_elements};
+use change::apply;
 pub use change::{NatChange, SetElement};
 pub use inspect::SetShape;
 use inspect::{element, set_shape};
@@ -49,17 +50,19 @@ pub fn add(a: &mut Adding) -> Result<()> {
 /// names that container (in any owner form: the network's part compared whole).
 pub fn remove_of_container(conf: &Config, container_id: &str, addresses: &[IpAddr]) -> Result<()> {
     let legacy = format!("{container_id}:");
-    remove_if(&mut Nftables::open()?, conf, addresses, |c| {
+    let sets = keyed_sets(conf, addresses);
+    let taken = engine::take(&mut Nftables::open()?, &sets, |c| {
         c.starts_with(&legacy)
             || (of_network(&conf.name, c) && container_of(c) == Some(container_id))
-    })
+    });
+    super::said(conf, taken, true).map(drop)
 }
 
 /// The one removal's step for the masquerade: the attachment's elements among
-/// `r.addresses`, or, when those are unknown, wherever its owner names them. Each element
-/// is looked up and its comment compared, so an element that is now another
-/// attachment's (its address reclaimed and given again) stays. One lookup per address,
-/// then one batch.
+/// `r.addresses`, or, when those are unknown (a delegated IPAM without prevResult),
+/// wherever its owner names them (one dump per family). Each element is looked up and
+/// its comment compared, so an element that is now another attachment's (its address
+/// reclaimed and given again) stays. One lookup per address, then one batch.
 ///
 /// The kernel frees removed elements only after an RCU grace period, and closing the
 /// socket that removed them waits for that (measured here: 6 to 22 ms on the close): the
@@ -70,11 +73,28 @@ pub fn remove(r: &mut Removing) -> Result<()> {
         return Ok(());
     }
     let (conf, nft) = (r.conf, r.nft.get()?);
-    let addresses = match r.addresses {
-        [] => owned_by(nft, conf, &r.who)?,
-        known => known.to_vec(),
+    let sets = match r.addresses {
+        [] => attachment_sets(conf),
+        known => keyed_sets(conf, known),
     };
-    remove_if(nft, conf, &addresses, |c| r.who.owns(c))
+    let taken = engine::take(nft, &sets, |c| r.who.owns(c));
+    super::said(conf, taken, true).map(drop)
+}
+
+/// The network's sets of the families of `addresses`, each to look up only those.
+fn keyed_sets(conf: &Config, addresses: &[IpAddr]) -> Vec<AttachmentSet> {
+    let mut sets = Vec::new();
+    for (family, set) in [Family::V4, Family::V6].into_iter().zip(attachment_sets(conf)) {
+        let keys: Vec<Vec<u8>> = addresses
+            .iter()
+            .filter(|a| Family::of(**a) == family)
+            .map(|a| address_bytes(*a))
+            .collect();
+        if !keys.is_empty() {
+            sets.push(set.only(keys));
+        }
+    }
+    sets
 }
 
 /// Whether the network has a masquerade set of academy's shape (one lookup per family):
@@ -86,56 +106,6 @@ pub fn has_sets(nft: &mut Nftables, conf: &Config) -> Result<bool> {
         }
     }
     Ok(false)
-}
-
-fn remove_if(
-    nft: &mut Nftables,
-    conf: &Config,
-    addresses: &[IpAddr],
-    owned: impl Fn(&str) -> bool,
-) -> Result<()> {
-    let mut mine = Vec::new();
-    for address in addresses {
-        match element(nft, &conf.name, *address) {
-            Ok(Some(e)) if owned(&e.comment) => mine.push(*address),
-            Ok(Some(e)) => eprintln!(
-                "academy: left {address} in the masquerade: its element is {:?}'s, not this attachment's",
-                e.comment
-            ),
-            Ok(None) => {}
-            Err(e) => match set_shape(nft, &conf.name, Family::of(*address)) {
-                Ok(SetShape::Foreign(why)) => eprintln!(
-                    "academy: nf_tables set inet academy {} is not academy's ({why}): nothing of this attachment's is in it, left alone",
-                    set_name(&conf.name, Family::of(*address))
-                ),
-                _ => return Err(e.into()),
-            },
-        }
-    }
-    if mine.is_empty() {
-        return Ok(());
-    }
-    Ok(delete_elements(nft, &conf.name, &mine)?)
-}
-
-/// The addresses in this network's sets whose comment names `who`: for a removal that
-/// knows no addresses (a delegated IPAM without prevResult). O(set size), so never on
-/// the usual paths.
-fn owned_by(nft: &mut Nftables, conf: &Config, who: &Attachment) -> Result<Vec<IpAddr>> {
-    let mut found = Vec::new();
-    for family in [Family::V4, Family::V6] {
-        if let SetShape::Foreign(_) = set_shape(nft, &conf.name, family)? {
-            continue;
-        }
-        let elements = elements(nft, &conf.name, family)?;
-        found.extend(
-            elements
-                .into_iter()
-                .filter(|e| who.owns(&e.comment))
-                .map(|e| e.address),
-        );
-    }
-    Ok(found)
 }
 
 /// CHECK: each address is in its set as this attachment's, and the network's rule is

@@ -235,44 +235,43 @@ fn key(m: &PortMapping, family: Family) -> PortKey {
 /// in every map, whatever mappings the caller's config carries (a healer's are its own).
 /// A runtime that sent an empty list is believed: GC sweeps what it forgot.
 pub fn remove(r: &mut Removing) -> Result<()> {
-    let (conf, nft) = (r.conf, r.nft.get()?);
-    // Its ports were always written with a network: the legacy form is not theirs.
-    let mine = [r.who.owner(), r.who.named_owner()];
-    let keys: Vec<PortKey> = match &conf.port_mappings {
+    let conf = r.conf;
+    let maps = attachment_sets(conf);
+    let maps = match &conf.port_mappings {
         // The runtime says there were none (containerd sends an empty list for a
         // pod without hostPort): nothing to look for.
         Some(known) if known.is_empty() && !r.traced => return Ok(()),
         Some(known) if !r.traced => {
-            let mut candidates = Vec::new();
-            let mut seen = HashSet::new();
+            let mut keys: Vec<PortKey> = Vec::new();
             for m in known {
                 for family in [Family::V4, Family::V6] {
                     if m.host_ip.is_some_and(|h| Family::of(h) != family) {
                         continue;
                     }
                     let key = key(m, family);
-                    if seen.insert(key.clone()) {
-                        candidates.push(key);
+                    if !keys.contains(&key) {
+                        keys.push(key);
                     }
                 }
             }
-            let now = held(nft, &candidates)?;
-            candidates
-                .into_iter()
-                .filter(|k| now.get(k).is_some_and(|e| mine.contains(&e.comment)))
-                .collect()
+            let keyed = PortMap::ALL.into_iter().zip(maps).filter_map(|(map, set)| {
+                let of_map: Vec<Vec<u8>> = keys
+                    .iter()
+                    .filter(|k| k.map() == map)
+                    .map(PortKey::bytes)
+                    .collect();
+                (!of_map.is_empty()).then(|| set.only(of_map))
+            });
+            keyed.collect()
         }
-        _ => nft
-            .port_elements()?
-            .into_iter()
-            .filter(|e| mine.contains(&e.comment))
-            .map(|e| e.key)
-            .collect(),
+        _ => maps,
     };
-    if keys.is_empty() {
-        return Ok(());
-    }
-    Ok(nft.delete_port_elements(&keys)?)
+    // Its ports were always written with a network: the legacy form is not theirs.
+    let mine = [r.who.owner(), r.who.named_owner()];
+    let taken = engine::take(r.nft.get()?, &maps, |c| mine.iter().any(|m| m == c));
+    // Another's element under its key is the usual case of a DEL after an ADD refused
+    // for that very port: left without a word.
+    super::said(conf, taken, false).map(drop)
 }
 
 /// Where GC finds the network's published ports: the four maps every network shares,

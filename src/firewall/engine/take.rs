@@ -1,11 +1,19 @@
-//! GC's sweep, the same for every kind: the elements of a kind's sets whose owner
-//! comment names no valid attachment, read with one dump per set and deleted in one
-//! batch. A kind says where its attachments' elements are (`AttachmentSet`); which owners are
-//! valid is the runtime's list, GC's to give.
+//! Taking attachments' elements, the same for every kind: GC's sweep (the elements whose
+//! owner is no valid attachment) and the one removal (those whose owner is the removed
+//! attachment). A kind says where its attachments' elements are (`AttachmentSet`), and
+//! the caller which owners go. Where the keys are known (a removal: the attachment's
+//! addresses, its host veth, its published ports) each is looked up, and one of another
+//! owner is left and reported; otherwise the set is read whole (one dump). What goes
+//! goes in one batch.
+
+use std::collections::HashSet;
 
 use crate::netlink::nftables::batch::named;
 use crate::netlink::nftables::model::{Change, Element, Op, Set};
 use crate::netlink::{Nftables, NlError, NlResult, Table};
+
+/// Keys of one set past which one dump of it is cheaper than a lookup each.
+const DUMP_PAST: usize = 16;
 
 /// An element in words, or None when it is not the swept network's.
 type Shown = Box<dyn Fn(&Element) -> Option<String>>;
@@ -27,6 +35,9 @@ pub struct AttachmentSet {
     along: Along,
     /// Its elements are published ports: a refusal reads as unpublishing one.
     published: bool,
+    /// The keys to look up, when the caller knows them; None: every element is looked
+    /// at.
+    keys: Option<Vec<Vec<u8>>>,
 }
 
 impl AttachmentSet {
@@ -36,7 +47,15 @@ impl AttachmentSet {
             shown: Box::new(shown),
             along: Box::new(|_| Vec::new()),
             published: false,
+            keys: None,
         }
+    }
+
+    /// Only the elements under `keys` (past DUMP_PAST of them, one dump of the set is
+    /// cheaper than a lookup each).
+    pub fn only(mut self, keys: Vec<Vec<u8>>) -> AttachmentSet {
+        self.keys = Some(keys);
+        self
     }
 
     /// With the elements of other sets that go with each of its own.
@@ -55,11 +74,14 @@ impl AttachmentSet {
     }
 }
 
-/// What a sweep did.
+/// What a take did.
 #[derive(Debug, Default)]
-pub struct Swept {
+pub struct Taken {
     /// Deleted: (the element in words, its owner's comment).
     pub removed: Vec<(String, String)>,
+    /// Found under a key looked up, and not taken: (the element in words, its owner's
+    /// comment).
+    pub left: Vec<(String, String)>,
     /// Sets under academy's name in another shape, left alone: ("inet academy n-v4",
     /// how it differs).
     pub foreign: Vec<(String, String)>,
@@ -83,36 +105,43 @@ impl Stale<'_> {
     }
 }
 
-/// Deletes the elements of `sets` that are the network's and whose owner `live`
-/// does not take: one lookup and one dump per set, one batch for all. Errors are
-/// collected; the sweep goes on.
-pub fn sweep(nft: &mut Nftables, sets: &[AttachmentSet], live: impl Fn(&str) -> bool) -> Swept {
-    let mut swept = Swept::default();
+/// Deletes the elements of `sets` that are the network's and whose owner `goes`: one
+/// lookup per key known (or one dump of the set), one batch for all. Errors are
+/// collected; the rest goes on.
+pub fn take(nft: &mut Nftables, sets: &[AttachmentSet], goes: impl Fn(&str) -> bool) -> Taken {
+    let mut taken = Taken::default();
     let mut stale: Vec<Stale> = Vec::new();
     for h in sets {
-        match read(nft, h) {
-            Ok(Read::Missing) => {}
+        let all = match read(nft, h) {
+            Ok(Read::Missing) => continue,
             Ok(Read::Foreign(why)) => {
                 let set = format!("{} {}", h.set.table, h.set.name);
-                swept.foreign.push((set, why))
+                taken.foreign.push((set, why));
+                continue;
             }
-            Ok(Read::Elements(all)) => {
-                for element in all {
-                    match (h.shown)(&element) {
-                        Some(shown) if !live(&element.comment) => stale.push(Stale {
-                            of: h,
-                            element,
-                            shown,
-                        }),
-                        _ => {}
-                    }
-                }
+            Ok(Read::Elements(all)) => all,
+            Err(e) => {
+                taken.errors.push(e);
+                continue;
             }
-            Err(e) => swept.errors.push(e),
+        };
+        for element in all {
+            let Some(shown) = (h.shown)(&element) else {
+                continue;
+            };
+            match goes(&element.comment) {
+                true => stale.push(Stale {
+                    of: h,
+                    element,
+                    shown,
+                }),
+                false if h.keys.is_some() => taken.left.push((shown, element.comment)),
+                false => {}
+            }
         }
     }
     if stale.is_empty() {
-        return swept;
+        return taken;
     }
     let deleted: Vec<bool> = match nft.run(deletions(&stale)) {
         Ok(()) => vec![true; stale.len()],
@@ -122,24 +151,24 @@ pub fn sweep(nft: &mut Nftables, sets: &[AttachmentSet], live: impl Fn(&str) -> 
             .iter()
             .map(|s| match nft.run(deletions(std::slice::from_ref(s))) {
                 Ok(()) => true,
-                Err(e) if e.is(libc::ENOENT) => delete_each(nft, s, &mut swept.errors),
+                Err(e) if e.is(libc::ENOENT) => delete_each(nft, s, &mut taken.errors),
                 Err(e) => {
-                    swept.errors.push(e);
+                    taken.errors.push(e);
                     false
                 }
             })
             .collect(),
         Err(e) => {
-            swept.errors.push(e);
+            taken.errors.push(e);
             vec![false; stale.len()]
         }
     };
     for (s, deleted) in stale.into_iter().zip(deleted) {
         if deleted {
-            swept.removed.push((s.shown, s.element.comment));
+            taken.removed.push((s.shown, s.element.comment));
         }
     }
-    swept
+    taken
 }
 
 /// What stands under an attachment set's name.
@@ -151,6 +180,31 @@ enum Read {
 
 fn read(nft: &mut Nftables, of: &AttachmentSet) -> NlResult<Read> {
     let set = &of.set;
+    let keys = match &of.keys {
+        Some(keys) if keys.len() <= DUMP_PAST => keys,
+        _ => return read_whole(nft, of),
+    };
+    let mut found = Vec::new();
+    for key in keys {
+        let what = format!("look up an element in nf_tables set {} {}", set.table, set.name);
+        match nft.element_of(set.table, &set.name, key, &what) {
+            Ok(Some(element)) => found.push(element),
+            Ok(None) => {}
+            // A set of another shape refuses a key of academy's (EINVAL): say so.
+            Err(e) => {
+                return match read_whole(nft, of)? {
+                    Read::Foreign(why) => Ok(Read::Foreign(why)),
+                    _ => Err(e),
+                };
+            }
+        }
+    }
+    Ok(Read::Elements(found))
+}
+
+/// The set read whole, or what stands under its name; only the keys asked for kept.
+fn read_whole(nft: &mut Nftables, of: &AttachmentSet) -> NlResult<Read> {
+    let set = &of.set;
     let Some(info) = nft.set_info(set.table, &set.name)? else {
         return Ok(Read::Missing);
     };
@@ -158,7 +212,12 @@ fn read(nft: &mut Nftables, of: &AttachmentSet) -> NlResult<Read> {
     if !differences.is_empty() {
         return Ok(Read::Foreign(differences.join(", ")));
     }
-    Ok(Read::Elements(nft.elements_of(set.table, &set.name)?))
+    let mut all = nft.elements_of(set.table, &set.name)?;
+    if let Some(keys) = &of.keys {
+        let keys: HashSet<&Vec<u8>> = keys.iter().collect();
+        all.retain(|e| keys.contains(&e.key));
+    }
+    Ok(Read::Elements(all))
 }
 
 /// An element and those going with it, each alone, those already gone skipped (an
