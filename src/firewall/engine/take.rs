@@ -179,27 +179,42 @@ enum Read {
 }
 
 fn read(nft: &mut Nftables, of: &AttachmentSet) -> NlResult<Read> {
-    let set = &of.set;
-    let keys = match &of.keys {
-        Some(keys) if keys.len() <= DUMP_PAST => keys,
-        _ => return read_whole(nft, of),
-    };
+    let (table, name) = (of.set.table, of.set.name.as_str());
+    match &of.keys {
+        Some(keys) if keys.len() <= DUMP_PAST => match elements_under(nft, table, name, keys) {
+            Ok(found) => Ok(Read::Elements(found)),
+            // A set of another shape refuses a key of academy's (EINVAL): say so.
+            Err(e) => match read_whole(nft, of)? {
+                Read::Foreign(why) => Ok(Read::Foreign(why)),
+                _ => Err(e),
+            },
+        },
+        _ => read_whole(nft, of),
+    }
+}
+
+/// The elements of `set` under `keys`: one lookup each, or, past DUMP_PAST of them, one
+/// dump of the set (a dump reply carries many elements per message; a lookup costs the
+/// same whatever the set holds). The element look of the removal, GC and published
+/// ports' holders.
+pub fn elements_under(
+    nft: &mut Nftables,
+    table: Table,
+    set: &str,
+    keys: &[Vec<u8>],
+) -> NlResult<Vec<Element>> {
+    if keys.len() > DUMP_PAST {
+        let keys: HashSet<&Vec<u8>> = keys.iter().collect();
+        let mut all = nft.elements_of(table, set)?;
+        all.retain(|e| keys.contains(&e.key));
+        return Ok(all);
+    }
+    let what = format!("look up an element in nf_tables set {table} {set}");
     let mut found = Vec::new();
     for key in keys {
-        let what = format!("look up an element in nf_tables set {} {}", set.table, set.name);
-        match nft.element_of(set.table, &set.name, key, &what) {
-            Ok(Some(element)) => found.push(element),
-            Ok(None) => {}
-            // A set of another shape refuses a key of academy's (EINVAL): say so.
-            Err(e) => {
-                return match read_whole(nft, of)? {
-                    Read::Foreign(why) => Ok(Read::Foreign(why)),
-                    _ => Err(e),
-                };
-            }
-        }
+        found.extend(nft.element_of(table, set, key, &what)?);
     }
-    Ok(Read::Elements(found))
+    Ok(found)
 }
 
 /// The set read whole, or what stands under its name; only the keys asked for kept.

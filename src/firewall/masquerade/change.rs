@@ -3,7 +3,6 @@
 //! published ports. Everything is idempotent but the elements added exclusively, so the
 //! same change can be sent again after a concurrent one.
 
-
 use super::nft::MasqElement;
 use crate::firewall::ports::port_changes;
 use crate::firewall::ports::PortElement;
@@ -114,10 +113,10 @@ mod tests {
     use super::super::wants::set_of;
     use super::*;
     use crate::firewall::tables::{postrouting, POSTROUTING};
-    use crate::netlink::Family;
     use crate::netlink::nftables::digest::{hex, sha256};
     use crate::netlink::nftables::encode;
     use crate::netlink::nftables::model::Rule;
+    use crate::netlink::Family;
     use crate::netlink::Step;
 
     /// The messages' bytes, pinned as their digest (kind, flags, attributes): a refactor

@@ -84,7 +84,10 @@ pub fn remove(r: &mut Removing) -> Result<()> {
 /// The network's sets of the families of `addresses`, each to look up only those.
 fn keyed_sets(conf: &Config, addresses: &[IpAddr]) -> Vec<AttachmentSet> {
     let mut sets = Vec::new();
-    for (family, set) in [Family::V4, Family::V6].into_iter().zip(attachment_sets(conf)) {
+    for (family, set) in [Family::V4, Family::V6]
+        .into_iter()
+        .zip(attachment_sets(conf))
+    {
         let keys: Vec<Vec<u8>> = addresses
             .iter()
             .filter(|a| Family::of(**a) == family)

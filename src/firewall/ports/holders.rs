@@ -2,46 +2,38 @@
 //! conflicts between a hostIP mapping and a wildcard one, and the words that name a
 //! holder in an error.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::Duration;
 
+use super::elements::{port_element, PortMap};
 use super::{key_text, PortElement, PortKey};
 use crate::attachment::{container_of, Attachment};
 use crate::cni::{code, Error, Result};
+use crate::firewall::engine;
+use crate::firewall::tables::ACADEMY;
 use crate::ipam::store::files::{self, FileLock};
 use crate::netlink::{Family, Nftables};
 
-/// Keys looked up one by one before one dump of their map is cheaper (a lookup and a
-/// dump are one round trip each; a dump's cost grows with what the map holds).
-const LOOKUPS_BEFORE_DUMP: usize = 16;
-
-/// The elements under `keys` now, by key: each looked up when a map has few of them,
-/// else from one dump of that map, so any number of keys costs at most four dumps.
+/// The elements under `keys` now, by key: the engine's element look of each map (a
+/// lookup per key, or one dump of a map past a few), so any number of keys costs at
+/// most four dumps.
 pub(crate) fn held<'k>(
     nft: &mut Nftables,
     keys: impl IntoIterator<Item = &'k PortKey>,
 ) -> Result<HashMap<PortKey, PortElement>> {
-    let mut by_map: HashMap<(Family, bool), Vec<&PortKey>> = HashMap::new();
+    let mut by_map: Vec<(PortMap, Vec<Vec<u8>>)> = Vec::new();
     for key in keys {
-        by_map
-            .entry((key.family, key.host_ip.is_some()))
-            .or_default()
-            .push(key);
+        let map = key.map();
+        match by_map.iter_mut().find(|(m, _)| *m == map) {
+            Some((_, of_map)) => of_map.push(key.bytes()),
+            None => by_map.push((map, vec![key.bytes()])),
+        }
     }
     let mut found = HashMap::new();
-    for ((family, by_host_ip), keys) in by_map {
-        if keys.len() <= LOOKUPS_BEFORE_DUMP {
-            for key in keys {
-                if let Some(e) = nft.port_element(key)? {
-                    found.insert(key.clone(), e);
-                }
-            }
-        } else {
-            let wanted: HashSet<&PortKey> = keys.into_iter().collect();
-            for e in nft.port_elements_of(family, by_host_ip)? {
-                if wanted.contains(&e.key) {
-                    found.insert(e.key.clone(), e);
-                }
+    for (map, keys) in by_map {
+        for raw in engine::elements_under(nft, ACADEMY, &map.name(), &keys)? {
+            if let Some(e) = port_element(&raw, map) {
+                found.insert(e.key.clone(), e);
             }
         }
     }

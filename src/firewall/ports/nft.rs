@@ -44,18 +44,6 @@ use crate::netlink::{Family, Nftables, NlResult};
 const DELETE_KEYS_PER_BATCH: usize = 2048;
 
 impl Nftables {
-    /// The element under `key`, if any.
-    pub fn port_element(&mut self, key: &PortKey) -> NlResult<Option<PortElement>> {
-        let map = key.map();
-        let what = format!(
-            "look up {} in nf_tables map {ACADEMY} {}",
-            key_text(key),
-            map.name()
-        );
-        let found = self.element_of(ACADEMY, &map.name(), &key.bytes(), &what)?;
-        Ok(found.and_then(|raw| port_element(&raw, map)))
-    }
-
     /// Every element of the four maps (none when they do not exist).
     pub fn port_elements(&mut self) -> NlResult<Vec<PortElement>> {
         let mut found = Vec::new();
