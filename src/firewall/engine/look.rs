@@ -1,11 +1,12 @@
 //! One comparison of wants with the kernel: one dump per chain that holds a wanted
 //! rule, one lookup per wanted set, and per set one lookup per wanted element (a
 //! network's set may hold thousands of others' elements; a lookup costs the same
-//! whatever their number) or, past DUMP_PAST elements wanted of it (a restore of many
-//! ports), one dump of the set.
+//! whatever their number) or, past a few elements wanted of it (a restore of many
+//! ports), one dump of the set (take.rs: `elements_under`).
 
 use std::collections::HashMap;
 
+use super::take::elements_under;
 use super::want::{Slot, Want, Wanted};
 use crate::netlink::nftables::model::{Element, Expr};
 use crate::netlink::{Nftables, NlResult, Object, Table, TableRule};
@@ -82,10 +83,6 @@ impl Look<'_> {
             .filter(|(w, _)| !matches!(w.wanted, Wanted::Element { replace: true, .. }))
     }
 }
-
-/// Wanted elements of one set past which one dump of the set is cheaper than a lookup
-/// each (a dump reply carries many elements per message).
-const DUMP_PAST: usize = 16;
 
 /// A rule read back: its handle, its comments and the sets it looks up.
 #[derive(Clone)]
@@ -169,40 +166,45 @@ impl Chains {
     }
 }
 
-/// The sets read whole (those with more than DUMP_PAST wanted elements): their
-/// elements by key.
-struct Dumped(Vec<((Table, String), ByKey)>);
+/// The wanted elements there, by set and key: the engine's element look of each set
+/// (`elements_under`: a lookup per key, or one dump of a set past a few).
+struct Elements(Vec<((Table, String), ByKey)>);
 
 /// A set's elements by key.
 type ByKey = HashMap<Vec<u8>, Element>;
 
-impl Dumped {
-    fn of(nft: &mut Nftables, wants: &[Want]) -> NlResult<Dumped> {
-        let mut counts: Vec<((Table, &str), usize)> = Vec::new();
+impl Elements {
+    fn of(nft: &mut Nftables, wants: &[Want]) -> NlResult<Elements> {
+        type Keys = Vec<Vec<u8>>;
+        let mut keys: Vec<((Table, &str), Keys)> = Vec::new();
         for want in wants {
-            if let Wanted::Element { table, set, .. } = &want.wanted {
-                match counts
-                    .iter_mut()
-                    .find(|(k, _)| *k == (*table, set.as_str()))
-                {
-                    Some((_, n)) => *n += 1,
-                    None => counts.push(((*table, set), 1)),
+            if let Wanted::Element {
+                table,
+                set,
+                element,
+                ..
+            } = &want.wanted
+            {
+                let key = element.key.clone();
+                match keys.iter_mut().find(|(k, _)| *k == (*table, set.as_str())) {
+                    Some((_, of_set)) => of_set.push(key),
+                    None => keys.push(((*table, set), vec![key])),
                 }
             }
         }
-        let mut dumped = Vec::new();
-        for ((table, set), _) in counts.into_iter().filter(|(_, n)| *n > DUMP_PAST) {
-            let elements = nft.elements_of(table, set)?;
-            let by_key = elements.into_iter().map(|e| (e.key.clone(), e)).collect();
-            dumped.push(((table, set.to_string()), by_key));
+        let mut found = Vec::new();
+        for ((table, set), keys) in keys {
+            let there = elements_under(nft, table, set, &keys)?;
+            let by_key = there.into_iter().map(|e| (e.key.clone(), e)).collect();
+            found.push(((table, set.to_string()), by_key));
         }
-        Ok(Dumped(dumped))
+        Ok(Elements(found))
     }
 
-    /// The element of `set` under `key`, when the set was read whole.
-    fn get(&self, table: Table, set: &str, key: &[u8]) -> Option<Option<Element>> {
+    /// The element of `set` under `key`, if there.
+    fn get(&self, table: Table, set: &str, key: &[u8]) -> Option<Element> {
         let (_, by_key) = self.0.iter().find(|((t, s), _)| *t == table && s == set)?;
-        Some(by_key.get(key).cloned())
+        by_key.get(key).cloned()
     }
 }
 
@@ -210,7 +212,7 @@ impl Dumped {
 pub fn look<'w>(nft: &mut Nftables, wants: &'w [Want]) -> NlResult<Look<'w>> {
     let mut found = Look::default();
     let mut chains = Chains(Vec::new());
-    let dumped = Dumped::of(nft, wants)?;
+    let elements = Elements::of(nft, wants)?;
     for want in wants {
         match &want.wanted {
             Wanted::Rule {
@@ -309,24 +311,15 @@ pub fn look<'w>(nft: &mut Nftables, wants: &'w [Want]) -> NlResult<Look<'w>> {
                 set,
                 element,
                 ..
-            } => {
-                let there = match dumped.get(*table, set, &element.key) {
-                    Some(there) => there,
-                    None => {
-                        let what = format!("look up {} in nf_tables set {table} {set}", want.what);
-                        nft.element_of(*table, set, &element.key, &what)?
+            } => match elements.get(*table, set, &element.key) {
+                None => found.missing.push(want),
+                Some(there) => {
+                    if differs(want, element, &there) {
+                        found.differing.push((want, there));
                     }
-                };
-                match there {
-                    None => found.missing.push(want),
-                    Some(there) => {
-                        if differs(want, element, &there) {
-                            found.differing.push((want, there));
-                        }
-                        found.present.push((want, want.object(0)));
-                    }
+                    found.present.push((want, want.object(0)));
                 }
-            }
+            },
         }
     }
     found.chains_present = chains.holding_rules();
