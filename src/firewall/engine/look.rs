@@ -2,11 +2,10 @@
 //! rule, one lookup per wanted set, and per set one lookup per wanted element (a
 //! network's set may hold thousands of others' elements; a lookup costs the same
 //! whatever their number) or, past a few elements wanted of it (a restore of many
-//! ports), one dump of the set (take.rs: `elements_under`).
+//! ports), one dump of the set (`elements_under`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use super::take::elements_under;
 use super::want::{Slot, Want, Wanted};
 use crate::netlink::nftables::model::{Element, Expr};
 use crate::netlink::{Nftables, NlResult, Object, Table, TableRule};
@@ -82,6 +81,33 @@ impl Look<'_> {
             .iter()
             .filter(|(w, _)| !matches!(w.wanted, Wanted::Element { replace: true, .. }))
     }
+}
+
+/// Keys of one set past which one dump of it is cheaper than a lookup each.
+pub(super) const DUMP_PAST: usize = 16;
+
+/// The elements of `set` under `keys`: one lookup each, or, past DUMP_PAST of them, one
+/// dump of the set (a dump reply carries many elements per message; a lookup costs the
+/// same whatever the set holds). The element look of the removal, GC and published
+/// ports' holders.
+pub fn elements_under(
+    nft: &mut Nftables,
+    table: Table,
+    set: &str,
+    keys: &[Vec<u8>],
+) -> NlResult<Vec<Element>> {
+    if keys.len() > DUMP_PAST {
+        let keys: HashSet<&Vec<u8>> = keys.iter().collect();
+        let mut all = nft.elements_of(table, set)?;
+        all.retain(|e| keys.contains(&e.key));
+        return Ok(all);
+    }
+    let what = format!("look up an element in nf_tables set {table} {set}");
+    let mut found = Vec::new();
+    for key in keys {
+        found.extend(nft.element_of(table, set, key, &what)?);
+    }
+    Ok(found)
 }
 
 /// A rule read back: its handle, its comments and the sets it looks up.

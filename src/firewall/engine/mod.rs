@@ -18,8 +18,8 @@ mod look;
 mod take;
 mod want;
 
-pub use look::{look, Look};
-pub use take::{elements_under, take, AttachmentSet, Taken};
+pub use look::{elements_under, look, Look};
+pub use take::{take, AttachmentSet, Taken};
 pub use want::{Accepts, Owner, Slot, Want, Wanted};
 
 use crate::netlink::nftables::batch::named;

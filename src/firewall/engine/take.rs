@@ -8,12 +8,10 @@
 
 use std::collections::HashSet;
 
+use super::look::{elements_under, DUMP_PAST};
 use crate::netlink::nftables::batch::named;
 use crate::netlink::nftables::model::{Change, Element, Op, Set};
 use crate::netlink::{Nftables, NlError, NlResult, Table};
-
-/// Keys of one set past which one dump of it is cheaper than a lookup each.
-const DUMP_PAST: usize = 16;
 
 /// An element in words, or None when it is not the swept network's.
 type Shown = Box<dyn Fn(&Element) -> Option<String>>;
@@ -191,30 +189,6 @@ fn read(nft: &mut Nftables, of: &AttachmentSet) -> NlResult<Read> {
         },
         _ => read_whole(nft, of),
     }
-}
-
-/// The elements of `set` under `keys`: one lookup each, or, past DUMP_PAST of them, one
-/// dump of the set (a dump reply carries many elements per message; a lookup costs the
-/// same whatever the set holds). The element look of the removal, GC and published
-/// ports' holders.
-pub fn elements_under(
-    nft: &mut Nftables,
-    table: Table,
-    set: &str,
-    keys: &[Vec<u8>],
-) -> NlResult<Vec<Element>> {
-    if keys.len() > DUMP_PAST {
-        let keys: HashSet<&Vec<u8>> = keys.iter().collect();
-        let mut all = nft.elements_of(table, set)?;
-        all.retain(|e| keys.contains(&e.key));
-        return Ok(all);
-    }
-    let what = format!("look up an element in nf_tables set {table} {set}");
-    let mut found = Vec::new();
-    for key in keys {
-        found.extend(nft.element_of(table, set, key, &what)?);
-    }
-    Ok(found)
 }
 
 /// The set read whole, or what stands under its name; only the keys asked for kept.
