@@ -357,6 +357,37 @@ impl NlSocket {
         .map_err(|e| e.within(subsystem))
     }
 
+    /// Reads the answers to GET requests of one object each, `sequences`, sent together
+    /// but each on its own (the kernel answers every one in turn): each request's object
+    /// (its data message, header included), or its refusal, handed to `on_answer`.
+    pub fn receive_each_one(
+        &mut self,
+        sequences: Range<u32>,
+        what: &str,
+        mut on_answer: impl FnMut(u32, NlResult<Option<&[u8]>>),
+    ) -> NlResult<()> {
+        let subsystem = self.subsystem;
+        let mut pending = sequences.len();
+        if pending == 0 {
+            return Ok(());
+        }
+        self.read(what, |header, message| {
+            if !sequences.contains(&header.sequence) || header.kind == NLMSG_DONE {
+                return Ok(false);
+            }
+            let answer = match header.kind {
+                NLMSG_ERROR => error_of(header, message, what)
+                    .map_err(|e| e.within(subsystem))
+                    .map(|()| None),
+                _ => Ok(Some(message)),
+            };
+            on_answer(header.sequence, answer);
+            pending -= 1;
+            Ok(pending == 0)
+        })
+        .map_err(|e| e.within(subsystem))
+    }
+
     /// Reads datagrams and hands each message to `handle` until it says it is done.
     fn read(
         &mut self,
