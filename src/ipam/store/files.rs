@@ -484,11 +484,24 @@ pub fn read_capped(file: &mut File, limit: usize) -> io::Result<Vec<u8>> {
     Ok(out)
 }
 
-/// academy's effective uid, asked once: it never changes, and every ADD checks two
-/// directories against it.
+/// academy's effective uid, asked once: every ADD checks two directories against it.
+/// The kernel puts it in the auxiliary vector at exec (AT_EUID), where glibc reads it
+/// without a syscall; academy never changes it, so that is the current one. geteuid(2)
+/// when the vector has none.
 fn effective_uid() -> libc::uid_t {
     static UID: std::sync::OnceLock<libc::uid_t> = std::sync::OnceLock::new();
-    *UID.get_or_init(|| unistd::geteuid().as_raw())
+    *UID.get_or_init(|| {
+        // SAFETY: getauxval only reads the auxiliary vector; 0 with ENOENT when absent.
+        let at_exec = unsafe {
+            *libc::__errno_location() = 0;
+            let euid = libc::getauxval(libc::AT_EUID);
+            (*libc::__errno_location() == 0).then_some(euid)
+        };
+        match at_exec.and_then(|euid| libc::uid_t::try_from(euid).ok()) {
+            Some(euid) => euid,
+            None => unistd::geteuid().as_raw(),
+        }
+    })
 }
 
 /// The first read's size: every file the store writes is smaller.
@@ -510,5 +523,13 @@ fn dir_open_error(e: Errno) -> io::Error {
             "it is a symlink or not a directory, and academy follows no symlink in its store",
         ),
         other => errno(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_effective_uid_at_exec_is_the_current_one() {
+        assert_eq!(super::effective_uid(), nix::unistd::geteuid().as_raw());
     }
 }
