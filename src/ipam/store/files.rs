@@ -310,9 +310,14 @@ impl Dir {
 /// Writes `content` over `file` from its start, wherever a read left it, then cuts it to
 /// length (see [`Dir::overwrite`] for why not O_TRUNC).
 pub fn overwrite_file(file: &mut File, content: &[u8]) -> io::Result<()> {
-    use std::os::unix::fs::FileExt;
-    file.write_all_at(content, 0)?;
+    write_from_start(file, content)?;
     file.set_len(content.len() as u64)
+}
+
+/// Writes `content` over `file` from its start, leaving whatever lies past its end.
+pub fn write_from_start(file: &File, content: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    file.write_all_at(content, 0)
 }
 
 /// A file under flock(2), unlocked when the guard drops.
