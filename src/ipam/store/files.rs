@@ -385,6 +385,23 @@ pub fn lock_exclusive(file: File, wait: Duration) -> io::Result<FileLock> {
     }
 }
 
+/// As [`lock_exclusive`], on a file the caller keeps: the lock goes with the file's last
+/// close (or an explicit unlock), not with a guard.
+pub fn lock_exclusive_in_place(file: &File, wait: Duration) -> io::Result<()> {
+    let deadline = Instant::now() + wait;
+    loop {
+        // SAFETY: flock(2) on a descriptor `file` owns and keeps open across the call.
+        match Errno::result(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) })
+        {
+            Ok(_) => return Ok(()),
+            Err(Errno::EWOULDBLOCK) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => return Err(errno(e)),
+        }
+    }
+}
+
 /// A host-wide lock file (created 0600, never through a symlink) locked exclusively within
 /// `wait`: None when it cannot be opened (no /run) or stays held, and the caller goes on
 /// unlocked (these locks are best effort: they keep concurrent repairs from doubling a
