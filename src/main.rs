@@ -22,6 +22,7 @@ use std::io::{Read, Write};
 use std::os::unix::ffi::OsStringExt;
 
 use academy::plugin;
+use academy::plugin::LeftOpen;
 
 /// Big enough for any config in one read (runtimes send a few KiB at most); a larger
 /// one grows the buffer as usual.
@@ -33,8 +34,12 @@ pub extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
     process_setup();
     // A panic must not unwind into the C caller (that aborts): caught here as std's
     // lang_start would, with its exit status, 101. The CNI path catches its own below.
-    // process::exit, not a return: it flushes stdout as std's own exit path does.
-    std::process::exit(std::panic::catch_unwind(run).unwrap_or(101))
+    let (code, _left_open) = std::panic::catch_unwind(run).unwrap_or((101, None));
+    // process::exit, not a return: it flushes stdout as std's own exit path does, and
+    // runs no destructor, so what the verb left open (sockets, the netns, the store and
+    // its locks: verbs::LeftOpen, src/verbs/mod.rs) is closed by the kernel with the process, not
+    // one close at a time. Everything is written by now.
+    std::process::exit(code)
 }
 
 /// What std's start-up does that academy relies on, in 2 syscalls instead of 19.
@@ -71,11 +76,12 @@ fn process_setup() {
     }
 }
 
-fn run() -> c_int {
+/// The exit status, and what the verb left open for the exit.
+fn run() -> (c_int, Option<LeftOpen>) {
     // An operator's subcommand (`academy list ...`): never when a runtime calls, since a
     // runtime always sets CNI_COMMAND. No arguments still prints the about text below.
     if std::env::var_os("CNI_COMMAND").is_none() && std::env::args_os().len() > 1 {
-        return academy::cli::main(std::env::args_os().skip(1));
+        return (academy::cli::main(std::env::args_os().skip(1)), None);
     }
     // Bytes, not String: one non-UTF-8 byte must not make a variable read as unset.
     let env = plugin::Env::from_lookup(|name| std::env::var_os(name).map(OsString::into_vec));
@@ -92,16 +98,17 @@ fn run() -> c_int {
         Some(plugin::Outcome {
             stdout: Some(plugin::internal_error(&stdin)),
             exit_code: 1,
+            open: LeftOpen::default(),
         })
     });
     let Some(outcome) = outcome else {
         eprintln!("{}", plugin::about());
-        return 0;
+        return (0, None);
     };
     if let Some(text) = outcome.stdout {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "{text}");
         let _ = out.flush();
     }
-    outcome.exit_code
+    (outcome.exit_code, Some(outcome.open))
 }

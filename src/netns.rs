@@ -66,9 +66,23 @@ impl Netns {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(OpenError::Missing),
             Err(e) => return Err(unusable(format!("cannot open CNI_NETNS {path}: {e}"))),
         };
-        let fs = nix::sys::statfs::fstatfs(&file)
+        let st = file
+            .metadata()
             .map_err(|e| unusable(format!("cannot stat CNI_NETNS {path}: {e}")))?;
-        if fs.filesystem_type().0 as i64 != NSFS_MAGIC {
+        // nsfs is one superblock, so every namespace file has the device of the node's
+        // own, stat'ed once per process anyway: that tells nsfs without an fstatfs (a
+        // syscall an ADD). Without the node's (no /proc), the file system's magic.
+        let on_nsfs = match own() {
+            Some((dev, _)) => st.dev() == dev,
+            None => {
+                nix::sys::statfs::fstatfs(&file)
+                    .map_err(|e| unusable(format!("cannot stat CNI_NETNS {path}: {e}")))?
+                    .filesystem_type()
+                    .0 as i64
+                    == NSFS_MAGIC
+            }
+        };
+        if !on_nsfs {
             return Err(unusable(format!(
                 "CNI_NETNS {path} is not a network namespace (expected a path like /var/run/netns/NAME or /proc/PID/ns/net)"
             )));
@@ -82,8 +96,8 @@ impl Netns {
             )));
         }
         // The node's own netns (the main thread's, which never leaves it).
-        if let (Some(ours), Ok(theirs)) = (own(), file.metadata()) {
-            if ours == (theirs.dev(), theirs.ino()) {
+        if let Some(ours) = own() {
+            if ours == (st.dev(), st.ino()) {
                 return Err(unusable(format!(
                     "CNI_NETNS {path} is the host's own network namespace; academy wires containers, not the host"
                 )));

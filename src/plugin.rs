@@ -9,15 +9,18 @@ pub use crate::cni::env::Env;
 use crate::cni::{code, version, Error, Result};
 use crate::config::{self, Config};
 use crate::firewall::upgrade;
+pub use crate::verbs::LeftOpen;
 use crate::verbs::{add, check, del, gc, status};
 
 pub const NAME: &str = env!("CARGO_PKG_NAME");
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// What the process prints on stdout (if anything) and its exit status.
+/// What the process prints on stdout (if anything) and its exit status, and what the
+/// verb left open for the exit to close (verbs::LeftOpen).
 pub struct Outcome {
     pub stdout: Option<String>,
     pub exit_code: i32,
+    pub open: LeftOpen,
 }
 
 /// Shown when a person runs the binary with no CNI_COMMAND.
@@ -36,6 +39,7 @@ pub fn run(env: Result<Option<Env>>, stdin: &[u8]) -> Option<Outcome> {
     let fail = |e: Error| Outcome {
         stdout: Some(e.to_json(&err_version)),
         exit_code: 1,
+        open: LeftOpen::default(),
     };
     // Tests only (debug builds): a bug's path, to see it still reach the runtime as CNI
     // JSON (src/main.rs replaces std's start-up; tests/it/protocol/env.rs).
@@ -48,7 +52,8 @@ pub fn run(env: Result<Option<Env>>, stdin: &[u8]) -> Option<Outcome> {
         Ok(None) => return None,
         Err(e) => return Some(fail(e)),
     };
-    let outcome = dispatch(&env, stdin);
+    let mut open = LeftOpen::default();
+    let outcome = dispatch(&env, stdin, &mut open);
     // Whichever invocation comes next releases the networks unused for longer than their
     // releaseUnusedAfter (firewall/network/): one readlink of its node's hint when none is due.
     crate::firewall::network::release_expired();
@@ -56,12 +61,13 @@ pub fn run(env: Result<Option<Env>>, stdin: &[u8]) -> Option<Outcome> {
         Ok(stdout) => Outcome {
             stdout,
             exit_code: 0,
+            open,
         },
         Err(e) => fail(e),
     })
 }
 
-fn dispatch(env: &Env, stdin: &[u8]) -> Result<Option<String>> {
+fn dispatch(env: &Env, stdin: &[u8], open: &mut LeftOpen) -> Result<Option<String>> {
     if env.command == Command::Version {
         return Ok(Some(version_reply(stdin)));
     }
@@ -103,7 +109,7 @@ fn dispatch(env: &Env, stdin: &[u8]) -> Result<Option<String>> {
     match env.command {
         Command::Add => {
             attachment::check_alias_fits(&conf.name, &env.container_id, &env.ifname)?;
-            let result = add::add(env, &conf)?;
+            let result = add::add(env, &conf, open)?;
             Ok(Some(result.to_json(&conf.cni_version).to_string()))
         }
         Command::Del => del::del(env, &conf).map(|()| None),

@@ -33,6 +33,12 @@ impl Assigned {
     pub fn addresses(&self) -> Vec<IpAddr> {
         self.ips.iter().map(|ip| ip.address.ip()).collect()
     }
+
+    /// The store the addresses came from, out of the assignment (ADD's, once it is done
+    /// with it: verbs::LeftOpen).
+    pub fn take_store(&mut self) -> Option<Store> {
+        self.store.take()
+    }
 }
 
 /// What the allocator could do. It only allocates: what to do about a full pool or an

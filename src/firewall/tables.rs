@@ -32,6 +32,21 @@ pub fn forward_drops(nft: &mut Nftables, family: Family) -> NlResult<bool> {
     Ok(chain.is_some_and(|c| c.policy == Some(Verdict::Drop)))
 }
 
+/// `forward_drops` of both families, [IPv4, IPv6], asked in one sendmsg (a syscall fewer
+/// than one lookup after the other).
+pub fn forward_drops_in_both(nft: &mut Nftables) -> NlResult<[bool; 2]> {
+    let what = "look up chain FORWARD of iptables' tables filter (ip, ip6)";
+    let chains = [Family::V4, Family::V6].map(|f| (iptables_filter(f), "FORWARD"));
+    let found = nft.chain_infos(&chains, what)?;
+    let drops = |i: usize| {
+        found
+            .get(i)
+            .and_then(Option::as_ref)
+            .is_some_and(|c| c.policy == Some(Verdict::Drop))
+    };
+    Ok([drops(0), drops(1)])
+}
+
 /// The masquerade's chain, which port mapping's postrouting rules share.
 pub const POSTROUTING: &str = "postrouting";
 /// Port mapping's DNAT chains.

@@ -13,6 +13,7 @@
 //!     reserve_requested(&holder, &pool, ip) -> Result<IpAddr>          (111 when unavailable)
 //!     release(&holder) -> Result<Vec<IpAddr>>                          (idempotent, O(1) in store size)
 //!     held_by(&holder) -> Result<Vec<IpAddr>>
+//!     confirm_held(&holder, &[addr]) -> Result<Option<IpAddr>>         (ADD's last check, locked)
 //!     gc(&valid (containerID, ifname) set) -> GcReport { released, errors }
 //!     status(&[pool]) -> Result<()>                                    (50 when unusable or full)
 //!     recording(record bytes) -> Store    write_record(&holder)        (ADD's runtime record)
@@ -22,7 +23,6 @@
 //!     remove_if(addr, |content, made| decide) -> Result<bool>          (decided under the removers' lock)
 //!     drop_index_if_unused(&holder)                                    (its runtime record too)
 //!     runtime_of(&holder) -> Result<Runtime>                           (Unrecorded, Nothing, Record(bytes))
-//! store::StoreDir confirm_held(store dir, &holder, &[addr]) -> Result<Option<IpAddr>>   (ADD's last check, locked)
 //! ```
 //!
 //! I/O failures are code 5 with the path and errno in the message.

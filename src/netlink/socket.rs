@@ -19,6 +19,10 @@ const RECV_BUFFER: usize = 64 * 1024;
 const HEADER_LEN: usize = 16;
 const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
+/// NLM_F_ROOT | NLM_F_MATCH: a GET's dump flags.
+const NLM_F_DUMP: u16 = 0x300;
+/// rtnetlink's first message type (RTM_NEWLINK).
+const RTM_BASE: u16 = 16;
 /// The error message echoes only the request's header, not its payload.
 const NLM_F_CAPPED: u16 = 0x100;
 /// The error message carries extended-ack attributes after the echoed request.
@@ -142,6 +146,51 @@ pub struct NlSocket {
     buffer: Vec<u8>,
     /// Whether a datagram was received on it yet (see `has_received`).
     received: bool,
+    /// NETLINK_GET_STRICT_CHK and NETLINK_CAP_ACK (see `options_for`).
+    strict: OnDemand,
+    capped: OnDemand,
+}
+
+/// A socket option set on demand (`NlSocket::options_for`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OnDemand {
+    /// Not for this socket.
+    Unwanted,
+    /// For this socket, once a request needs it.
+    Wanted,
+    Set,
+}
+
+/// The largest request sent without capped error echoes: its echo, with the error's
+/// header and the kernel's extended-ack attributes (a few hundred bytes at most), then
+/// fits the receive buffer with room to spare.
+const UNCAPPED_REQUEST: usize = RECV_BUFFER / 2;
+
+/// An rtnetlink dump request, as rtnetlink_rcv_msg tells one: a GET (the third of
+/// each family's four message types) with either dump flag.
+fn is_dump(h: Header) -> bool {
+    h.kind >= RTM_BASE && h.kind & 3 == 2 && h.flags & NLM_F_DUMP != 0
+}
+
+/// The headers of the messages in `bytes` (one request, or a batch), as far as they parse.
+fn messages(bytes: &[u8]) -> impl Iterator<Item = Header> + '_ {
+    let mut offset = 0;
+    std::iter::from_fn(move || {
+        let rest = bytes.get(offset..)?;
+        if rest.len() < HEADER_LEN {
+            return None;
+        }
+        let len = u32::from_ne_bytes(rest[0..4].try_into().unwrap()) as usize;
+        if len < HEADER_LEN {
+            return None;
+        }
+        offset += (len + 3) & !3;
+        Some(Header {
+            kind: u16::from_ne_bytes([rest[4], rest[5]]),
+            flags: u16::from_ne_bytes([rest[6], rest[7]]),
+            sequence: u32::from_ne_bytes(rest[8..12].try_into().unwrap()),
+        })
+    })
 }
 
 impl NlSocket {
@@ -170,19 +219,40 @@ impl NlSocket {
         socket
             .connect(&SocketAddr::new(0, 0))
             .map_err(|e| failed("connect", e))?;
-        // Best-effort: they only make errors more precise and dumps smaller.
+        // Best-effort: the kernel's reason for a refusal, in the error it sends back.
         let _ = socket.set_ext_ack(true);
-        let _ = socket.set_cap_ack(true);
-        if strict {
-            let _ = socket.set_netlink_get_strict_chk(true);
-        }
         Ok(NlSocket {
             socket,
             subsystem,
             sequence: 0,
             buffer: Vec::with_capacity(RECV_BUFFER),
             received: false,
+            strict: if strict {
+                OnDemand::Wanted
+            } else {
+                OnDemand::Unwanted
+            },
+            capped: OnDemand::Wanted,
         })
+    }
+
+    /// The socket options a request needs, set before the first that does (a
+    /// setsockopt each, and most sockets never need either; best-effort, as they only
+    /// make errors and dumps smaller): strict checking before the first dump, which it
+    /// makes the kernel filter (a GET of one object or a change is answered the same
+    /// with or without it), and capped error echoes before a request whose echo could
+    /// outgrow the receive buffer. Uncapped, a refusal echoes the refused message whole
+    /// (an ack never does); every rtnetlink request and nf_tables lookup is a few hundred
+    /// bytes, far below RECV_BUFFER, and only a large nf_tables batch comes near it.
+    fn options_for(&mut self, bytes: &[u8]) {
+        if self.strict == OnDemand::Wanted && messages(bytes).any(is_dump) {
+            let _ = self.socket.set_netlink_get_strict_chk(true);
+            self.strict = OnDemand::Set;
+        }
+        if self.capped == OnDemand::Wanted && bytes.len() > UNCAPPED_REQUEST {
+            let _ = self.socket.set_cap_ack(true);
+            self.capped = OnDemand::Set;
+        }
     }
 
     /// The kernel sizes a dump's messages by the largest buffer a receive on the socket
@@ -200,6 +270,7 @@ impl NlSocket {
 
     /// One sendmsg of `bytes`: a request, or a whole batch.
     pub fn send(&mut self, bytes: &[u8], what: &str) -> NlResult<()> {
+        self.options_for(bytes);
         self.socket
             .send(bytes, 0)
             .map(drop)
@@ -280,6 +351,37 @@ impl NlSocket {
             }
             let answer = error_of(header, message, what).map_err(|e| e.within(subsystem));
             on_ack(header.sequence, answer);
+            pending -= 1;
+            Ok(pending == 0)
+        })
+        .map_err(|e| e.within(subsystem))
+    }
+
+    /// Reads the answers to GET requests of one object each, `sequences`, sent together
+    /// but each on its own (the kernel answers every one in turn): each request's object
+    /// (its data message, header included), or its refusal, handed to `on_answer`.
+    pub fn receive_each_one(
+        &mut self,
+        sequences: Range<u32>,
+        what: &str,
+        mut on_answer: impl FnMut(u32, NlResult<Option<&[u8]>>),
+    ) -> NlResult<()> {
+        let subsystem = self.subsystem;
+        let mut pending = sequences.len();
+        if pending == 0 {
+            return Ok(());
+        }
+        self.read(what, |header, message| {
+            if !sequences.contains(&header.sequence) || header.kind == NLMSG_DONE {
+                return Ok(false);
+            }
+            let answer = match header.kind {
+                NLMSG_ERROR => error_of(header, message, what)
+                    .map_err(|e| e.within(subsystem))
+                    .map(|()| None),
+                _ => Ok(Some(message)),
+            };
+            on_answer(header.sequence, answer);
             pending -= 1;
             Ok(pending == 0)
         })
@@ -379,6 +481,32 @@ mod tests {
         tlv.extend_from_slice(&1u16.to_ne_bytes());
         tlv.extend_from_slice(text);
         tlv
+    }
+
+    fn header(len: u32, kind: u16, flags: u16) -> Vec<u8> {
+        let mut h = len.to_ne_bytes().to_vec();
+        h.extend_from_slice(&kind.to_ne_bytes());
+        h.extend_from_slice(&flags.to_ne_bytes());
+        h.extend_from_slice(&[0; 8]);
+        h.resize(len as usize, 0);
+        h
+    }
+
+    #[test]
+    fn strict_checking_is_for_rtnetlink_dumps_only() {
+        const RTM_NEWADDR: u16 = 20;
+        const RTM_GETADDR: u16 = 22;
+        const RTM_GETLINK: u16 = 18;
+        // NLM_F_EXCL | NLM_F_CREATE share the dump flags' bits in a change.
+        let change = header(20, RTM_NEWADDR, 0x1 | 0x4 | 0x200 | 0x400);
+        let get_one = header(20, RTM_GETLINK, 0x1);
+        let dump = header(20, RTM_GETADDR, 0x1 | 0x300);
+        let not_dumps = [change.clone(), get_one.clone()].concat();
+        assert!(!messages(&not_dumps).any(is_dump));
+        assert_eq!(messages(&not_dumps).count(), 2);
+        assert!(messages(&[change, dump].concat()).any(is_dump));
+        // A header that says it is shorter than a header ends the walk.
+        assert_eq!(messages(&header(16, RTM_GETLINK, 0x1)[..12]).count(), 0);
     }
 
     #[test]

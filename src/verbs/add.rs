@@ -24,11 +24,13 @@ use crate::leaks;
 use crate::netlink::{Netlink, NftablesOnDemand};
 use crate::netns::{Netns, OpenError};
 use crate::removal::{self, Reservations, Target};
+use crate::verbs::LeftOpen;
 use crate::wire::mtu::Chosen;
 use crate::wire::port;
 use crate::wire::{self, BridgeSpec, ContainerRoute, ContainerSetup, Created};
 
-pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
+/// ADD; what it still has open when it succeeds goes to `open` (verbs::LeftOpen).
+pub fn add(env: &Env, conf: &Config, open: &mut LeftOpen) -> Result<CniResult> {
     let netns = match Netns::open(&env.netns) {
         Ok(ns) => ns,
         Err(OpenError::Missing) => {
@@ -74,7 +76,7 @@ pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
         mtu,
         netns: &netns,
     };
-    let interfaces = make(wiring, &assigned, requests.mac).inspect_err(|_| {
+    let made = make(wiring, &assigned, requests.mac).inspect_err(|_| {
         let target = Target {
             who,
             reservations: Reservations::Assigned(env, &assigned),
@@ -86,11 +88,13 @@ pub fn add(env: &Env, conf: &Config) -> Result<CniResult> {
     // Given back before a failed ADD's last step: the network may have no attachment
     // left, and then a failed first ADD leaves none of its objects either.
     drop(in_use);
-    let interfaces = interfaces.inspect_err(|_| {
+    let (interfaces, netns_socket) = made.inspect_err(|_| {
         if let Err(e) = removal::network_if_unused(conf) {
             eprintln!("academy: while undoing a failed ADD: {e}");
         }
     })?;
+    let mut assigned = assigned;
+    open.keep((netns, nl, nft, netns_socket, assigned.take_store()));
 
     let mut result = base;
     let container_index = result.interfaces.len() + 2;
@@ -135,8 +139,12 @@ struct Wiring<'a> {
 }
 
 /// Everything ADD makes after the reservation, then its last check; returns [bridge,
-/// host veth, container interface].
-fn make(mut w: Wiring, assigned: &Assigned, mac: Option<[u8; 6]>) -> Result<Vec<Interface>> {
+/// host veth, container interface], and the socket it used in the netns.
+fn make(
+    mut w: Wiring,
+    assigned: &Assigned,
+    mac: Option<[u8; 6]>,
+) -> Result<(Vec<Interface>, Netlink)> {
     let who = w.kinds.who;
     // A delegated plugin's ranges are known only from what it gave.
     if let Some(v6) = assigned.ips.iter().find(|ip| ip.address.is_ipv6()) {
@@ -144,7 +152,7 @@ fn make(mut w: Wiring, assigned: &Assigned, mac: Option<[u8; 6]>) -> Result<Vec<
             .refuse_below_ipv6_minimum(&format!("the IPv6 address {} from IPAM", v6.address))?;
     }
     firewall::add(Phase::BeforePair, &mut w.kinds)?;
-    let interfaces = wire_up(&mut w, assigned, mac)?;
+    let wired = wire_up(&mut w, assigned, mac)?;
     firewall::add(Phase::Wired, &mut w.kinds)?;
     firewall::add(Phase::OneBatch, &mut w.kinds)?;
     // Last, after everything is made: a concurrent GC that does not list this attachment
@@ -152,11 +160,16 @@ fn make(mut w: Wiring, assigned: &Assigned, mac: Option<[u8; 6]>) -> Result<Vec<
     // halves here catches any such removal that happened before this point.
     wire::verify_pair(w.kinds.nl, who)?;
     addressing::verify_still_held(who, assigned)?;
-    Ok(interfaces)
+    Ok(wired)
 }
 
-/// The kernel steps, in order; returns [bridge, host veth, container interface].
-fn wire_up(w: &mut Wiring, assigned: &Assigned, mac: Option<[u8; 6]>) -> Result<Vec<Interface>> {
+/// The kernel steps, in order; returns [bridge, host veth, container interface], and
+/// the socket used in the netns.
+fn wire_up(
+    w: &mut Wiring,
+    assigned: &Assigned,
+    mac: Option<[u8; 6]>,
+) -> Result<(Vec<Interface>, Netlink)> {
     let (mtu, netns, who, conf) = (&mut w.mtu, w.netns, w.kinds.who, w.kinds.conf);
     let nl = &mut *w.kinds.nl;
     let gateways: Vec<IpNetwork> = if conf.is_gateway {
@@ -246,7 +259,7 @@ fn wire_up(w: &mut Wiring, assigned: &Assigned, mac: Option<[u8; 6]>) -> Result<
             })
         })
         .collect();
-    wire::configure_container(
+    let netns_socket = wire::configure_container(
         netns,
         &ContainerSetup {
             ifname: who.ifname,
@@ -288,7 +301,7 @@ fn wire_up(w: &mut Wiring, assigned: &Assigned, mac: Option<[u8; 6]>) -> Result<
     }));
     // Last, as the reference bandwidth plugin appends its ifb.
     interfaces.append(&mut w.kinds.interfaces);
-    Ok(interfaces)
+    Ok((interfaces, netns_socket))
 }
 
 /// A dns field that is set: a non-empty string or list.

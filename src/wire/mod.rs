@@ -264,8 +264,9 @@ pub struct ContainerSetup<'a> {
 
 /// Step 3, inside the netns (`ip -n NS link set IFNAME up; ip -n NS addr add ADDR dev
 /// IFNAME; ip -n NS route add default via GW`). Runs on one scoped thread, the only
-/// time ADD enters the netns.
-pub fn configure_container(netns: &Netns, setup: &ContainerSetup) -> Result<()> {
+/// time ADD enters the netns. Returns the socket it used there, for the caller to
+/// close or leave open to its exit (verbs::LeftOpen).
+pub fn configure_container(netns: &Netns, setup: &ContainerSetup) -> Result<Netlink> {
     let ifname = setup.ifname;
     if !setup.up && !setup.routes.is_empty() {
         return Err(Error::config(format!(
@@ -313,7 +314,7 @@ pub fn configure_container(netns: &Netns, setup: &ContainerSetup) -> Result<()> 
                 other => other?,
             }
         }
-        Ok(())
+        Ok(nl)
     })
 }
 

@@ -11,7 +11,7 @@
 //! (nft.rs).
 
 use super::engine::{Keys, Want};
-use super::tables::forward_drops;
+use super::tables::forward_drops_in_both;
 use crate::cni::Result;
 use crate::config::Config;
 use crate::netlink::{Family, NftablesOnDemand};
@@ -29,8 +29,12 @@ pub fn wants(nft: &mut NftablesOnDemand, conf: &Config, keys: Keys) -> Result<Ve
         return Ok(wants);
     }
     let nft = nft.get()?;
-    for family in [Family::V4, Family::V6] {
-        if keys == Keys::AsConfigured && !forward_drops(nft, family)? {
+    let drops = match keys {
+        Keys::AsConfigured => forward_drops_in_both(nft)?,
+        Keys::All => [true; 2],
+    };
+    for (family, drops) in [Family::V4, Family::V6].into_iter().zip(drops) {
+        if !drops {
             continue;
         }
         for name in conf.forwarded_interfaces() {

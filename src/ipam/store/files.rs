@@ -310,9 +310,14 @@ impl Dir {
 /// Writes `content` over `file` from its start, wherever a read left it, then cuts it to
 /// length (see [`Dir::overwrite`] for why not O_TRUNC).
 pub fn overwrite_file(file: &mut File, content: &[u8]) -> io::Result<()> {
-    use std::os::unix::fs::FileExt;
-    file.write_all_at(content, 0)?;
+    write_from_start(file, content)?;
     file.set_len(content.len() as u64)
+}
+
+/// Writes `content` over `file` from its start, leaving whatever lies past its end.
+pub fn write_from_start(file: &File, content: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    file.write_all_at(content, 0)
 }
 
 /// A file under flock(2), unlocked when the guard drops.
@@ -376,6 +381,23 @@ pub fn lock_exclusive(file: File, wait: Duration) -> io::Result<FileLock> {
                 std::thread::sleep(Duration::from_millis(2));
             }
             Err((_, e)) => return Err(errno(e)),
+        }
+    }
+}
+
+/// As [`lock_exclusive`], on a file the caller keeps: the lock goes with the file's last
+/// close (or an explicit unlock), not with a guard.
+pub fn lock_exclusive_in_place(file: &File, wait: Duration) -> io::Result<()> {
+    let deadline = Instant::now() + wait;
+    loop {
+        // SAFETY: flock(2) on a descriptor `file` owns and keeps open across the call.
+        match Errno::result(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) })
+        {
+            Ok(_) => return Ok(()),
+            Err(Errno::EWOULDBLOCK) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => return Err(errno(e)),
         }
     }
 }
@@ -484,11 +506,24 @@ pub fn read_capped(file: &mut File, limit: usize) -> io::Result<Vec<u8>> {
     Ok(out)
 }
 
-/// academy's effective uid, asked once: it never changes, and every ADD checks two
-/// directories against it.
+/// academy's effective uid, asked once: every ADD checks two directories against it.
+/// The kernel puts it in the auxiliary vector at exec (AT_EUID), where glibc reads it
+/// without a syscall; academy never changes it, so that is the current one. geteuid(2)
+/// when the vector has none.
 fn effective_uid() -> libc::uid_t {
     static UID: std::sync::OnceLock<libc::uid_t> = std::sync::OnceLock::new();
-    *UID.get_or_init(|| unistd::geteuid().as_raw())
+    *UID.get_or_init(|| {
+        // SAFETY: getauxval only reads the auxiliary vector; 0 with ENOENT when absent.
+        let at_exec = unsafe {
+            *libc::__errno_location() = 0;
+            let euid = libc::getauxval(libc::AT_EUID);
+            (*libc::__errno_location() == 0).then_some(euid)
+        };
+        match at_exec.and_then(|euid| libc::uid_t::try_from(euid).ok()) {
+            Some(euid) => euid,
+            None => unistd::geteuid().as_raw(),
+        }
+    })
 }
 
 /// The first read's size: every file the store writes is smaller.
@@ -510,5 +545,13 @@ fn dir_open_error(e: Errno) -> io::Error {
             "it is a symlink or not a directory, and academy follows no symlink in its store",
         ),
         other => errno(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_effective_uid_at_exec_is_the_current_one() {
+        assert_eq!(super::effective_uid(), nix::unistd::geteuid().as_raw());
     }
 }

@@ -14,8 +14,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use nix::sys::stat::FileStat;
-
 use self::files::{is_not_regular, Dir};
 use super::{Holder, Pool};
 use crate::cni::{code, Error, Result};
@@ -42,8 +40,8 @@ pub struct Store {
     no_tmpfile: AtomicBool,
     /// The reservations this Store linked, by holder key, address and inode: an undo
     /// frees them even if the holder index that names them was removed meanwhile (a
-    /// racing GC or DEL).
-    linked: Mutex<Vec<(String, IpAddr, FileStat)>>,
+    /// racing GC or DEL), and ADD's last check locks them without opening their names.
+    linked: Mutex<Vec<Linked>>,
     /// How long a remover waits for another's lock on a reservation (see remove_reservation).
     lock_wait: Duration,
     /// The container's netns, recorded in the holder index ADD writes: a survey that finds
@@ -184,8 +182,33 @@ impl Store {
 
     /// ADD's last check: each address is still reserved for `holder`, looked at under the
     /// lock removers take (src/ipam/store/survey.rs). The first address that is not.
+    ///
+    /// A reservation this Store linked from an O_TMPFILE is locked on the file it kept
+    /// open, and is held while that file has a link (its one name is the address, and
+    /// its content, written before the link, is never rewritten): a flock and an fstat,
+    /// where opening the name again took an open, an fstat, a read, a stat of the name
+    /// and a close. The lock stays with that file until the Store drops it (at an
+    /// undo's release, which drops it before removing anything, or when the Store
+    /// closes); any other address is checked by its name as before.
     pub fn confirm_held(&self, holder: &Holder, addresses: &[IpAddr]) -> Result<Option<IpAddr>> {
-        survey::confirm_held(&self.dir, holder, addresses)
+        let key = holder.key();
+        let linked = self.linked.lock().unwrap_or_else(|p| p.into_inner());
+        for &address in addresses {
+            let kept = linked.iter().rev().find_map(|l| match &l.inode {
+                Inode::Open(file) if l.key == key && l.addr == address => Some(file),
+                _ => None,
+            });
+            let name = address.to_string();
+            let held = match kept {
+                Some(file) => survey::confirm_linked(file),
+                None => survey::confirm_one(&self.dir, &name, holder),
+            }
+            .map_err(|e| survey::reservation_err(&self.dir, "read reservation", &name, &e))?;
+            if !held {
+                return Ok(Some(address));
+            }
+        }
+        Ok(None)
     }
 
     /// Reserves a free address of `pool` for `holder`, round-robin after the last one
@@ -432,7 +455,7 @@ mod sweep;
 use errors::refuse_dir;
 use index::parse_index;
 pub(crate) use index::recorded_netns;
-use pending::Pending;
+use pending::{Inode, Linked, Pending};
 pub use runtime::Runtime;
 pub use survey::{Locked, Reservation, StoreDir, StoreStamp};
 pub use sweep::status;

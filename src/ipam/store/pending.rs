@@ -4,6 +4,7 @@
 
 use std::fs::File;
 use std::io::{self, Write};
+use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 
 use nix::sys::stat::FileStat;
@@ -16,7 +17,9 @@ use crate::ipam::Holder;
 /// failed to link (EEXIST) is still unnamed, so it is reused for the next candidate.
 pub(super) enum Pending<'a> {
     Unnamed(File),
-    Named { dir: &'a Dir, name: String },
+    Named(TempName<'a>),
+    /// An O_TMPFILE linked: its file went to the store's record (`Linked`).
+    Spent,
 }
 
 fn pending_identity(f: &File) -> io::Result<FileStat> {
@@ -28,19 +31,24 @@ impl Pending<'_> {
     pub(super) fn identity(&self) -> io::Result<FileStat> {
         match self {
             Pending::Unnamed(f) => pending_identity(f),
-            Pending::Named { dir, name } => dir
+            Pending::Named(TempName { dir, name }) => dir
                 .stat(name)?
                 .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound)),
+            Pending::Spent => Err(io::Error::from(io::ErrorKind::InvalidInput)),
         }
     }
 }
 
-impl Drop for Pending<'_> {
+/// A named temp file's name, unlinked when dropped (linked under an address or not).
+pub(super) struct TempName<'a> {
+    dir: &'a Dir,
+    name: String,
+}
+
+impl Drop for TempName<'_> {
     fn drop(&mut self) {
-        if let Pending::Named { dir, name } = self {
-            // Leftovers are swept by GC or the holder's DEL; a failed unlink costs only disk.
-            let _ = dir.unlink(name);
-        }
+        // Leftovers are swept by GC or the holder's DEL; a failed unlink costs only disk.
+        let _ = self.dir.unlink(&self.name);
     }
 }
 
@@ -80,17 +88,19 @@ impl Store {
     ) -> io::Result<Pending<'a>> {
         let mut f = self.create_holder_tmp(dir, tmp)?;
         // From here the guard owns the name, so a failed write still unlinks it.
-        let pending = Pending::Named {
+        let pending = Pending::Named(TempName {
             dir,
             name: tmp.to_string(),
-        };
+        });
         f.write_all(content)?;
         Ok(pending)
     }
 
     /// Gives `pending` the name `name`; EEXIST when someone holds it already. Exclusive
-    /// because linkat(2) never replaces an existing name. Records what it linked; the
-    /// inode is read before linking, so a failure there leaves nothing linked.
+    /// because linkat(2) never replaces an existing name. Records what it linked: an
+    /// O_TMPFILE's file itself, kept open (its inode is read only if an undo needs it,
+    /// and ADD's last check locks it there, with no open of its name); a named temp
+    /// file's inode, read before linking, so a failure there leaves nothing linked.
     pub(super) fn link<'a>(
         &'a self,
         pending: &mut Pending<'a>,
@@ -98,10 +108,12 @@ impl Store {
         holder: &Holder,
     ) -> io::Result<()> {
         if let Pending::Unnamed(f) = pending {
-            let identity = pending_identity(f)?;
             match self.dir.link_unnamed(f, name) {
                 Ok(()) => {
-                    self.record_link(holder, name, identity);
+                    let Pending::Unnamed(file) = std::mem::replace(pending, Pending::Spent) else {
+                        unreachable!("matched as unnamed just above")
+                    };
+                    self.record_link(holder, name, Inode::Open(file));
                     return Ok(());
                 }
                 // No /proc (or no magic links there): switch to a named temp for good.
@@ -118,21 +130,54 @@ impl Store {
             }
         }
         let identity = pending.identity()?;
-        let Pending::Named { name: from, .. } = pending else {
+        let Pending::Named(TempName { name: from, .. }) = pending else {
             unreachable!("an unnamed pending file either linked, failed or was replaced")
         };
         self.dir.link(from, name)?;
-        self.record_link(holder, name, identity);
+        self.record_link(holder, name, Inode::Stat(identity));
         Ok(())
     }
 
-    fn record_link(&self, holder: &Holder, name: &str, identity: FileStat) {
+    fn record_link(&self, holder: &Holder, name: &str, inode: Inode) {
         let addr = name
             .parse()
             .expect("reservations are named by their address");
         self.linked
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push((holder.key(), addr, identity));
+            .push(Linked {
+                key: holder.key(),
+                addr,
+                inode,
+            });
+    }
+}
+
+/// A reservation a Store linked, for its undo and ADD's last check: whose (the holder's
+/// key), which address, and its inode.
+#[derive(Debug)]
+pub(super) struct Linked {
+    pub key: String,
+    pub addr: IpAddr,
+    pub inode: Inode,
+}
+
+#[derive(Debug)]
+pub(super) enum Inode {
+    /// Linked from an O_TMPFILE: that file, still open. Its one name is the address
+    /// (linkat gave it that one; nothing in a store renames or links a reservation
+    /// again, removers only unlink), so while it has a link the address is its.
+    Open(File),
+    /// Linked from a named temp file: its identity, read before the link.
+    Stat(FileStat),
+}
+
+impl Inode {
+    /// Its identity, as a remover compares it with what the name holds.
+    pub fn identity(&self) -> io::Result<FileStat> {
+        match self {
+            Inode::Open(f) => pending_identity(f),
+            Inode::Stat(st) => Ok(*st),
+        }
     }
 }

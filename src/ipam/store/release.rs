@@ -39,10 +39,12 @@ impl Store {
                 .collect();
         {
             let mut linked = self.linked.lock().unwrap_or_else(|p| p.into_inner());
-            let (mine, others): (Vec<_>, Vec<_>) =
-                linked.drain(..).partition(|(owner, _, _)| *owner == key);
+            let (mine, others): (Vec<_>, Vec<_>) = linked.drain(..).partition(|l| l.key == key);
             *linked = others;
-            targets.extend(mine.into_iter().map(|(_, addr, stat)| (addr, Some(stat))));
+            // Each kept file closes here, before its removal below: a lock ADD's last
+            // check took on it goes with it. An inode that cannot be read is freed by
+            // content alone, as a reservation the index names.
+            targets.extend(mine.into_iter().map(|l| (l.addr, l.inode.identity().ok())));
         }
         if index.is_none() && targets.is_empty() {
             // No index: the attachment is not academy's, or host-local reserved for it on

@@ -13,6 +13,7 @@
 //! reclaimer's removal does (and the ADD finds its address gone and fails with code 11).
 
 use std::cell::OnceCell;
+use std::fs::File;
 use std::io;
 use std::net::IpAddr;
 use std::path::Path;
@@ -386,7 +387,7 @@ fn still_names(dir: &Dir, name: &str, read: &FileStat) -> io::Result<bool> {
 }
 
 /// ADD's check of one address, under the lock removers take.
-fn confirm_one(dir: &Dir, name: &str, holder: &Holder) -> io::Result<bool> {
+pub(super) fn confirm_one(dir: &Dir, name: &str, holder: &Holder) -> io::Result<bool> {
     let Some(opened) = open_reservation(dir, name)? else {
         return Ok(false);
     };
@@ -394,6 +395,16 @@ fn confirm_one(dir: &Dir, name: &str, holder: &Holder) -> io::Result<bool> {
     let mut locked = files::lock_exclusive(opened.file, LOCK_WAIT)?;
     let content = files::read_capped(&mut locked, MAX_RESERVATION)?;
     Ok(holder.matches(&content) && still_names(dir, name, &read)?)
+}
+
+/// ADD's check of a reservation it linked from an O_TMPFILE and kept open (`file`), under
+/// the lock removers take, taken on that file and kept with it: still held while the
+/// inode has a link, its one name being the address. A remover that unlinked it first
+/// leaves it none (an ADD that reserved the address anew made another inode).
+pub(super) fn confirm_linked(file: &File) -> io::Result<bool> {
+    files::lock_exclusive_in_place(file, LOCK_WAIT)?;
+    let st = nix::sys::stat::fstat(file).map_err(io::Error::from)?;
+    Ok(st.st_nlink > 0)
 }
 
 /// When a reservation was made: its content is written once, before it is linked under
@@ -413,7 +424,7 @@ const LOCK_WAIT: Duration = if cfg!(test) {
 };
 
 /// An I/O error on a reservation, code 11 when its lock stayed taken (retrying may work).
-fn reservation_err(dir: &Dir, what: &str, name: &str, e: &io::Error) -> Error {
+pub(super) fn reservation_err(dir: &Dir, what: &str, name: &str, e: &io::Error) -> Error {
     let err = io_err(dir, what, name, e);
     if e.kind() != io::ErrorKind::WouldBlock {
         return err;
@@ -422,25 +433,6 @@ fn reservation_err(dir: &Dir, what: &str, name: &str, e: &io::Error) -> Error {
         "another process has held its lock for over {:?}; nothing was changed, retry",
         LOCK_WAIT
     ))
-}
-
-/// ADD's last check of its addresses: each is still reserved for `holder`, checked with
-/// the reservation locked as removers lock it (see the module comment for why). Returns
-/// the first address that is not. `dir` is the store ADD reserved in, still open.
-pub(super) fn confirm_held(
-    dir: &Dir,
-    holder: &Holder,
-    addresses: &[IpAddr],
-) -> Result<Option<IpAddr>> {
-    for &address in addresses {
-        let name = address.to_string();
-        let held = confirm_one(dir, &name, holder)
-            .map_err(|e| reservation_err(dir, "read reservation", &name, &e))?;
-        if !held {
-            return Ok(Some(address));
-        }
-    }
-    Ok(None)
 }
 
 #[cfg(test)]
@@ -507,6 +499,34 @@ mod tests {
     }
 
     #[test]
+    fn a_kept_reservation_is_confirmed_only_while_its_name_is_its_own() {
+        let data = tmp("kept");
+        let store = Store::open(&data, "net").unwrap();
+        let (a, b) = (Holder::new("a", "eth0"), Holder::new("b", "eth0"));
+        let first = store.reserve(&a, &pool()).unwrap();
+        let second = store.reserve(&b, &pool()).unwrap();
+        let path = |addr: IpAddr| store.dir().join(addr.to_string());
+        // Freed by a remover (unlinked), then reserved anew by someone else: both lost.
+        std::fs::remove_file(path(first)).unwrap();
+        assert_eq!(store.confirm_held(&a, &[first]).unwrap(), Some(first));
+        std::fs::remove_file(path(second)).unwrap();
+        std::fs::write(path(second), "z\r\neth0").unwrap();
+        assert_eq!(store.confirm_held(&b, &[second]).unwrap(), Some(second));
+        // The undo frees only what is still the holder's own.
+        assert_eq!(store.release(&b).unwrap(), Vec::<IpAddr>::new());
+        assert!(path(second).exists());
+        // Confirmed (and locked on its kept file), then undone: the undo is not kept
+        // waiting on its own Store's lock.
+        let c = Holder::new("c", "eth0");
+        let third = store.reserve(&c, &pool()).unwrap();
+        assert_eq!(store.confirm_held(&c, &[third]).unwrap(), None);
+        let started = std::time::Instant::now();
+        assert_eq!(store.release(&c).unwrap(), vec![third]);
+        assert!(started.elapsed() < Duration::from_millis(100));
+        std::fs::remove_dir_all(&data).unwrap();
+    }
+
+    #[test]
     fn lock_if_decides_under_the_lock_and_drops_the_unused_index() {
         let data = tmp("remove");
         let store = Store::open(&data, "net").unwrap();
@@ -515,6 +535,12 @@ mod tests {
         let dir = StoreDir::open(store.dir()).unwrap().unwrap();
 
         assert!(dir.lock_if(addr, |_, _| false).unwrap().is_none());
+        assert_eq!(store.confirm_held(&holder, &[addr]).unwrap(), None);
+        // The Store that linked it keeps the lock of its check on the file it kept.
+        let other = File::open(store.dir().join(addr.to_string())).unwrap();
+        assert!(files::lock_exclusive(other, Duration::ZERO).is_err());
+        drop(store);
+        let store = Store::open(&data, "net").unwrap();
         assert_eq!(store.confirm_held(&holder, &[addr]).unwrap(), None);
         dir.drop_index_if_unused(&holder).unwrap();
         assert_eq!(

@@ -130,4 +130,27 @@ impl Nftables {
             other => other.map(|()| info),
         }
     }
+
+    /// As `chain_info` for several chains, asked in one sendmsg: each one's shape, None
+    /// for one that does not exist, in the order asked.
+    pub fn chain_infos(
+        &mut self,
+        chains: &[(Table, &str)],
+        what: &str,
+    ) -> NlResult<Vec<Option<ChainInfo>>> {
+        let requests = chains
+            .iter()
+            .map(|(table, name)| {
+                let mut attrs = Attrs::default();
+                attrs.str(NFTA_CHAIN_TABLE, table.name);
+                attrs.str(NFTA_CHAIN_NAME, name);
+                (table.nfproto, NFT_MSG_GETCHAIN, attrs)
+            })
+            .collect();
+        let replies = self.get_each(requests, what)?;
+        Ok(replies
+            .into_iter()
+            .map(|reply| reply.map(|p| decode::chain(&p)))
+            .collect())
+    }
 }

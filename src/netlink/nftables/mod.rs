@@ -152,6 +152,51 @@ impl Nftables {
         )
     }
 
+    /// GET requests of one object each, `(family, kind, attrs)`, sent in one sendmsg and
+    /// answered in turn: each one's reply attributes (after the nfgenmsg), None for an
+    /// ENOENT, in the order asked.
+    pub fn get_each(
+        &mut self,
+        requests: Vec<(u8, u8, Attrs)>,
+        what: &str,
+    ) -> NlResult<Vec<Option<Vec<u8>>>> {
+        let first = self.socket.next_sequence();
+        let mut last = first;
+        let mut bytes = Vec::new();
+        for (i, (family, kind, attrs)) in requests.into_iter().enumerate() {
+            if attrs.too_long() {
+                return Err(NlError::new(what, libc::EMSGSIZE).within(Subsystem::NfTables));
+            }
+            if i > 0 {
+                last = self.socket.next_sequence();
+            }
+            let flags = NLM_F_REQUEST;
+            encode(
+                &mut bytes,
+                nftables_type(kind),
+                flags,
+                last,
+                family,
+                0,
+                attrs.0,
+            );
+        }
+        let mut answers: Vec<NlResult<Option<Vec<u8>>>> =
+            (first..=last).map(|_| Ok(None)).collect();
+        self.socket.send(&bytes, what)?;
+        self.socket
+            .receive_each_one(first..last + 1, what, |sequence, answer| {
+                answers[(sequence - first) as usize] = match answer {
+                    Ok(message) => Ok(message
+                        .and_then(|m| m.get(HEADERS_LEN..))
+                        .map(<[u8]>::to_vec)),
+                    Err(e) if e.is(libc::ENOENT) => Ok(None),
+                    Err(e) => Err(e),
+                };
+            })?;
+        answers.into_iter().collect()
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn request_in(
         &mut self,

@@ -168,11 +168,13 @@ fn lost_race_moves_to_next_candidate() {
         .pending(&s.dir, b"rival\r\neth0", ".tmp.rival:eth0")
         .unwrap();
     s.link(&mut pending, "10.98.1.2", &h("rival")).unwrap();
-    // The same unnamed file can be linked again under another name only by its owner's
-    // loop; here just check EEXIST is what a taken name gives.
-    let e = s.link(&mut pending, "10.98.1.2", &h("rival")).unwrap_err();
+    // A taken name gives EEXIST, and the unnamed file stays for the next candidate.
+    let mut second = s
+        .pending(&s.dir, b"rival2\r\neth0", ".tmp.rival2:eth0")
+        .unwrap();
+    let e = s.link(&mut second, "10.98.1.2", &h("rival2")).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EEXIST));
-    drop(pending);
+    drop((pending, second));
     assert_eq!(s.reserve(&h("a"), &p).unwrap(), ip("10.98.1.3"));
 }
 

@@ -260,6 +260,29 @@ fn bad_hints_start_at_range_start() {
 }
 
 #[test]
+fn the_hint_is_written_whole_whatever_it_replaces() {
+    let t = TempDir::new("hintlen");
+    let s = open(&t);
+    let p = pool("10.98.0.0/24", "10.98.0.1");
+    // Longer than the next hint (cut to length), as long, shorter (written over), and
+    // unreadable garbage (cut).
+    for (i, (before, after)) in [
+        (" 10.98.0.40\n", "10.98.0.41"),
+        ("10.98.0.41", "10.98.0.42"),
+        ("10.98.0.9", "10.98.0.10"),
+        (&*"9".repeat(10_000), "10.98.0.2"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        write(&s, "last_reserved_ip.0", before);
+        let got = s.reserve(&h(&format!("l{i}")), &p).unwrap();
+        assert_eq!(got.to_string(), after, "after {before:?}");
+        assert_eq!(read(&s, "last_reserved_ip.0"), after, "after {before:?}");
+    }
+}
+
+#[test]
 fn second_reserve_same_holder_returns_same_address() {
     let t = TempDir::new("again");
     let s = open(&t);
