@@ -21,18 +21,29 @@ use crate::firewall::engine;
 use crate::ipam::store::files;
 use crate::netlink::NftablesOnDemand;
 
-/// Whether bridged IPv4 and IPv6 traffic passes netfilter in the calling netns (the
-/// sysctls are per netns, and /proc/sys/net is the reader's).
-pub fn bridged_traffic_filtered() -> bool {
-    ["iptables", "ip6tables"].iter().all(|family| {
+/// Whether bridged traffic of the network's families passes netfilter in the calling
+/// netns (the sysctls are per netns, and /proc/sys/net is the reader's). A network of
+/// one family reaches Services of that family only, so only its sysctl is read; a
+/// delegated IPAM's families are unknown here: both.
+pub fn bridged_traffic_filtered(conf: &Config) -> bool {
+    let (v4, v6) = match conf.builtin() {
+        Some(b) => {
+            let pools = || b.range_sets.iter().flatten();
+            let v4 = pools().any(|p| p.subnet().is_ipv4());
+            (v4, pools().any(|p| p.subnet().is_ipv6()))
+        }
+        None => (true, true),
+    };
+    let on = |family: &str| {
         files::read_host_file(format!("/proc/sys/net/bridge/bridge-nf-call-{family}"), 32)
             .is_ok_and(|v| v.starts_with(b"1"))
-    })
+    };
+    (!v4 || on("iptables")) && (!v6 || on("ip6tables"))
 }
 
 /// Whether the network's bridge needs the hairpin mark for Services.
 pub fn need_hairpin(conf: &Config) -> bool {
-    conf.is_gateway && !bridged_traffic_filtered()
+    conf.is_gateway && !bridged_traffic_filtered(conf)
 }
 
 /// ADD: marks the bridge (and makes sure of port mapping's rules that use the mark) where
