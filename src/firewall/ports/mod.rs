@@ -158,6 +158,10 @@ fn elements_of(
     who: &Attachment,
     addresses: &[IpNetwork],
 ) -> Result<Vec<PortElement>> {
+    if mappings.is_empty() {
+        // The usual ADD: no HashSet, so no seeding of its hasher (a getrandom).
+        return Ok(Vec::new());
+    }
     let comment = who.owner();
     let mut found = Vec::new();
     let mut keys = HashSet::new();
