@@ -26,7 +26,7 @@ pub struct Assigned {
     pub routes: Vec<RouteEntry>,
     pub dns: Option<Value>,
     /// The store the addresses came from, kept open for ADD's last check.
-    store: Option<Store>,
+    store: Option<Box<Store>>,
 }
 
 impl Assigned {
@@ -36,7 +36,7 @@ impl Assigned {
 
     /// The store the addresses came from, out of the assignment (ADD's, once it is done
     /// with it: verbs::LeftOpen).
-    pub fn take_store(&mut self) -> Option<Store> {
+    pub fn take_store(&mut self) -> Option<Box<Store>> {
         self.store.take()
     }
 }
@@ -201,7 +201,7 @@ fn reserve(env: &Env, conf: &Config, b: &Builtin, requested: &[IpAddr]) -> Resul
         })
         .collect();
     assigned.dns = dns;
-    assigned.store = Some(store);
+    assigned.store = Some(Box::new(store));
     Ok(Acquired::Got(assigned))
 }
 

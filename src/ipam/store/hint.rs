@@ -17,6 +17,12 @@ pub(super) struct HintFile {
     len: u64,
 }
 
+impl HintFile {
+    pub(super) fn into_file(self) -> File {
+        self.file
+    }
+}
+
 fn parse_hint(bytes: &[u8]) -> Option<IpAddr> {
     std::str::from_utf8(bytes).ok()?.trim().parse().ok()
 }

@@ -77,7 +77,9 @@ impl Store {
             .create_holder_tmp(&self.holders, &tmp)
             .and_then(|mut f| {
                 f.write_all(&index_bytes(addrs, self.netns.as_deref(), self.marker()))?;
-                self.holders.rename(&tmp, &key)
+                self.holders.rename(&tmp, &key)?;
+                self.done_with(f);
+                Ok(())
             });
         if written.is_err() {
             let _ = self.holders.unlink(&tmp);

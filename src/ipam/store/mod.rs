@@ -5,7 +5,7 @@
 //! of a path cannot redirect a write, and anything in the store that is not a regular
 //! file is never read, written or removed as if it were academy's.
 
-use std::fs::{self, DirBuilder};
+use std::fs::{self, DirBuilder, File};
 use std::io;
 use std::net::IpAddr;
 use std::os::unix::fs::DirBuilderExt;
@@ -49,6 +49,24 @@ pub struct Store {
     netns: Option<String>,
     /// ADD's runtime record (runtime.rs), None when it has nothing to record.
     record: Option<Vec<u8>>,
+    /// Files written and done with (the hint, an index's temp file), closed with the
+    /// Store rather than one by one: a successful ADD hands its Store to the exit
+    /// (verbs::LeftOpen), where the kernel closes them all. A few at most (KEPT_AT_MOST):
+    /// a long walk of the store (GC) closes the rest as it goes.
+    done_with: Mutex<Vec<File>>,
+}
+
+/// Files a Store keeps until it is dropped (`done_with`).
+const KEPT_AT_MOST: usize = 4;
+
+impl Store {
+    /// Keeps a file written and done with until the Store goes (`done_with`).
+    fn done_with(&self, file: File) {
+        let mut kept = self.done_with.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.len() < KEPT_AT_MOST {
+            kept.push(file);
+        }
+    }
 }
 
 fn is_errno(e: &io::Error, errno: i32) -> bool {
@@ -149,6 +167,7 @@ impl Store {
             lock_wait: LOCK_WAIT,
             netns: None,
             record: None,
+            done_with: Mutex::new(Vec::new()),
         })
     }
 
@@ -249,6 +268,9 @@ impl Store {
         match outcome {
             Ok(Ok(addr)) => {
                 self.write_hint(pool, addr, hint_file.as_mut());
+                if let Some(hint) = hint_file {
+                    self.done_with(hint.into_file());
+                }
                 Ok(Ok(addr))
             }
             Ok(Err(held)) => Ok(Err(self.exhausted(pool, held))),
