@@ -61,6 +61,7 @@ pub mod tables;
 pub mod upgrade;
 mod wired;
 
+use reports::said;
 pub use reports::{Diff, Repair, Restoration};
 pub use wired::{Asked, Wired};
 
@@ -274,23 +275,7 @@ impl Kind {
             Err(e) => return s.errors.push(e.into()),
         };
         let swept = engine::take(nft, &held, |comment| !s.live.owns(comment));
-        for (set, why) in &swept.foreign {
-            eprintln!("academy: GC left nf_tables set {set} alone: it is not academy's ({why})");
-        }
-        for (what, owner) in swept.removed.iter().take(ports::LOGGED) {
-            crate::log::debug(format_args!("GC removed the {what} (held by {owner})"));
-        }
-        if swept.removed.len() > ports::LOGGED {
-            crate::log::debug(format_args!(
-                "GC removed {} more of network {}'s {self}",
-                swept.removed.len() - ports::LOGGED,
-                s.conf.name
-            ));
-        }
-        let removed = swept.removed.into_iter();
-        s.removed
-            .extend(removed.map(|(what, owner)| format!("{what} ({owner})")));
-        s.errors.extend(swept.errors.into_iter().map(Error::from));
+        reports::swept(self, s, swept);
     }
 
     /// What of this kind the network should have and the kernel lacks (STATUS), in words.
@@ -406,29 +391,6 @@ pub fn add(phase: Phase, a: &mut Adding) -> Result<()> {
         ports::services::add(a.nft, a.conf)?;
     }
     Ok(())
-}
-
-/// What the one removal's take (`engine::take`) did, said on stderr: a set of academy's
-/// name in another shape, and (`left_said`) an element under the attachment's key that
-/// is another's. Its first error, if any.
-fn said(conf: &Config, taken: engine::Taken, left_said: bool) -> Result<engine::Taken> {
-    for (set, why) in &taken.foreign {
-        eprintln!(
-            "academy: nf_tables set {set} is not academy's ({why}): nothing of this attachment's is in it, left alone"
-        );
-    }
-    if left_said {
-        for (what, owner) in &taken.left {
-            eprintln!(
-                "academy: left the {what} of network {}: it is {owner:?}'s, not this attachment's",
-                conf.name
-            );
-        }
-    }
-    match taken.errors.first() {
-        Some(e) => Err(e.clone().into()),
-        None => Ok(taken),
-    }
 }
 
 /// Whether a kind keeps state by address for the network, so that a removal must know

@@ -1,8 +1,11 @@
-//! What the walks over the kinds report: a CHECK's differences, and a restore's
-//! repairs, per kind and for the network.
+//! What the walks over the kinds report: a CHECK's differences, a restore's repairs, per
+//! kind and for the network, and what a take of attachments' elements (GC's sweep, the
+//! one removal) did.
 
-use super::Kind;
-use crate::cni::Error;
+use super::engine::Taken;
+use super::{ports, Kind, Sweeping};
+use crate::cni::{Error, Result};
+use crate::config::Config;
 
 /// A difference CHECK found, and whether the restore command repairs it (state an
 /// admin's flush took, rebuilt from the store and the links) or only DEL and ADD do.
@@ -62,5 +65,50 @@ impl Restoration {
             .filter(|(_, r)| !r.put_back.is_empty())
             .map(|(k, _)| *k)
             .collect()
+    }
+}
+
+/// GC's sweep of one kind, said: a set of academy's name in another shape on stderr,
+/// what went in the debug log (a few, then counted) and in the sweep's words.
+pub(super) fn swept(kind: Kind, s: &mut Sweeping, swept: Taken) {
+    for (set, why) in &swept.foreign {
+        eprintln!("academy: GC left nf_tables set {set} alone: it is not academy's ({why})");
+    }
+    for (what, owner) in swept.removed.iter().take(ports::LOGGED) {
+        crate::log::debug(format_args!("GC removed the {what} (held by {owner})"));
+    }
+    if swept.removed.len() > ports::LOGGED {
+        crate::log::debug(format_args!(
+            "GC removed {} more of network {}'s {kind}",
+            swept.removed.len() - ports::LOGGED,
+            s.conf.name
+        ));
+    }
+    let removed = swept.removed.into_iter();
+    s.removed
+        .extend(removed.map(|(what, owner)| format!("{what} ({owner})")));
+    s.errors.extend(swept.errors.into_iter().map(Error::from));
+}
+
+/// What the one removal's take (`engine::take`) did, said on stderr: a set of academy's
+/// name in another shape, and (`left_said`) an element under the attachment's key that
+/// is another's. Its first error, if any.
+pub(super) fn said(conf: &Config, taken: Taken, left_said: bool) -> Result<Taken> {
+    for (set, why) in &taken.foreign {
+        eprintln!(
+            "academy: nf_tables set {set} is not academy's ({why}): nothing of this attachment's is in it, left alone"
+        );
+    }
+    if left_said {
+        for (what, owner) in &taken.left {
+            eprintln!(
+                "academy: left the {what} of network {}: it is {owner:?}'s, not this attachment's",
+                conf.name
+            );
+        }
+    }
+    match taken.errors.first() {
+        Some(e) => Err(e.clone().into()),
+        None => Ok(taken),
     }
 }
