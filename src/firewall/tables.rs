@@ -24,16 +24,9 @@ pub fn iptables_filter(family: Family) -> Table {
     Table::ip(family, "filter")
 }
 
-/// Whether iptables' FORWARD chain of `family` exists and drops by policy (Docker sets
-/// it so): then every frame routed to or from a container needs an accept there.
-pub fn forward_drops(nft: &mut Nftables, family: Family) -> NlResult<bool> {
-    let what = "look up chain FORWARD of iptables' table filter";
-    let chain = nft.chain_info(iptables_filter(family), "FORWARD", what)?;
-    Ok(chain.is_some_and(|c| c.policy == Some(Verdict::Drop)))
-}
-
-/// `forward_drops` of both families, [IPv4, IPv6], asked in one sendmsg (a syscall fewer
-/// than one lookup after the other).
+/// Whether iptables' FORWARD chain of each family, [IPv4, IPv6], exists and drops by
+/// policy (Docker sets it so): then every frame routed to or from a container needs an
+/// accept there. Both asked in one sendmsg.
 pub fn forward_drops_in_both(nft: &mut Nftables) -> NlResult<[bool; 2]> {
     let what = "look up chain FORWARD of iptables' tables filter (ip, ip6)";
     let chains = [Family::V4, Family::V6].map(|f| (iptables_filter(f), "FORWARD"));

@@ -333,28 +333,17 @@ impl NlSocket {
 
     /// Waits for the ack of every request of `sequences`, sent together but each on its
     /// own (not a batch: the kernel answers every one, whatever the others' fate), and
-    /// hands each answer to `on_ack`.
+    /// hands each answer to `on_ack`. A change's only answer is its ack, so this is
+    /// `receive_each_one` with no object to hand on.
     pub fn receive_each_ack(
         &mut self,
         sequences: Range<u32>,
         what: &str,
         mut on_ack: impl FnMut(u32, NlResult<()>),
     ) -> NlResult<()> {
-        let subsystem = self.subsystem;
-        let mut pending = sequences.len();
-        if pending == 0 {
-            return Ok(());
-        }
-        self.read(what, |header, message| {
-            if !sequences.contains(&header.sequence) || header.kind != NLMSG_ERROR {
-                return Ok(false);
-            }
-            let answer = error_of(header, message, what).map_err(|e| e.within(subsystem));
-            on_ack(header.sequence, answer);
-            pending -= 1;
-            Ok(pending == 0)
+        self.receive_each_one(sequences, what, |sequence, answer| {
+            on_ack(sequence, answer.map(drop))
         })
-        .map_err(|e| e.within(subsystem))
     }
 
     /// Reads the answers to GET requests of one object each, `sequences`, sent together

@@ -4,9 +4,9 @@
 
 use crate::config::Config;
 use crate::firewall::reference;
-use crate::firewall::tables::forward_drops;
+use crate::firewall::tables::forward_drops_in_both;
 use crate::ipam::store::StoreDir;
-use crate::netlink::{Family, Netlink, Nftables};
+use crate::netlink::{Netlink, Nftables};
 
 /// Why this host needs the `firewall` plugin kept, if it does: academy accepts forwarded
 /// traffic in iptables-nft's FORWARD chain only. A legacy x_tables table listed in
@@ -27,7 +27,7 @@ pub(super) fn firewall_stays() -> Option<String> {
             ));
         }
     }
-    let probe = Nftables::open().and_then(|mut nft| forward_drops(&mut nft, Family::V4));
+    let probe = Nftables::open().and_then(|mut nft| forward_drops_in_both(&mut nft));
     match probe {
         Ok(_) => None,
         Err(e) => Some(format!(

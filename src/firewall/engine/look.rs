@@ -97,9 +97,8 @@ pub fn elements_under(
     keys: &[Vec<u8>],
 ) -> NlResult<Vec<Element>> {
     if keys.len() > DUMP_PAST {
-        let keys: HashSet<&Vec<u8>> = keys.iter().collect();
         let mut all = nft.elements_of(table, set)?;
-        all.retain(|e| keys.contains(&e.key));
+        keep_keys(&mut all, keys);
         return Ok(all);
     }
     let what = format!("look up an element in nf_tables set {table} {set}");
@@ -108,6 +107,12 @@ pub fn elements_under(
         found.extend(nft.element_of(table, set, key, &what)?);
     }
     Ok(found)
+}
+
+/// Keeps of a set's elements those under `keys`.
+pub(super) fn keep_keys(elements: &mut Vec<Element>, keys: &[Vec<u8>]) {
+    let keys: HashSet<&Vec<u8>> = keys.iter().collect();
+    elements.retain(|e| keys.contains(&e.key));
 }
 
 /// A rule read back: its handle, its comments and the sets it looks up.

@@ -6,9 +6,7 @@
 //! owner is left and reported; otherwise the set is read whole (one dump). What goes
 //! goes in one batch.
 
-use std::collections::HashSet;
-
-use super::look::{elements_under, DUMP_PAST};
+use super::look::{elements_under, keep_keys, DUMP_PAST};
 use crate::netlink::nftables::batch::named;
 use crate::netlink::nftables::model::{Change, Element, Op, Set};
 use crate::netlink::{Nftables, NlError, NlResult, Table};
@@ -203,8 +201,7 @@ fn read_whole(nft: &mut Nftables, of: &AttachmentSet) -> NlResult<Read> {
     }
     let mut all = nft.elements_of(set.table, &set.name)?;
     if let Some(keys) = &of.keys {
-        let keys: HashSet<&Vec<u8>> = keys.iter().collect();
-        all.retain(|e| keys.contains(&e.key));
+        keep_keys(&mut all, keys);
     }
     Ok(Read::Elements(all))
 }

@@ -371,18 +371,8 @@ impl DerefMut for FileLock {
 /// Another academy remover holds it for microseconds; whoever holds it longer than
 /// `wait` is not academy, and waiting on it would hang DEL or GC: EWOULDBLOCK then.
 pub fn lock_exclusive(file: File, wait: Duration) -> io::Result<FileLock> {
-    let deadline = Instant::now() + wait;
-    let mut file = file;
-    loop {
-        match FileLock::take(file, Share::Exclusive) {
-            Ok(locked) => return Ok(locked),
-            Err((f, Errno::EWOULDBLOCK)) if Instant::now() < deadline => {
-                file = f;
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            Err((_, e)) => return Err(errno(e)),
-        }
-    }
+    lock_exclusive_in_place(&file, wait)?;
+    Ok(FileLock(file))
 }
 
 /// As [`lock_exclusive`], on a file the caller keeps: the lock goes with the file's last

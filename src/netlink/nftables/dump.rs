@@ -112,27 +112,8 @@ impl Nftables {
         }
     }
 
-    /// The chain `name` of `table` as the kernel shows it; None when it is missing.
-    pub fn chain_info(
-        &mut self,
-        table: Table,
-        name: &str,
-        what: &str,
-    ) -> NlResult<Option<ChainInfo>> {
-        let mut attrs = Attrs::default();
-        attrs.str(NFTA_CHAIN_TABLE, table.name);
-        attrs.str(NFTA_CHAIN_NAME, name);
-        let mut info = None;
-        match self.get(table.nfproto, NFT_MSG_GETCHAIN, attrs, what, |p| {
-            info = Some(decode::chain(p))
-        }) {
-            Err(e) if e.is(libc::ENOENT) => Ok(None),
-            other => other.map(|()| info),
-        }
-    }
-
-    /// As `chain_info` for several chains, asked in one sendmsg: each one's shape, None
-    /// for one that does not exist, in the order asked.
+    /// Chains as the kernel shows them, asked in one sendmsg: each one's shape, None for
+    /// one that does not exist, in the order asked.
     pub fn chain_infos(
         &mut self,
         chains: &[(Table, &str)],
