@@ -6,7 +6,8 @@
  * result, no thread: it setns()es its only thread, it never has to come back):
  *
  *   host:  GETLINK bridge, NEWADDR gateway on the bridge (EEXIST expected),
- *          NEWLINK veth (up, master, both MACs, peer born in the netns), NEWLINK alias
+ *          NEWLINK veth (up, master, both MACs, peer born in the netns), NEWLINK alias,
+ *          then the host veth's IPv6 off (/proc/sys, as academy's src/wire/quiet.rs)
  *   netns: GETLINK ifname, NEWLINK up, NEWADDR, NEWROUTE default
  *   host:  GETLINK bridge (academy re-reads it for the result),
  *          GETCHAIN ip filter FORWARD and GETCHAIN ip6 filter FORWARD in one sendmsg
@@ -117,6 +118,20 @@ static int nl_socket(void)
 	if (fd < 0)
 		die("socket", errno);
 	return fd;
+}
+
+/* The host veth's disable_ipv6, as academy writes it: best effort, like academy's. */
+static void ipv6_off(const char *host)
+{
+	char path[128];
+	snprintf(path, sizeof path, "/proc/sys/net/ipv6/conf/%s/disable_ipv6", host);
+	int f = open(path, O_WRONLY | O_CLOEXEC);
+	if (f >= 0) {
+		if (write(f, "1", 1) < 0) {
+			/* as academy: the port keeps its IPv6 */
+		}
+		close(f);
+	}
 }
 
 /* GETCHAIN of iptables' FORWARD in `family`'s filter table, into `r`. */
@@ -233,6 +248,7 @@ int main(int argc, char **argv)
 	put_str(&r.h, IFLA_IFALIAS, alias);
 	if ((err = talk(fd, &r, NULL)))
 		die("alias", err);
+	ipv6_off(host);
 
 	/* A netlink socket stays in the netns it was created in: fd keeps talking to the host. */
 	if (setns(ns, CLONE_NEWNET) < 0)

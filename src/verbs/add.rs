@@ -88,13 +88,13 @@ pub fn add(env: &Env, conf: &Config, open: &mut LeftOpen) -> Result<CniResult> {
     // Given back before a failed ADD's last step: the network may have no attachment
     // left, and then a failed first ADD leaves none of its objects either.
     drop(in_use);
-    let (interfaces, netns_socket) = made.inspect_err(|_| {
+    let (interfaces, still_open) = made.inspect_err(|_| {
         if let Err(e) = removal::network_if_unused(conf) {
             eprintln!("academy: while undoing a failed ADD: {e}");
         }
     })?;
     let mut assigned = assigned;
-    open.keep((netns, nl, nft, netns_socket, assigned.take_store()));
+    open.keep((netns, nl, nft, still_open, assigned.take_store()));
 
     let mut result = base;
     let container_index = result.interfaces.len() + 2;
@@ -138,13 +138,17 @@ struct Wiring<'a> {
     netns: &'a Netns,
 }
 
+/// What the kernel steps leave open for a successful ADD's exit to close: the socket
+/// used in the netns, and the host veth's `disable_ipv6` (wire/quiet.rs).
+type StillOpen = (Netlink, Option<std::fs::File>);
+
 /// Everything ADD makes after the reservation, then its last check; returns [bridge,
-/// host veth, container interface], and the socket it used in the netns.
+/// host veth, container interface], and what it still has open.
 fn make(
     mut w: Wiring,
     assigned: &Assigned,
     mac: Option<[u8; 6]>,
-) -> Result<(Vec<Interface>, Netlink)> {
+) -> Result<(Vec<Interface>, StillOpen)> {
     let who = w.kinds.who;
     // A delegated plugin's ranges are known only from what it gave.
     if let Some(v6) = assigned.ips.iter().find(|ip| ip.address.is_ipv6()) {
@@ -164,12 +168,12 @@ fn make(
 }
 
 /// The kernel steps, in order; returns [bridge, host veth, container interface], and
-/// the socket used in the netns.
+/// what they still have open.
 fn wire_up(
     w: &mut Wiring,
     assigned: &Assigned,
     mac: Option<[u8; 6]>,
-) -> Result<(Vec<Interface>, Netlink)> {
+) -> Result<(Vec<Interface>, StillOpen)> {
     let (mtu, netns, who, conf) = (&mut w.mtu, w.netns, w.kinds.who, w.kinds.conf);
     let nl = &mut *w.kinds.nl;
     let gateways: Vec<IpNetwork> = if conf.is_gateway {
@@ -301,7 +305,7 @@ fn wire_up(
     }));
     // Last, as the reference bandwidth plugin appends its ifb.
     interfaces.append(&mut w.kinds.interfaces);
-    Ok((interfaces, netns_socket))
+    Ok((interfaces, (netns_socket, host.ipv6_off)))
 }
 
 /// A dns field that is set: a non-empty string or list.

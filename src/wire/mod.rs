@@ -7,6 +7,7 @@ pub mod dad;
 pub mod forwarding;
 pub mod mtu;
 pub mod port;
+pub mod quiet;
 
 use std::net::IpAddr;
 
@@ -156,6 +157,8 @@ pub struct HostVeth {
     pub name: String,
     pub mac: [u8; 6],
     pub container_mac: [u8; 6],
+    /// The port's `disable_ipv6`, written (quiet.rs) and still open.
+    pub ipv6_off: Option<std::fs::File>,
 }
 
 /// Step 2 (`ip link add HOST type veth peer name IFNAME netns NS; ip link set HOST master
@@ -178,6 +181,7 @@ pub fn create_pair(
         name: who.host_name(),
         mac: host_mac,
         container_mac: container_mac.unwrap_or(random_container_mac),
+        ipv6_off: None,
     };
     let pair = VethPair {
         host_name: &host.name,
@@ -214,6 +218,10 @@ pub fn create_pair(
         Err(e) => return Err(capacity::refused(nl, bridge, e)),
     }
     nl.set_alias(&host.name, &who.alias())?;
+    let host = HostVeth {
+        ipv6_off: quiet::ipv6_off(&host.name),
+        ..host
+    };
     Ok(Created::Pair(host))
 }
 

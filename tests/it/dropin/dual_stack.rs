@@ -64,6 +64,16 @@ fn dual_stack_addresses_routes_and_gateways() {
         ping_until(&ns, &gw6, Duration::from_secs(3)),
         "no reply from {gw6}"
     );
+    // The host veth is a bridge port without IPv6 of its own (src/wire/quiet.rs): no
+    // link-local address, no route of the node's through it, while the container's IPv6
+    // crosses it (the ping above). Turned off too late, the port would have both.
+    let host = result["interfaces"][1]["name"].as_str().unwrap();
+    let off = std::fs::read_to_string(format!("/proc/sys/net/ipv6/conf/{host}/disable_ipv6"));
+    assert_eq!(off.unwrap().trim(), "1", "IPv6 on host veth {host}");
+    let v6 = ip(&["-6", "-o", "addr", "show", "dev", host]);
+    assert!(v6.trim().is_empty(), "host veth {host} has IPv6: {v6}");
+    let routes = ip(&["-6", "route", "show", "table", "all", "dev", host]);
+    assert!(routes.trim().is_empty(), "routes through {host}: {routes}");
     tool_quiet(&lab, "check", &ns, &[]);
     tool_quiet(&lab, "del", &ns, &[]);
     assert_clean(&lab, &[&ns]);
