@@ -167,6 +167,7 @@ pub struct HostVeth {
 /// in the way is an error, never deleted. A pair whose alias could not be set is left
 /// unlabelled for the failed ADD's removal, which knows it by its derived name. The host
 /// end is left down when `host_up` is false (the bandwidth step adds its qdiscs first).
+/// Labelled, the host end loses its own IPv6 before the container's end is up (quiet.rs).
 pub fn create_pair(
     nl: &mut Netlink,
     netns: &Netns,
