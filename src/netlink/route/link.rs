@@ -462,11 +462,17 @@ mod tests {
         link
     }
 
-    /// A link message as the kernel sends it, serialized by the crate.
-    fn wire(attributes: Vec<LinkAttribute>) -> Vec<u8> {
+    /// A link message of index 7 with `flags` and `attributes`.
+    fn message(flags: LinkFlags, attributes: Vec<LinkAttribute>) -> LinkMessage {
         let mut link = LinkMessage::default();
         link.header.index = 7;
+        link.header.flags = flags;
         link.attributes = attributes;
+        link
+    }
+
+    /// `link` as the kernel sends it, serialized by the crate.
+    fn serialized(link: LinkMessage) -> Vec<u8> {
         let mut packet = NetlinkMessage::new(
             NetlinkHeader::default(),
             NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)),
@@ -475,6 +481,10 @@ mod tests {
         let mut bytes = vec![0u8; packet.buffer_len()];
         packet.serialize(&mut bytes);
         bytes
+    }
+
+    fn wire(attributes: Vec<LinkAttribute>) -> Vec<u8> {
+        serialized(message(LinkFlags::empty(), attributes))
     }
 
     #[test]
@@ -500,41 +510,11 @@ mod tests {
         assert!(container_link(7, true, false).attributes.is_empty());
     }
 
-    /// A link message with `flags` and `attributes`, as the kernel sends it (serialized
-    /// by the crate), with the crate's own reading of it.
+    /// A link message as the kernel sends it, with the crate's own reading of it.
     fn sent(flags: LinkFlags, attributes: Vec<LinkAttribute>) -> (Vec<u8>, Link) {
-        let mut link = LinkMessage::default();
-        link.header.index = 7;
-        link.header.flags = flags;
-        link.attributes = attributes;
+        let link = message(flags, attributes);
         let read = to_link(&link);
-        let mut packet = NetlinkMessage::new(
-            NetlinkHeader::default(),
-            NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)),
-        );
-        packet.finalize();
-        let mut bytes = vec![0u8; packet.buffer_len()];
-        packet.serialize(&mut bytes);
-        (bytes, read)
-    }
-
-    fn assert_same(a: &Link, b: &Link) {
-        let fields = |l: &Link| {
-            format!(
-                "{} {} {:?} {:?} {:?} {} {} {:?} {:?} {}",
-                l.index,
-                l.name,
-                l.kind,
-                l.mac,
-                l.mtu,
-                l.up,
-                l.promisc,
-                l.controller,
-                l.alias,
-                l.group
-            )
-        };
-        assert_eq!(fields(a), fields(b));
+        (serialized(link), read)
     }
 
     #[test]
@@ -560,13 +540,13 @@ mod tests {
                 ],
             );
             let read = link_of(&bytes).expect("a link");
-            assert_same(&read, &crate_read);
+            assert_eq!(read, crate_read);
             assert_eq!(read.alias.as_deref(), Some("academy:c1:eth0"));
             assert!(read.up && read.promisc);
         }
         let (bare, crate_read) = sent(LinkFlags::empty(), vec![LinkAttribute::IfName("lo".into())]);
         let read = link_of(&bare).expect("a link");
-        assert_same(&read, &crate_read);
+        assert_eq!(read, crate_read);
         assert!(matches!(read.kind, LinkKind::None) && !read.up && read.mac.is_none());
         assert!(link_of(&bare[..20]).is_none(), "cut inside the header");
         let mut other = bare.clone();
