@@ -43,7 +43,7 @@ fn install_plugins(p: &PrivatePodman) -> std::path::PathBuf {
     let plugins = p.dir.join("cni-bin");
     fs::create_dir_all(&plugins).unwrap();
     let real = p.dir.join("academy-real");
-    fs::copy(env!("CARGO_BIN_EXE_academy"), &real).expect("copy academy");
+    copy_executable(env!("CARGO_BIN_EXE_academy"), &real);
     let shim = plugins.join("academy");
     fs::write(
         &shim,

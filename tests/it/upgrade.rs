@@ -186,7 +186,7 @@ fn previous_binary(commit: &str) -> PathBuf {
 /// runtime executing the old one keeps its inode).
 pub fn put_binary(from: &Path, to: &Path) {
     let tmp = to.with_file_name(".academy.new");
-    std::fs::copy(from, &tmp).unwrap();
+    copy_executable(from, &tmp);
     std::fs::rename(&tmp, to).unwrap();
 }
 

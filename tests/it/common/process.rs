@@ -200,6 +200,19 @@ pub fn run(program: &str, args: &[&str], env: &[(&str, &str)]) -> Out {
     run_with(&Call::bare(), program, args, env)
 }
 
+/// Copies the executable `from` to `to` with cp, so that no descriptor writing it is
+/// ever open in this process: a child that another test thread forks meanwhile would
+/// inherit that descriptor until it execs, and an exec of `to` then fails with ETXTBSY
+/// ("Text file busy"). A copy made by fs::copy and run at once failed so in one CI run.
+pub fn copy_executable(from: impl AsRef<Path>, to: impl AsRef<Path>) {
+    let (from, to) = (
+        from.as_ref().to_str().unwrap(),
+        to.as_ref().to_str().unwrap(),
+    );
+    let out = run("cp", &[from, to], &[]);
+    assert_eq!(out.code, 0, "cp {from} {to}:\n{out}");
+}
+
 /// Like [`run`] but never panics (for Drop and best-effort cleanup).
 pub fn run_quiet(program: &str, args: &[&str]) -> Option<Out> {
     let running = try_start(&Call::bare(), program, args, &[]).ok()?;

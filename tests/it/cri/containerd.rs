@@ -148,8 +148,8 @@ impl Containerd {
         write(&bin.join("academy"), &recorder);
         fs::set_permissions(bin.join("academy"), fs::Permissions::from_mode(0o755)).unwrap();
         // libcni's loopback network (containerd adds it to every pod) runs this binary.
-        fs::copy("/opt/cni/lab-bin/loopback", bin.join("loopback"))
-            .expect("copy /opt/cni/lab-bin/loopback (make setup installs it)");
+        // make setup installs it.
+        copy_executable("/opt/cni/lab-bin/loopback", bin.join("loopback"));
     }
 
     fn generate_stubs(&self) {

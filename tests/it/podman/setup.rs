@@ -110,7 +110,7 @@ pub(super) fn set_up(podman: &PrivatePodman, net: &Lab, full: &Lab) {
     // whether stdin had a prevResult, who called, exit status) and runs academy with the
     // same arguments, environment and stdin.
     let real = podman.dir.join("academy-real");
-    fs::copy(env!("CARGO_BIN_EXE_academy"), &real).expect("copy academy");
+    copy_executable(env!("CARGO_BIN_EXE_academy"), &real);
     let shim = podman.plugin_dir().join("academy");
     write(
         &shim,
