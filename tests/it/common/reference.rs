@@ -1,6 +1,6 @@
 //! Running the reference bridge plugin (Debian's 1.1.1, copied into /opt/cni/lab-bin by
 //! `make setup`) beside academy: the lock every such test holds, and the guard of the
-//! reference's own bridge and of the host-wide switches it flips.
+//! reference's own bridge.
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -10,10 +10,8 @@ use super::process::run;
 /// The reference plugins: bridge, host-local, loopback, portmap.
 pub const REFERENCE_BIN: &str = "/opt/cni/lab-bin";
 
-/// Held by every test that runs the reference bridge. With isGateway the reference
-/// turns on forwarding host-wide (net.ipv6.conf.all.forwarding); [`ReferenceBridge`]
-/// puts the old value back before academy's run, and no other reference run may flip
-/// it while academy's bridge sysctls are read.
+/// Held by every test that runs the reference bridge, so that one reference run's
+/// bridge and sysctls are read beside academy's and not beside another reference run's.
 static REFERENCE: Mutex<()> = Mutex::new(());
 
 pub fn reference_lock() -> std::sync::MutexGuard<'static, ()> {
@@ -26,33 +24,22 @@ pub fn read_trimmed(path: &str) -> String {
         .unwrap_or_else(|e| format!("unreadable ({e})"))
 }
 
-pub fn write_sysctl(path: &str, value: &str) {
-    if read_trimmed(path) != value {
-        let _ = std::fs::write(path, value);
-    }
-}
-
 /// The reference's own bridge, deleted when the reference run ends (or the test
-/// panics), and the host-wide forwarding switches the reference may have turned on put
-/// back as they were.
+/// panics).
+///
+/// The host-wide forwarding switches the reference turns on (ip_forward,
+/// ipv6/conf/all/forwarding) stay on: academy turns them on too, and every other test
+/// running beside this one forwards through them. Putting back a 0 found at the start
+/// cut IPv6 forwarding under a parallel test's published port.
 pub struct ReferenceBridge {
     pub name: String,
-    forwarding: Vec<(&'static str, String)>,
 }
-
-const FORWARDING: [&str; 2] = [
-    "/proc/sys/net/ipv4/ip_forward",
-    "/proc/sys/net/ipv6/conf/all/forwarding",
-];
 
 impl ReferenceBridge {
     /// The bridge `name` (one of the test's lab names), removed now if a killed run
     /// left it.
     pub fn new(name: String) -> ReferenceBridge {
-        let b = ReferenceBridge {
-            name,
-            forwarding: FORWARDING.iter().map(|p| (*p, read_trimmed(p))).collect(),
-        };
+        let b = ReferenceBridge { name };
         b.remove();
         b
     }
@@ -60,9 +47,6 @@ impl ReferenceBridge {
     pub fn remove(&self) {
         if Path::new("/sys/class/net").join(&self.name).exists() {
             let _ = run("ip", &["link", "del", &self.name], &[]);
-        }
-        for (path, value) in &self.forwarding {
-            write_sysctl(path, value);
         }
     }
 }
