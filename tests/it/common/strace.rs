@@ -86,6 +86,37 @@ pub fn run_strace(
     (out, text)
 }
 
+/// Runs the plugin under strace with its stdout a file, `stdout_file`, and SIGKILLs it
+/// on entering its first write to that file (`-P` keeps strace's `when` counter to the
+/// writes touching that path): the moment everything is made and the result is about to
+/// be printed. A rank among all the `write` calls would move with whatever else the
+/// run writes first. The returned Out's stdout is what reached the file.
+pub fn run_killed_at_first_stdout_write(
+    call: &Call,
+    trace_file: &Path,
+    stdout_file: &Path,
+) -> (Out, String) {
+    let _ = std::fs::remove_file(trace_file);
+    let _ = std::fs::remove_file(stdout_file);
+    let inject = Inject {
+        syscall: "write".into(),
+        when: 1,
+        action: Action::Kill,
+    };
+    let mut args = strace_args(trace_file, "write", Some(&inject));
+    let stdout_path = stdout_file.to_string_lossy().into_owned();
+    args.splice(0..0, ["-P".to_string(), stdout_path.clone()]);
+    // sh opens the file as the plugin's stdout before strace starts, so the path strace
+    // resolves for fd 1 is that file's.
+    let script = r#"exec strace "$@" >"$0""#;
+    let mut sh_args = vec!["-c", script, stdout_path.as_str()];
+    sh_args.extend(args.iter().map(String::as_str));
+    let mut out = run_with(call, "sh", &sh_args, &[]);
+    out.stdout = std::fs::read_to_string(stdout_file).unwrap_or_default();
+    let text = std::fs::read_to_string(trace_file).unwrap_or_default();
+    (out, text)
+}
+
 pub fn start_strace(call: &Call, file: &Path, trace_set: &str, inject: Option<&Inject>) -> Running {
     let _ = std::fs::remove_file(file);
     let args = strace_args(file, trace_set, inject);

@@ -216,24 +216,9 @@ pub(super) fn killed_at_every_point(lab: Lab) {
     }
 
     // The last point: everything made, the result about to be printed.
-    let file = lab.root.join("clean-write.trace");
-    let (out, text) = run_strace(&lab.call("ADD"), &file, "write", None);
-    out.expect_result("clean ADD under strace (write)");
-    lab.call("DEL").run().expect_silent_success("DEL");
-    let writes = parse_trace(&text);
-    let i = writes
-        .iter()
-        .rposition(|c| c.line.contains("write(1<"))
-        .unwrap_or_else(|| panic!("no write of the result to stdout:\n{text}"));
-    assert!(strace_reaches(&writes, i));
-    let inject = Inject {
-        syscall: "write".into(),
-        when: rank_in_thread(&writes, i),
-        action: Action::Kill,
-    };
     let kill = |p: &mut Vec<String>| {
-        let file = lab.root.join("fault-write.trace");
-        let (out, text) = run_strace(&lab.call("ADD"), &file, "write", Some(&inject));
+        let (trace, stdout) = (lab.root.join("fault-write.trace"), lab.root.join("stdout"));
+        let (out, text) = run_killed_at_first_stdout_write(&lab.call("ADD"), &trace, &stdout);
         if !killed_by_strace(&text) || !out.stdout.trim().is_empty() {
             p.push(format!(
                 "ADD was not killed before printing its result:\n{out}\n{text}"
