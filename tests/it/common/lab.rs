@@ -329,12 +329,15 @@ impl Lab {
         if let Ok(extra) = self.extra_netns.lock() {
             names.extend(extra.iter().cloned());
         }
-        // The netns' inodes name their nodes' records and bridge locks (removed below).
+        // The netns' inodes name their nodes' records and bridge locks: removed while the
+        // netns still exist. Once one is deleted the kernel may give its inode to a
+        // parallel test's new node, whose records would then go with this lab's.
         let nodes: Vec<String> = names
             .iter()
             .filter_map(|n| std::fs::metadata(format!("/run/netns/{n}")).ok())
             .map(|m| std::os::unix::fs::MetadataExt::ino(&m).to_string())
             .collect();
+        remove_node_files(&nodes);
         for n in &names {
             if netns_exists(n) {
                 let _ = run_quiet("ip", &["netns", "del", n]);
@@ -377,11 +380,9 @@ impl Lab {
         {
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            let of_node = |n: &str| nodes.iter().any(|node| n.contains(&format!("@{node}.")));
             if name == format!("{}.lock", self.network)
                 || name.starts_with(&format!("{}.unused", self.network))
                 || name.starts_with(&format!("{}@", self.network))
-                || of_node(&name)
                 || (name.starts_with(&format!("{}.", self.network)) && name.contains(".state"))
                 || name.starts_with(&format!("{}-", self.network))
             {
@@ -402,13 +403,8 @@ impl Lab {
                 let _ = std::fs::remove_file(entry.path());
             }
         }
-        // The bridge locks of its nodes and of its bridge (src/firewall/network/locks.rs).
-        remove_bridge_locks(|name| {
-            name.starts_with(&format!("{}@", self.bridge))
-                || nodes
-                    .iter()
-                    .any(|node| name.ends_with(&format!("@{node}.lock")))
-        });
+        // The bridge locks of its bridge (src/firewall/network/locks.rs).
+        remove_bridge_locks(|name| name.starts_with(&format!("{}@", self.bridge)));
         super::nft_bridge::remove_mac_filter_objects(&self.network);
         // What `academy watch` recorded of its networks' repairs (src/cli/repairs.rs).
         for entry in std::fs::read_dir(WATCH_RECORDS)
@@ -453,6 +449,27 @@ pub fn release_records_of(name: &str) -> Vec<String> {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|f| f.starts_with(&format!("{name}@")))
         .collect()
+}
+
+/// The records, markers, hints and bridge locks of the nodes whose netns inodes are
+/// `nodes` (`...@<node>.<...>`), whatever their network.
+fn remove_node_files(nodes: &[String]) {
+    for entry in std::fs::read_dir(NETWORK_LOCKS)
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if nodes.iter().any(|node| name.contains(&format!("@{node}."))) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+    remove_bridge_locks(|name| {
+        nodes
+            .iter()
+            .any(|node| name.ends_with(&format!("@{node}.lock")))
+    });
 }
 
 /// Removes the bridge locks (`<bridge>@<node>.lock`) whose names `which` picks: a test
