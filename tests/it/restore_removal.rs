@@ -125,29 +125,19 @@ fn an_add_remaking_a_flushed_set_beside_a_del_puts_back_nothing_of_the_deleted_a
     node.nft(&["delete", "table", "inet", "academy"]);
 
     // DEL a, held after its nf_tables step found no set; ADD c re-makes the set then.
-    let hold = lab.data_dir.join("hold-removal");
-    std::fs::write(&hold, b"").unwrap();
-    let held = lab.data_dir.join("hold-removal.held");
+    let hold = TestHold::new(&lab.data_dir, "hold-removal");
     let del = lab
         .call_for("DEL", &a)
         .config(&config)
-        .env("ACADEMY_TEST_HOLD_REMOVAL", hold.to_str().unwrap());
+        .env("ACADEMY_TEST_HOLD_REMOVAL", hold.path());
     let (del_out, add_out) = std::thread::scope(|s| {
         let del = s.spawn(|| node.run(&del));
-        // Let go even if the wait fails.
-        struct Resume<'a>(&'a std::path::Path);
-        impl Drop for Resume<'_> {
-            fn drop(&mut self) {
-                let _ = std::fs::remove_file(self.0);
-            }
-        }
-        let resume = Resume(&hold);
         assert!(
-            wait_until(Duration::from_secs(20), || held.exists()),
+            hold.reached(Duration::from_secs(20)),
             "the DEL never reached its hold"
         );
         let add = node.call("ADD", &c, &config);
-        drop(resume);
+        drop(hold);
         (del.join().unwrap(), add)
     });
     del_out.expect_silent_success("DEL a");

@@ -247,6 +247,41 @@ pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// A debug build's test hold (src/firewall/mod.rs, `hold_for_test`): the plugin given
+/// [`TestHold::path`] in the hold's variable writes `<path>.held` when it gets there, then
+/// waits while `<path>` exists. Dropping the hold lets the plugin go, so an assertion
+/// that fails meanwhile never leaves it waiting.
+pub struct TestHold {
+    path: std::path::PathBuf,
+}
+
+impl TestHold {
+    /// A hold in `dir` named `name`, closed (the plugin will wait at it).
+    pub fn new(dir: &Path, name: &str) -> TestHold {
+        let path = dir.join(name);
+        std::fs::write(&path, b"").expect("the hold file");
+        TestHold { path }
+    }
+
+    /// The value of the hold's variable.
+    pub fn path(&self) -> &str {
+        self.path.to_str().expect("a UTF-8 path")
+    }
+
+    /// Whether the plugin got to the hold within `limit`.
+    pub fn reached(&self, limit: Duration) -> bool {
+        let mut held = self.path.clone().into_os_string();
+        held.push(".held");
+        wait_until(limit, || Path::new(&held).exists())
+    }
+}
+
+impl Drop for TestHold {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 /// Runs `attempt` again (up to five more times) while it fails because a link vanished
 /// under it: podman lists the host's interfaces and then reads each one's addresses, and
 /// the links other tests delete concurrently make that fail with "no such network

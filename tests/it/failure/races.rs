@@ -236,25 +236,15 @@ fn unlisted_add_losing_its_veth_to_gc_does_not_succeed() {
     // GC held in its one removal with the veths gone and the reservations still held
     // (a debug build's hook: the store's opens leave no syscall of their own to wait on).
     let gc_file = lab.root.join("gc.trace");
-    let hold = lab.root.join("gc.hold");
-    std::fs::write(&hold, b"").expect("the hold file");
-    let held = lab.root.join("gc.hold.held");
-    struct Resume<'a>(&'a std::path::Path);
-    impl Drop for Resume<'_> {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(self.0);
-        }
-    }
-    let resume = Resume(&hold);
+    let hold = TestHold::new(&lab.root, "gc.hold");
     let mut gc_run = start_strace(
-        &gc_call(&lab, lab.config("1.1.0"), &[])
-            .env("ACADEMY_TEST_HOLD_FREEING", hold.to_str().unwrap()),
+        &gc_call(&lab, lab.config("1.1.0"), &[]).env("ACADEMY_TEST_HOLD_FREEING", hold.path()),
         &gc_file,
         "sendto",
         None,
     );
     assert!(
-        wait_until(Duration::from_secs(5), || held.exists()),
+        hold.reached(Duration::from_secs(5)),
         "GC never reached its removal's reservations"
     );
     assert!(!link_exists(&veth[0]), "GC's link sweep left {}", veth[0]);
@@ -264,7 +254,7 @@ fn unlisted_add_losing_its_veth_to_gc_does_not_succeed() {
     );
     let out = add.finish();
     assert!(gc_run.running(), "GC finished before ADD: it was not held");
-    drop(resume);
+    drop(hold);
     gc_run.finish().expect_silent_success("GC []");
     let mut p = Vec::new();
     expect_clean(&lab, &base, "after GC", false, &mut p);
