@@ -368,6 +368,16 @@ pub enum PairRemoval {
 pub fn remove_pair(nl: &mut Netlink, who: &Attachment) -> Result<PairRemoval> {
     let name = who.host_name();
     let Some(link) = nl.link(&name)? else {
+        // The pair can go on its own after the removal marked it: a container's netns
+        // torn down before or during its DEL takes the pair with it, in the kernel's
+        // own time. What the removal marked beside it (its ifb) goes now. ENODEV:
+        // nothing was marked. EOPNOTSUPP: a link the kernel cannot delete shares the
+        // group, so nothing went, and GC sweeps an ifb whose attachment is gone.
+        match nl.delete_group(removal_group(who)) {
+            Ok(()) => {}
+            Err(e) if e.is(libc::ENODEV) || e.is(libc::EOPNOTSUPP) => {}
+            Err(e) => return Err(e.into()),
+        }
         return Ok(PairRemoval::Absent);
     };
     match attachment::ownership(&link, &who.alias()) {

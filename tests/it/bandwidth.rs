@@ -6,6 +6,7 @@
 //! only between namespaces it made, through the node's bridge.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -532,6 +533,44 @@ fn a_del_killed_at_any_request_leaves_what_a_second_del_removes() {
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// A container's netns torn down while its DEL runs takes the pair with it, in the
+/// kernel's own time, after the DEL put the veth and the ifb in their removal group (the
+/// soak, seed 38, with the netns deleted before the DEL): the DEL still deletes the ifb.
+#[test]
+fn a_pair_gone_with_its_netns_during_del_leaves_no_ifb() {
+    let lab = Lab::new("bwdelns");
+    let node = Node::new(&lab);
+    let config = shaped_config(&lab);
+    let a = lab.attachment("a");
+    let result = node.call("ADD", &a, &config).expect_result("ADD, shaped");
+    let veth = result_host_veth(&result);
+    assert_eq!(attachment_links(&node, &result).len(), 2, "{result}");
+    // Held between its kinds' step (the marks) and its veth's.
+    let hold = TestHold::new(&lab.data_dir, "hold-removal");
+    let del = lab
+        .call_for("DEL", &a)
+        .config(&config)
+        .env("ACADEMY_TEST_HOLD_REMOVAL", hold.path());
+    let out = std::thread::scope(|s| {
+        let del = s.spawn(|| node.run(&del));
+        assert!(
+            hold.reached(Duration::from_secs(20)),
+            "the DEL never reached its hold"
+        );
+        run("ip", &["netns", "del", &a.netns], &[]);
+        assert!(
+            wait_until(Duration::from_secs(10), || !node.links().contains(&veth)),
+            "the netns's teardown never took the pair"
+        );
+        drop(hold);
+        del.join().unwrap()
+    });
+    out.expect_silent_success("DEL with its pair gone meanwhile");
+    assert_eq!(attachment_links(&node, &result), Vec::<String>::new());
+    assert_eq!(shaping(&node), BTreeSet::new(), "after DEL");
+    assert_eq!(lab.reservations(), Vec::<String>::new(), "after DEL");
 }
 
 /// A link academy did not mark that shares the attachment's removal group and that the
