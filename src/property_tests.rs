@@ -287,7 +287,7 @@ proptest! {
                 prop_assert!(!c.name.is_empty() && !c.name.contains('/'));
                 if let Some(b) = c.builtin() {
                     prop_assert!(b.data_dir.is_absolute());
-                    for pool in b.range_sets.iter().flatten() {
+                    for pool in b.pools() {
                         let subnet = pool.subnet();
                         prop_assert!(pool.size() > 0);
                         if let Some(g) = pool.gateway() {

@@ -363,7 +363,7 @@ pub fn gc(env: &Env, conf: &Config, errors: &mut Vec<Error>) {
 pub fn status(env: &Env, conf: &Config) -> Result<()> {
     match &conf.ipam {
         Ipam::Builtin(b) => {
-            let pools: Vec<Pool> = b.range_sets.iter().flatten().cloned().collect();
+            let pools: Vec<Pool> = b.pools().cloned().collect();
             crate::ipam::status(&b.data_dir, &conf.name, &pools)
         }
         Ipam::Delegated(plugin) => {
@@ -374,9 +374,7 @@ pub fn status(env: &Env, conf: &Config) -> Result<()> {
 }
 
 fn ranges_text(b: &Builtin) -> String {
-    b.range_sets
-        .iter()
-        .flatten()
+    b.pools()
         .map(|p| p.range_text())
         .collect::<Vec<_>>()
         .join(", ")

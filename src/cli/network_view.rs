@@ -68,7 +68,7 @@ impl NetworkView {
     pub fn read(conf: &Config, run_dir: &Path, look: &mut NodeLook) -> NetworkView {
         let pools: Vec<_> = conf
             .builtin()
-            .map(|b| b.range_sets.iter().flatten().collect())
+            .map(|b| b.pools().collect())
             .unwrap_or_default();
         let size = pools.iter().map(|p| p.size()).sum();
         let mut errors = Vec::new();

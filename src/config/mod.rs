@@ -139,6 +139,18 @@ pub struct Builtin {
     pub resolv_conf: Option<PathBuf>,
 }
 
+impl Builtin {
+    /// Every range of every set: the addresses the network hands out.
+    pub fn pools(&self) -> impl Iterator<Item = &Pool> {
+        self.range_sets.iter().flatten()
+    }
+
+    /// The subnets of its ranges, in the config's order (one per range).
+    pub fn subnets(&self) -> Vec<IpNetwork> {
+        self.pools().map(|p| p.subnet()).collect()
+    }
+}
+
 /// The cniVersion of a config, if it has a readable one: used to print errors in the
 /// version the runtime speaks even when the rest of the config is bad.
 pub fn peek_version(stdin: &[u8]) -> Option<String> {
@@ -408,9 +420,7 @@ fn ipv6_range(ipam: &Ipam) -> Option<IpNetwork> {
         return None;
     };
     builtin
-        .range_sets
-        .iter()
-        .flatten()
+        .pools()
         .map(|pool| pool.subnet())
         .find(IpNetwork::is_ipv6)
 }

@@ -101,7 +101,7 @@ pub fn status_despite_leaks(conf: &Config, err: Error) -> Result<()> {
     let Ok(reclaimable) = reclaimable() else {
         return Err(err);
     };
-    for pool in b.range_sets.iter().flatten() {
+    for pool in b.pools() {
         let full = crate::ipam::status(&b.data_dir, &conf.name, std::slice::from_ref(pool));
         if let Err(full) = full {
             if !reclaimable.iter().any(|a| pool.contains(*a)) {

@@ -321,7 +321,7 @@ pub fn objects(r: &mut Releasing) -> Result<Option<Vec<Object>>> {
 /// nonMasqueradeCIDRs.
 pub(crate) fn networks(conf: &Config, addresses: &[IpNetwork]) -> Vec<MasqNetwork> {
     let own: Vec<IpNetwork> = match &conf.ipam {
-        Ipam::Builtin(b) => b.range_sets.iter().flatten().map(|p| p.subnet()).collect(),
+        Ipam::Builtin(b) => b.subnets(),
         Ipam::Delegated(_) | Ipam::None => Vec::new(),
     };
     let mut networks: Vec<MasqNetwork> = Vec::new();

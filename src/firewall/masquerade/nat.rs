@@ -389,6 +389,5 @@ pub(super) fn range_networks(conf: &Config) -> Vec<MasqNetwork> {
     let Some(b) = conf.builtin() else {
         return Vec::new();
     };
-    let subnets: Vec<IpNetwork> = b.range_sets.iter().flatten().map(|p| p.subnet()).collect();
-    networks(conf, &subnets)
+    networks(conf, &b.subnets())
 }

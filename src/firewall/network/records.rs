@@ -71,10 +71,7 @@ impl Record {
             release_after: conf.release_unused_after,
             unused_since_ms,
             node: node()?,
-            subnets: conf
-                .builtin()
-                .map(|b| b.range_sets.iter().flatten().map(|p| p.subnet()).collect())
-                .unwrap_or_default(),
+            subnets: conf.builtin().map(Builtin::subnets).unwrap_or_default(),
             non_masquerade: conf.non_masquerade_cidrs.clone(),
         })
     }

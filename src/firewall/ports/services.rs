@@ -28,7 +28,7 @@ use crate::netlink::NftablesOnDemand;
 pub fn bridged_traffic_filtered(conf: &Config) -> bool {
     let (v4, v6) = match conf.builtin() {
         Some(b) => {
-            let pools = || b.range_sets.iter().flatten();
+            let pools = || b.pools();
             let v4 = pools().any(|p| p.subnet().is_ipv4());
             (v4, pools().any(|p| p.subnet().is_ipv6()))
         }
