@@ -29,7 +29,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use netlink_packet_core::{NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
 
-use super::nfnetlink::{attributes, encode, Attrs, Family, HEADERS_LEN};
+use super::attributes::attributes;
+use super::nfnetlink::{encode, Attrs, Family, HEADERS_LEN};
 use super::route::Netlink;
 use super::socket::{Await, NlError, NlResult, NlSocket, Subsystem};
 

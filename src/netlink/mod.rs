@@ -17,12 +17,15 @@
 //!   src/firewall/'s.
 //! - `conntrack`: ctnetlink on the same socket protocol, encoded the same way: the UDP
 //!   entries a newly published port must not keep (port mapping's ADD).
-//! - `nfnetlink`: what those two share, the attributes and messages of NETLINK_NETFILTER
-//!   and the address family they address.
+//! - `nfnetlink`: what those two share, the attributes written and the messages of
+//!   NETLINK_NETFILTER and the address family they address.
+//! - `attributes`: netlink attributes read in place, by everything decoded here by hand
+//!   (nf_tables, ctnetlink, and rtnetlink's links).
 //!
 //! Everything outside this folder speaks in the plain types re-exported here; the layer
 //! knows nothing of CNI (src/cni/kernel.rs turns a refused request into a CNI error).
 
+mod attributes;
 mod bridge;
 mod conntrack;
 mod decode;

@@ -1,6 +1,6 @@
 //! What every NETLINK_NETFILTER subsystem academy speaks shares (nf_tables in nftables/,
-//! ctnetlink in conntrack.rs): the netlink attributes written (Attrs) and read
-//! (attributes), one message with its nfgenmsg (encode), and the address family of the
+//! ctnetlink in conntrack.rs): the netlink attributes written (Attrs; attributes.rs
+//! reads them), one message with its nfgenmsg (encode), and the address family of the
 //! tables and entries they address. No crate covers nfnetlink, so it is encoded here.
 
 use std::net::IpAddr;
@@ -33,24 +33,6 @@ impl Family {
             Family::V6
         }
     }
-}
-
-/// The attributes in `bytes` as (type without flags, value); stops at a malformed one.
-pub fn attributes(bytes: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    let mut rest = bytes;
-    std::iter::from_fn(move || {
-        if rest.len() < 4 {
-            return None;
-        }
-        let len = u16::from_ne_bytes([rest[0], rest[1]]) as usize;
-        let kind = u16::from_ne_bytes([rest[2], rest[3]]) & 0x3fff;
-        if len < 4 || len > rest.len() {
-            return None;
-        }
-        let value = &rest[4..len];
-        rest = &rest[((len + 3) & !3).min(rest.len())..];
-        Some((kind, value))
-    })
 }
 
 /// Netlink attributes being written: type, length, value, each padded to 4 bytes. An
@@ -163,12 +145,5 @@ mod tests {
         let mut b = Attrs::default();
         b.put(2, &vec![0; ATTR_MAX - 4]);
         assert!(!b.too_long());
-    }
-
-    #[test]
-    fn attributes_stop_at_a_malformed_length() {
-        let bytes = [8u8, 0, 1, 0, 1, 2, 3, 4, 200, 0, 2, 0];
-        let all: Vec<_> = attributes(&bytes).collect();
-        assert_eq!(all, vec![(1u16, &[1u8, 2, 3, 4][..])]);
     }
 }

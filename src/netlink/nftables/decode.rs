@@ -8,7 +8,8 @@ use super::model::{
     ChainInfo, CmpOp, CtKey, Element, Expr, FibFlags, FibResult, MetaKey, NatType, PayloadBase,
     Reg, Rule, SetInfo, Table, Verdict,
 };
-use crate::netlink::nfnetlink::{attributes, Family};
+use crate::netlink::attributes::attributes;
+use crate::netlink::nfnetlink::Family;
 
 fn text(bytes: &[u8]) -> String {
     let bytes = bytes.split(|b| *b == 0).next().unwrap_or(bytes);

@@ -18,7 +18,8 @@ use super::consts::NFNL_SUBSYS_NFTABLES;
 use super::consts::{
     NFNLGRP_NFTABLES, NFTA_GEN_ID, NFTA_GEN_PROC_NAME, NFTA_GEN_PROC_PID, NFT_MSG_NEWGEN,
 };
-use crate::netlink::nfnetlink::{attributes, HEADERS_LEN};
+use crate::netlink::attributes::attributes;
+use crate::netlink::nfnetlink::HEADERS_LEN;
 use crate::netlink::socket::{NlError, NlResult, Subsystem};
 
 /// Bytes asked for the socket's receive buffer (the kernel doubles it): a flush of a

@@ -1,7 +1,7 @@
 //! Links: looked up, listed, made (the bridge, the veth pair), labelled, set up, deleted.
 
 use super::*;
-use crate::netlink::nfnetlink::attributes;
+use crate::netlink::attributes::attributes;
 
 impl Netlink {
     /// The link called `name`, or None when there is none.
