@@ -373,63 +373,24 @@ impl Lab {
         // The network locks, unused-network records and state versions (upgrade.rs) of
         // its networks (the lab's name, and names it prefixes): no process of the lab
         // holds them any more.
-        for entry in std::fs::read_dir(NETWORK_LOCKS)
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            if name == format!("{}.lock", self.network)
-                || name.starts_with(&format!("{}.unused", self.network))
-                || name.starts_with(&format!("{}@", self.network))
-                || (name.starts_with(&format!("{}.", self.network)) && name.contains(".state"))
-                || name.starts_with(&format!("{}-", self.network))
-            {
-                let _ = std::fs::remove_file(entry.path());
-            }
-        }
+        let net = &self.network;
+        let named = |name: &str, suffix: &str| {
+            name == format!("{net}{suffix}") || name.starts_with(&format!("{net}-"))
+        };
+        remove_files_in(NETWORK_LOCKS, |name| {
+            named(name, ".lock")
+                || name.starts_with(&format!("{net}.unused"))
+                || name.starts_with(&format!("{net}@"))
+                || (name.starts_with(&format!("{net}.")) && name.contains(".state"))
+        });
         // The removal locks of its networks (src/firewall/network/locks.rs).
-        for entry in std::fs::read_dir(REMOVAL_LOCKS)
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            if name == format!("{}.lock", self.network)
-                || name.starts_with(&format!("{}-", self.network))
-            {
-                let _ = std::fs::remove_file(entry.path());
-            }
-        }
+        remove_files_in(REMOVAL_LOCKS, |name| named(name, ".lock"));
         // The bridge locks of its bridge (src/firewall/network/locks.rs).
         remove_bridge_locks(|name| name.starts_with(&format!("{}@", self.bridge)));
-        super::nft_bridge::remove_mac_filter_objects(&self.network);
+        super::nft_bridge::remove_mac_filter_objects(net);
         // What `academy watch` recorded of its networks' repairs (src/cli/repairs.rs).
-        for entry in std::fs::read_dir(WATCH_RECORDS)
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            if name == format!("{}.last-repair", self.network)
-                || name.starts_with(&format!("{}-", self.network))
-            {
-                let _ = std::fs::remove_file(entry.path());
-            }
-        }
-        let prefix = format!("{}-", self.network);
-        for entry in std::fs::read_dir(RESULTS_DIR)
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            if entry.file_name().to_string_lossy().starts_with(&prefix) {
-                let _ = std::fs::remove_file(entry.path());
-            }
-        }
+        remove_files_in(WATCH_RECORDS, |name| named(name, ".last-repair"));
+        remove_files_in(RESULTS_DIR, |name| name.starts_with(&format!("{net}-")));
     }
 }
 
@@ -454,17 +415,9 @@ pub fn release_records_of(name: &str) -> Vec<String> {
 /// The records, markers, hints and bridge locks of the nodes whose netns inodes are
 /// `nodes` (`...@<node>.<...>`), whatever their network.
 fn remove_node_files(nodes: &[String]) {
-    for entry in std::fs::read_dir(NETWORK_LOCKS)
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if nodes.iter().any(|node| name.contains(&format!("@{node}."))) {
-            let _ = std::fs::remove_file(entry.path());
-        }
-    }
+    remove_files_in(NETWORK_LOCKS, |name| {
+        nodes.iter().any(|node| name.contains(&format!("@{node}.")))
+    });
     remove_bridge_locks(|name| {
         nodes
             .iter()
@@ -475,11 +428,12 @@ fn remove_node_files(nodes: &[String]) {
 /// Removes the bridge locks (`<bridge>@<node>.lock`) whose names `which` picks: a test
 /// that made a bridge of its own outside a lab (nothing holds them once it is gone).
 pub fn remove_bridge_locks(which: impl Fn(&str) -> bool) {
-    for entry in std::fs::read_dir(BRIDGE_LOCKS)
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
+    remove_files_in(BRIDGE_LOCKS, which);
+}
+
+/// Removes the files of folder `dir` whose names `which` picks (a missing folder has none).
+fn remove_files_in(dir: &str, which: impl Fn(&str) -> bool) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         if which(&entry.file_name().to_string_lossy()) {
             let _ = std::fs::remove_file(entry.path());
         }
