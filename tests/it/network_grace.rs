@@ -227,7 +227,7 @@ fn a_marker_made_during_a_listing_is_released_when_due() {
 /// A VERSION in the node held by ACADEMY_TEST_HOLD_LISTING (src/firewall/mod.rs) after
 /// its listing's readdir, until `finish` (or the drop) lets it go.
 struct HeldListing {
-    hold: std::path::PathBuf,
+    hold: TestHold,
     child: std::process::Child,
 }
 
@@ -235,13 +235,11 @@ impl HeldListing {
     fn start(lab: &Lab, node: &Node) -> HeldListing {
         use std::io::Write;
         use std::process::{Command, Stdio};
-        let hold = lab.data_dir.join("hold-listing");
-        std::fs::write(&hold, b"").unwrap();
-        let held = lab.data_dir.join("hold-listing.held");
+        let hold = TestHold::new(&lab.data_dir, "hold-listing");
         let mut child = Command::new("ip")
             .args(["netns", "exec", &node.ns, plugin()])
             .env("CNI_COMMAND", "VERSION")
-            .env("ACADEMY_TEST_HOLD_LISTING", &hold)
+            .env("ACADEMY_TEST_HOLD_LISTING", hold.path())
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .spawn()
@@ -250,20 +248,20 @@ impl HeldListing {
         stdin.write_all(br#"{"cniVersion": "1.1.0"}"#).unwrap();
         drop(stdin);
         let listing = HeldListing { hold, child };
-        let reached = wait_until(Duration::from_secs(20), || held.exists());
+        let reached = listing.hold.reached(Duration::from_secs(20));
         assert!(reached, "the VERSION never listed the records");
         listing
     }
 
     fn finish(mut self) {
-        let _ = std::fs::remove_file(&self.hold);
+        self.hold.release();
         assert!(self.child.wait().unwrap().success());
     }
 }
 
 impl Drop for HeldListing {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.hold);
+        self.hold.release();
         let _ = self.child.wait();
     }
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use super::kernel::netns_link_names;
 use super::lab::{Attach, Lab};
 use super::nft::{elements_in, nft_in, rule_comments_in};
-use super::process::{plugin, run, Call, Out};
+use super::process::{plugin, run, Call, Out, TestHold};
 
 pub struct Node<'a> {
     pub lab: &'a Lab,
@@ -78,40 +78,37 @@ impl<'a> Node<'a> {
     ) -> (std::process::ExitStatus, String) {
         use std::io::Read;
         use std::process::{Child, Command, Stdio};
-        use std::time::{Duration, Instant};
-        let hold = self.lab.data_dir.join("hold-restore");
-        std::fs::write(&hold, b"").unwrap();
-        let held = self.lab.data_dir.join("hold-restore.held");
-        let restore = Command::new("ip")
-            .args(["netns", "exec", &self.ns, plugin(), "restore", "--conf-dir"])
-            .arg(&self.lab.conf_dir)
-            .env(hook, &hold)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        struct Resume(std::path::PathBuf, Child);
-        impl Drop for Resume {
+        use std::time::Duration;
+        /// Lets the restore go and reaps it, however the test goes on.
+        struct Reaped<'h>(Child, &'h TestHold);
+        impl Drop for Reaped<'_> {
             fn drop(&mut self) {
-                let _ = std::fs::remove_file(&self.0);
-                let _ = self.1.wait();
+                self.1.release();
+                let _ = self.0.wait();
             }
         }
-        let mut resume = Resume(hold, restore);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !held.exists() {
-            assert!(
-                Instant::now() < deadline,
-                "the restore never reached its hold"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let hold = TestHold::new(&self.lab.data_dir, "hold-restore");
+        let mut restore = Reaped(
+            Command::new("ip")
+                .args(["netns", "exec", &self.ns, plugin(), "restore", "--conf-dir"])
+                .arg(&self.lab.conf_dir)
+                .env(hook, hold.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+            &hold,
+        );
+        assert!(
+            hold.reached(Duration::from_secs(20)),
+            "the restore never reached its hold"
+        );
         during();
-        std::fs::remove_file(&resume.0).unwrap();
+        hold.release();
         let mut err = String::new();
-        if let Some(mut e) = resume.1.stderr.take() {
+        if let Some(mut e) = restore.0.stderr.take() {
             let _ = e.read_to_string(&mut err);
         }
-        (resume.1.wait().unwrap(), err)
+        (restore.0.wait().unwrap(), err)
     }
 }

@@ -268,6 +268,11 @@ impl TestHold {
         self.path.to_str().expect("a UTF-8 path")
     }
 
+    /// Lets the plugin go (again is harmless).
+    pub fn release(&self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+
     /// Whether the plugin got to the hold within `limit`.
     pub fn reached(&self, limit: Duration) -> bool {
         let mut held = self.path.clone().into_os_string();
@@ -278,7 +283,7 @@ impl TestHold {
 
 impl Drop for TestHold {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        self.release();
     }
 }
 
