@@ -106,6 +106,10 @@ def main():
                                             verdict), flush=True)
             if not ok:
                 failed += 1
+                # What was violated first, whole: the output's tail below is cut to fit
+                # a CI log, and this is what a rerun of the seed may not show again.
+                for v in r["summary"].get("violations", [])[:5]:
+                    print("    violated: %s: %s" % (v["invariant"], v["what"][:1000]), flush=True)
                 print("    " + r["output"][-4000:].replace("\n", "\n    "), flush=True)
     print("soak selftest: %d of %d failed" % (failed, len(jobs)))
     return 1 if failed else 0

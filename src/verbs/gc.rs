@@ -116,28 +116,53 @@ fn stale_attachments(
 
 /// Deletes the unlabelled veths of this network (derived name, no alias, on its bridge)
 /// whose attachment is not valid. An error on one link is recorded and the sweep goes on.
+///
+/// An unlabelled veth names no network, and an ADD of any network on the bridge has one
+/// between creating its pair and labelling it: the links are judged, and deleted, only
+/// under the bridge's lock held whole, so with no ADD on the bridge. While one is, the
+/// sweep is left to a later GC (the leftover of a killed ADD harms nothing meanwhile).
 fn sweep_unlabelled(
     nl: &mut Netlink,
     conf: &Config,
     valid: &HashSet<(String, String)>,
     errors: &mut Vec<Error>,
 ) {
-    let links = match nl.links() {
-        Ok(l) => l,
-        Err(e) => return errors.push(e.into()),
-    };
-    let bridge = links
-        .iter()
-        .find(|l| l.name == conf.bridge && l.kind == LinkKind::Bridge)
-        .map(|l| l.index);
     let valid_names: HashSet<String> = valid
         .iter()
         .map(|(cid, ifname)| Attachment::new(&conf.name, cid, ifname).host_name())
         .collect();
-    for link in &links {
-        if stale(link, conf, bridge, valid, &valid_names) != Stale::Unlabelled {
-            continue;
+    let unlabelled = |nl: &mut Netlink| -> Result<Vec<Link>> {
+        let links = nl.links()?;
+        let bridge = links
+            .iter()
+            .find(|l| l.name == conf.bridge && l.kind == LinkKind::Bridge)
+            .map(|l| l.index);
+        Ok(links
+            .into_iter()
+            .filter(|l| stale(l, conf, bridge, valid, &valid_names) == Stale::Unlabelled)
+            .collect())
+    };
+    // The common case, nothing unlabelled, costs one dump and no lock.
+    match unlabelled(nl) {
+        Ok(found) if found.is_empty() => return,
+        Ok(_) => {}
+        Err(e) => return errors.push(e),
+    }
+    let _no_add = match network::no_add_on_bridge(conf) {
+        Ok(lock) => lock,
+        Err(network::AddOnBridge) => {
+            let bridge = &conf.bridge;
+            crate::log::debug(format_args!(
+                "GC left the unlabelled veths on {bridge} to a later GC: an ADD is on it"
+            ));
+            return;
         }
+    };
+    let links = match unlabelled(nl) {
+        Ok(l) => l,
+        Err(e) => return errors.push(e),
+    };
+    for link in &links {
         match wire::delete_if_present(nl, link.index) {
             Ok(_) => crate::log::debug(format_args!(
                 "GC deleted host veth {} (unlabelled)",

@@ -346,3 +346,108 @@ fn a_gc_drops_what_a_gone_node_left_in_run() {
     one.call("DEL", &a, &conf)
         .expect_silent_success("DEL in node one");
 }
+
+/// The derived-name veths in `node` and their aliases (None: unlabelled).
+fn veths(node: &Node) -> Vec<(String, Option<String>)> {
+    let links = ip_json(&["-n", &node.ns, "link", "show", "type", "veth"]);
+    let mut found: Vec<(String, Option<String>)> = links
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| {
+            let name = l["ifname"].as_str()?.to_string();
+            Some((name, l["ifalias"].as_str().map(str::to_string)))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// A GC of one network never takes an ADD of another on the same bridge in the instant
+/// between creating its pair and labelling it: an unlabelled veth names no network.
+/// Unguarded, the GC listed the pair there and deleted it a moment later, after the ADD
+/// had labelled it, checked it and succeeded (the soak, seed 38: a live container without
+/// its interface). A killed ADD's unlabelled pair is still swept, once no ADD is on the
+/// bridge.
+#[test]
+fn a_bridge_mate_s_gc_leaves_an_add_between_its_pair_and_its_label_alone() {
+    let lab = Lab::new("sbmate");
+    let node = Node::new(&lab);
+    let (a_net, b_net) = (
+        network(&lab, "a", &lab.bridge, 1, 0),
+        network(&lab, "b", &lab.bridge, 2, 0),
+    );
+    let (a, killed) = (lab.attachment("a"), lab.attachment("k"));
+    let in_the_node = ["netns", "exec", &node.ns, plugin()];
+    let held_add = |who: &Attach, hold: &TestHold| {
+        start(
+            &lab.call_for("ADD", who).config(&a_net),
+            "ip",
+            &in_the_node,
+            &[("ACADEMY_TEST_HOLD_UNLABELLED", hold.path())],
+        )
+    };
+
+    let hold = TestHold::new(&lab.data_dir, "hold-unlabelled");
+    let mut add = held_add(&a, &hold);
+    assert!(
+        hold.reached(Duration::from_secs(20)),
+        "ADD never made its pair"
+    );
+    let pair = veths(&node);
+    assert!(
+        matches!(&pair[..], [(_, None)]),
+        "the held ADD's pair, unlabelled: {pair:?}"
+    );
+    gc(&node, &b_net).expect_silent_success("the GC of the bridge-mate network");
+    assert_eq!(veths(&node), pair, "the bridge-mate's GC took the pair");
+    assert!(add.running(), "ADD went on while held");
+    hold.release();
+    let result = add
+        .finish()
+        .expect_result("the ADD the bridge-mate's GC met");
+    let address = result_address(&result);
+    let inside = ip(&["-n", &a.netns, "-o", "addr", "show", "dev", &a.ifname]);
+    assert!(
+        inside.contains(&format!(" {address}/")),
+        "{address} is not on {} in {}:\n{inside}",
+        a.ifname,
+        a.netns
+    );
+    let mut check = a_net.clone();
+    check["prevResult"] = result.clone();
+    node.call("CHECK", &a, &check)
+        .expect_silent_success("CHECK of the ADD the bridge-mate's GC met");
+
+    // A killed ADD's pair, unlabelled for good: swept by the bridge-mate's GC.
+    let hold = TestHold::new(&lab.data_dir, "hold-killed");
+    let add = held_add(&killed, &hold);
+    assert!(
+        hold.reached(Duration::from_secs(20)),
+        "the second ADD never made its pair"
+    );
+    add.kill();
+    let leftover: Vec<String> = veths(&node)
+        .into_iter()
+        .filter(|(_, alias)| alias.is_none())
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(
+        leftover.len(),
+        1,
+        "the killed ADD's pair: {:?}",
+        veths(&node)
+    );
+    gc(&node, &b_net).expect_silent_success("the GC after the killed ADD");
+    let after: Vec<String> = veths(&node).into_iter().map(|(name, _)| name).collect();
+    assert!(
+        !after.contains(&leftover[0]) && after.len() == 1,
+        "the GC with no ADD on the bridge kept the killed ADD's unlabelled pair, or took \
+         the live one: {after:?}"
+    );
+    node.call("CHECK", &a, &check)
+        .expect_silent_success("CHECK after the sweep");
+    node.call("DEL", &killed, &a_net)
+        .expect_silent_success("the runtime's DEL of the killed ADD");
+    node.call("DEL", &a, &a_net).expect_silent_success("DEL a");
+}

@@ -1,6 +1,7 @@
 //! The locks of a network's lifetime: the network's (ADD and the restore hold it shared,
-//! a release exclusively) and its bridge's (every ADD on the bridge holds it shared, a
-//! release of the bridge's objects exclusively). Lock files are never removed (a removal
+//! a release exclusively) and its bridge's (every ADD on the bridge holds it shared; a
+//! release of the bridge's objects, and GC's sweep of the unlabelled veths on it,
+//! exclusively). Lock files are never removed (a removal
 //! racing a locker would let two hold "the" lock): one per network name and one per
 //! bridge of a node, a few bytes of /run each, gone with a reboot.
 //!

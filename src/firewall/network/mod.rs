@@ -32,7 +32,9 @@
 //! ADD also holds its bridge's lock shared, and the release deletes the bridge's objects
 //! only under that lock held exclusively (never waiting: a held share is an ADD on the
 //! bridge, perhaps another network's first, which found the objects in place and made
-//! none), after seeing the bridge with no port. A removal that finds the network's lock
+//! none), after seeing the bridge with no port. GC judges the unlabelled veths on the
+//! bridge under that lock too (`no_add_on_bridge`): an ADD's pair is unlabelled for a
+//! moment, whatever its network. A removal that finds the network's lock
 //! busy writes the record all the same: whoever holds the lock (a restore) finishes, and
 //! the next invocation releases what is then unused.
 //!
@@ -112,6 +114,28 @@ pub fn restoring(conf: &Config) -> InUse {
 pub fn without_adds_in_flight(conf: &Config) -> Option<FileLock> {
     locks::network(&conf.name, Wait::Exclusive).ok()
 }
+
+/// The bridge's lock held whole, for GC's sweep of the unlabelled veths on it. Every ADD
+/// on the bridge, whatever its network, holds a share from before it creates its pair
+/// until its last check, so while this is held an unlabelled veth there is a killed
+/// ADD's, never one in the making. Unlocked, the GC of a bridge-mate network listed an
+/// ADD's pair before its label and deleted it after that ADD had succeeded (the soak,
+/// seed 38). Never waits: Err while an ADD is on the bridge (a later GC sweeps);
+/// Ok(None) without /run (unlocked, as everywhere).
+pub fn no_add_on_bridge(conf: &Config) -> std::result::Result<Option<FileLock>, AddOnBridge> {
+    let Some(node) = node() else {
+        return Ok(None);
+    };
+    match locks::bridge(&conf.bridge, node, Wait::No) {
+        Ok(lock) => Ok(Some(lock)),
+        Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Err(AddOnBridge),
+        Err(_) => Ok(None),
+    }
+}
+
+/// An ADD (or a restore) holds a share of the bridge's lock (`no_add_on_bridge`).
+#[derive(Debug)]
+pub struct AddOnBridge;
 
 /// A removal's share of its network's removal lock, released when dropped.
 pub struct Removal(#[allow(dead_code)] Option<FileLock>);

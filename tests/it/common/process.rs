@@ -145,6 +145,12 @@ impl Running {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// SIGKILL, then what it printed until then.
+    pub fn kill(mut self) -> Out {
+        let _ = self.child.kill();
+        self.finish()
+    }
+
     pub fn finish(self) -> Out {
         let what = self.what;
         let o = self

@@ -21,8 +21,12 @@
 //!    between creating and labelling its pair). ADDs and DELs of listed attachments may
 //!    run during a GC. (`add_del_bursts_racing_gc_keep_valid_attachments_intact`: ADD/DEL bursts of listed attachments against back-to-back
 //!    GCs; every ADD and DEL succeeds, no address is live twice, stale attachments are
-//!    freed, survivors keep their files and veths and ping their gateway.) Exception:
-//!    the first limitation below.
+//!    freed, survivors keep their files and veths and ping their gateway.) An unlabelled
+//!    veth names no network, so GC judges and deletes those on its bridge only under the
+//!    bridge's lock held whole, which every ADD on the bridge shares from before its pair
+//!    until its last check: the GC of another network on the bridge never takes an ADD's
+//!    pair in the making, and leaves a killed ADD's to a later GC while an ADD runs there
+//!    (`shared_bridge::a_bridge_mate_s_gc_leaves_an_add_between_its_pair_and_its_label_alone`).
 //! 3. **DEL, and the undo of a failed ADD, delete only their own**: a reservation only if
 //!    its file names their attachment, a link only if its alias does (or it is an
 //!    unlabelled veth of their derived name); another owner's link is never deleted.
@@ -41,15 +45,9 @@
 //!    (`gc_never_frees_a_listed_attachment_re_reserving_an_address`,
 //!    `del_never_frees_another_attachment_s_reservation`).
 //!
-//! Not guaranteed:
-//!
-//! - An unlabelled pair is recognised by name and bridge only, so the GC of *another*
-//!   network on the same bridge can delete an ADD's pair in the instant between creating
-//!   and labelling it (that ADD then fails with code 100 and undoes itself).
-//!
-//! Two runtimes that share a network name must each list the other's attachments in GC
-//! (they cannot), so give each runtime its own network name (hence its own store); and
-//! networks should not share a bridge. Within one runtime, guarantees 1 to 5 hold.
+//! Not guaranteed: two runtimes that share a network name must each list the other's
+//! attachments in GC (they cannot), so give each runtime its own network name (hence its
+//! own store). Within one runtime, guarantees 1 to 5 hold.
 //! | file             | subject                                                         |
 //! |------------------|-----------------------------------------------------------------|
 //! | `netlink.rs`     | a refused or killed netlink request at every point of ADD       |
