@@ -77,3 +77,42 @@ fn an_accepting_forward_policy_gets_nothing() {
         node.call("DEL", x, &config).expect_silent_success("DEL");
     }
 }
+
+/// iptables' tables deleted between ADD's look at the FORWARD policy and its batch (an
+/// admin's `nft flush ruleset`, a firewall's reload): the accepts are asked for again,
+/// there is no dropping policy left, and ADD succeeds writing nothing there. It failed
+/// with code 100 (ENOENT, the chain gone) before: the soak, seed 5151, beside a flush.
+#[test]
+fn iptables_tables_deleted_before_the_accepts_are_sent_fail_no_add() {
+    let lab = Lab::new("fwgone");
+    let node = dropping_node(&lab);
+    let config = lab.config_with("1.1.0", "ipMasq", json!(true));
+    let a = lab.attachment("a");
+    let hold = TestHold::new(&lab.data_dir, "hold-wants");
+    let add = start(
+        &lab.call_for("ADD", &a).config(&config),
+        "ip",
+        &["netns", "exec", &node.ns, plugin()],
+        &[("ACADEMY_TEST_HOLD_WANTS", hold.path())],
+    );
+    assert!(
+        hold.reached(std::time::Duration::from_secs(20)),
+        "ADD never made its FORWARD wants"
+    );
+    node.nft(&["delete", "table", "ip", "filter"]);
+    node.nft(&["delete", "table", "ip6", "filter"]);
+    hold.release();
+    let result = add
+        .finish()
+        .expect_result("ADD whose FORWARD chains went meanwhile");
+    let tables = node.nft(&["list", "tables"]).stdout;
+    assert!(
+        !tables.contains("ip filter") && !tables.contains("ip6 filter"),
+        "ADD made iptables' tables again:\n{tables}"
+    );
+    let mut check = config.clone();
+    check["prevResult"] = result;
+    node.call("CHECK", &a, &check)
+        .expect_silent_success("CHECK with no FORWARD policy left");
+    node.call("DEL", &a, &config).expect_silent_success("DEL");
+}
