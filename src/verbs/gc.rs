@@ -42,7 +42,19 @@ pub fn gc(env: &Env, conf: &Config) -> Result<()> {
     })?;
     let mut errors = Vec::new();
 
-    let stale = stale_attachments(conf, valid, &mut errors);
+    // One socket and one dump of the links for what GC reads of them: the stale
+    // attachments' aliases, and whether any veth on the bridge is unlabelled.
+    let (mut nl, links) = match Netlink::open().and_then(|mut nl| {
+        let links = nl.links()?;
+        Ok((nl, links))
+    }) {
+        Ok((nl, links)) => (Some(nl), links),
+        Err(e) => {
+            errors.push(e.into());
+            (None, Vec::new())
+        }
+    };
+    let stale = stale_attachments(conf, valid, &links, &mut errors);
     let targets = stale
         .iter()
         .map(|(cid, ifname)| Target {
@@ -59,9 +71,8 @@ pub fn gc(env: &Env, conf: &Config) -> Result<()> {
     }
     errors.extend(report.errors);
 
-    match Netlink::open() {
-        Ok(mut nl) => sweep_unlabelled(&mut nl, conf, valid, &mut errors),
-        Err(e) => errors.push(e.into()),
+    if let Some(nl) = nl.as_mut() {
+        sweep_unlabelled(nl, conf, valid, &links, &mut errors);
     }
     sweep_nftables(conf, valid, &mut errors);
     addressing::gc(env, conf, &mut errors);
@@ -85,24 +96,18 @@ pub fn gc(env: &Env, conf: &Config) -> Result<()> {
 }
 
 /// The attachments of this network that academy has a trace of and the list does not
-/// name: host veths by alias, holder indexes in academy's store.
+/// name: host veths (of `links`) by alias, holder indexes in academy's store.
 fn stale_attachments(
     conf: &Config,
     valid: &HashSet<(String, String)>,
+    links: &[Link],
     errors: &mut Vec<Error>,
 ) -> BTreeSet<(String, String)> {
     let mut found = BTreeSet::new();
-    match Netlink::open().and_then(|mut nl| nl.links()) {
-        Ok(links) => {
-            for link in &links {
-                if let Stale::Attachment(cid, ifname) =
-                    stale(link, conf, None, valid, &HashSet::new())
-                {
-                    found.insert((cid, ifname));
-                }
-            }
+    for link in links {
+        if let Stale::Attachment(cid, ifname) = stale(link, conf, None, valid, &HashSet::new()) {
+            found.insert((cid, ifname));
         }
-        Err(e) => errors.push(e.into()),
     }
     if let Some(b) = conf.builtin() {
         match Store::open(&b.data_dir, &conf.name).and_then(|s| s.indexed_holders()) {
@@ -121,32 +126,32 @@ fn stale_attachments(
 /// between creating its pair and labelling it: the links are judged, and deleted, only
 /// under the bridge's lock held whole, so with no ADD on the bridge. While one is, the
 /// sweep is left to a later GC (the leftover of a killed ADD harms nothing meanwhile).
+/// `first_look` is GC's dump from before its removals: with nothing unlabelled there,
+/// the common case, the sweep takes no lock and sends nothing.
 fn sweep_unlabelled(
     nl: &mut Netlink,
     conf: &Config,
     valid: &HashSet<(String, String)>,
+    first_look: &[Link],
     errors: &mut Vec<Error>,
 ) {
     let valid_names: HashSet<String> = valid
         .iter()
         .map(|(cid, ifname)| Attachment::new(&conf.name, cid, ifname).host_name())
         .collect();
-    let unlabelled = |nl: &mut Netlink| -> Result<Vec<Link>> {
-        let links = nl.links()?;
+    let unlabelled = |links: &[Link]| -> Vec<(u32, String)> {
         let bridge = links
             .iter()
             .find(|l| l.name == conf.bridge && l.kind == LinkKind::Bridge)
             .map(|l| l.index);
-        Ok(links
-            .into_iter()
+        links
+            .iter()
             .filter(|l| stale(l, conf, bridge, valid, &valid_names) == Stale::Unlabelled)
-            .collect())
+            .map(|l| (l.index, l.name.clone()))
+            .collect()
     };
-    // The common case, nothing unlabelled, costs one dump and no lock.
-    match unlabelled(nl) {
-        Ok(found) if found.is_empty() => return,
-        Ok(_) => {}
-        Err(e) => return errors.push(e),
+    if unlabelled(first_look).is_empty() {
+        return;
     }
     let _no_add = match network::no_add_on_bridge(conf) {
         Ok(lock) => lock,
@@ -158,17 +163,14 @@ fn sweep_unlabelled(
             return;
         }
     };
-    let links = match unlabelled(nl) {
+    let links = match nl.links() {
         Ok(l) => l,
-        Err(e) => return errors.push(e),
+        Err(e) => return errors.push(e.into()),
     };
-    for link in &links {
-        match wire::delete_if_present(nl, link.index) {
-            Ok(_) => crate::log::debug(format_args!(
-                "GC deleted host veth {} (unlabelled)",
-                link.name
-            )),
-            Err(e) => errors.push(e.context(format!("GC could not delete {}", link.name))),
+    for (index, name) in unlabelled(&links) {
+        match wire::delete_if_present(nl, index) {
+            Ok(_) => crate::log::debug(format_args!("GC deleted host veth {name} (unlabelled)")),
+            Err(e) => errors.push(e.context(format!("GC could not delete {name}"))),
         }
     }
 }
